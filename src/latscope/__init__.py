@@ -1,0 +1,3 @@
+"""latscope: find where an LLM API request's latency hides."""
+
+__version__ = "0.1.0"

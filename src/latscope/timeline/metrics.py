@@ -1,0 +1,181 @@
+"""Metrics derived from a :class:`~latscope.timeline.model.Timeline`, in milliseconds (float).
+
+Every function returns ``None`` when the marks it needs are missing (a reused connection has no ``dns_ms``; a failed
+request may have no ``ttft_ms``), never a made-up zero.
+
+Definitions (all differences of monotonic-ns marks, divided by 1e6):
+
+=================  =============================================================================================
+``client_queue``   started − scheduled: time a load generator's request waited inside the client before starting
+``pool``           connection_ready − started, minus dns/connect/tls: waiting for a pooled connection
+``dns``            dns_end − dns_start
+``connect``        connect_end − connect_start (TCP handshake)
+``tls``            tls_end − tls_start
+``send``           send_end − send_start: writing headers and body (upload time)
+``wait``           first_byte − send_end: TTFB after the request was written (server think time + one RTT)
+``ttfb``           first_byte − started
+``ttft``           first_token − started: time to the first token-bearing event, connection setup included
+``e2e``            ended − started
+``stream``         ended − first_byte
+``itl``            gaps between consecutive token-bearing events (one value per gap; coalesced events give 0 gaps)
+``tpot``           (last_token − first_token) ÷ (tokens − 1): mean time per output token after the first
+=================  =============================================================================================
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+from latscope.timeline.model import TOKEN_KINDS, Timeline
+
+NS_PER_MS = 1_000_000
+
+
+def _ms(end_ns: int | None, start_ns: int | None) -> float | None:
+    if end_ns is None or start_ns is None:
+        return None
+    return (end_ns - start_ns) / NS_PER_MS
+
+
+def client_queue_ms(t: Timeline) -> float | None:
+    """Time between the scheduled send time and the actual start (load generation only)."""
+    return _ms(t.started_ns, t.scheduled_ns)
+
+
+def dns_ms(t: Timeline) -> float | None:
+    """DNS resolution time."""
+    return _ms(t.dns_end_ns, t.dns_start_ns)
+
+
+def connect_ms(t: Timeline) -> float | None:
+    """TCP connect time."""
+    return _ms(t.connect_end_ns, t.connect_start_ns)
+
+
+def tls_ms(t: Timeline) -> float | None:
+    """TLS handshake time."""
+    return _ms(t.tls_end_ns, t.tls_start_ns)
+
+
+def setup_ms(t: Timeline) -> float | None:
+    """Time to a usable connection: connection_ready − started (pool wait + dns + connect + tls)."""
+    return _ms(t.connection_ready_ns, t.started_ns)
+
+
+def pool_ms(t: Timeline) -> float | None:
+    """Time waiting for the pool: setup minus the dns, connect and tls phases this request paid for."""
+    setup = setup_ms(t)
+    if setup is None:
+        return None
+    paid = sum(v for v in (dns_ms(t), connect_ms(t), tls_ms(t)) if v is not None)
+    return max(0.0, setup - paid)
+
+
+def send_ms(t: Timeline) -> float | None:
+    """Time to write the request (headers and body)."""
+    return _ms(t.send_end_ns, t.send_start_ns)
+
+
+def wait_ms(t: Timeline) -> float | None:
+    """Time from the request fully written to the first response byte (TTFB after upload)."""
+    return _ms(t.first_byte_ns, t.send_end_ns)
+
+
+def ttfb_ms(t: Timeline) -> float | None:
+    """Time from start to the first response byte."""
+    return _ms(t.first_byte_ns, t.started_ns)
+
+
+def ttft_ms(t: Timeline) -> float | None:
+    """Time from start to the first token-bearing event."""
+    return _ms(t.first_token_ns, t.started_ns)
+
+
+def e2e_ms(t: Timeline) -> float | None:
+    """Time from start to the end of the response."""
+    return _ms(t.ended_ns, t.started_ns)
+
+
+def stream_ms(t: Timeline) -> float | None:
+    """Time from the first response byte to the end."""
+    return _ms(t.ended_ns, t.first_byte_ns)
+
+
+def token_event_times_ns(t: Timeline) -> list[int]:
+    """Arrival times (ns) of token-bearing events, in order."""
+    return [e.at_ns for e in t.events if e.kind in TOKEN_KINDS]
+
+
+def output_tokens(t: Timeline) -> int:
+    """Output tokens: the server's ``usage.completion_tokens`` when reported, else the tokens the events carried."""
+    if t.usage is not None and t.usage.completion_tokens is not None:
+        return t.usage.completion_tokens
+    return sum(e.tokens for e in t.events if e.kind in TOKEN_KINDS)
+
+
+def itl_ms(t: Timeline) -> list[float]:
+    """Every inter-token gap in ms (not a mean): one value per pair of consecutive token-bearing events."""
+    times = token_event_times_ns(t)
+    return [(b - a) / NS_PER_MS for a, b in itertools.pairwise(times)]
+
+
+def tpot_ms(t: Timeline) -> float | None:
+    """Mean time per output token after the first, from the first and last token marks and the token count."""
+    if t.first_token_ns is None or t.last_token_ns is None:
+        return None
+    tokens = output_tokens(t)
+    if tokens < 2:
+        return None
+    return (t.last_token_ns - t.first_token_ns) / NS_PER_MS / (tokens - 1)
+
+
+def events_per_read(t: Timeline) -> list[int]:
+    """For each read that completed at least one event, how many events it completed (1 = no coalescing)."""
+    counts = Counter(e.read_index for e in t.events)
+    return [counts[i] for i in sorted(counts)]
+
+
+def token_events_per_read(t: Timeline) -> list[int]:
+    """Like :func:`events_per_read`, counting token-bearing events only."""
+    counts = Counter(e.read_index for e in t.events if e.kind in TOKEN_KINDS)
+    return [counts[i] for i in sorted(counts)]
+
+
+def phases_ms(t: Timeline) -> dict[str, float | None]:
+    """The waterfall phases of one request, in order, in ms (None where the phase did not happen)."""
+    return {
+        "client_queue": client_queue_ms(t),
+        "pool": pool_ms(t),
+        "dns": dns_ms(t),
+        "connect": connect_ms(t),
+        "tls": tls_ms(t),
+        "send": send_ms(t),
+        "wait": wait_ms(t),
+        "ttfb": ttfb_ms(t),
+        "ttft": ttft_ms(t),
+        "stream": stream_ms(t),
+        "e2e": e2e_ms(t),
+        "tpot": tpot_ms(t),
+    }
+
+
+def summary(t: Timeline) -> dict[str, object]:
+    """A flat dict of the derived metrics (for tables, JSON and DataFrames)."""
+    gaps = itl_ms(t)
+    per_read = token_events_per_read(t)
+    out: dict[str, object] = {f"{k}_ms": v for k, v in phases_ms(t).items()}
+    out.update(
+        {
+            "output_tokens": output_tokens(t),
+            "itl_count": len(gaps),
+            "itl_max_ms": max(gaps) if gaps else None,
+            "reads": len(t.reads),
+            "events": len(t.events),
+            "max_token_events_per_read": max(per_read) if per_read else None,
+            "reused": t.connection.reused if t.connection else None,
+            "status": t.status,
+            "error_phase": str(t.error.phase) if t.error else None,
+        }
+    )
+    return out

@@ -1,0 +1,212 @@
+"""The request timeline: everything latscope knows about one attempt of one HTTP request.
+
+Time is ``int`` nanoseconds from :func:`time.monotonic_ns` (one clock for every mark, so differences are exact and
+comparable with a server on the same machine that stamps with the same clock). Marks that did not happen are ``None``:
+a reused connection has no DNS, connect or TLS marks; a request that failed in ``connect`` has no later marks.
+
+Mark naming follows one scheme, ``<phase>_start_ns`` / ``<phase>_end_ns``, in request order::
+
+    started_ns                      the caller asked for the request (pool wait starts here)
+    dns_start_ns .. dns_end_ns      getaddrinfo (absent when the host is an IP literal or the connection is reused)
+    connect_start_ns .. connect_end_ns   TCP three-way handshake
+    tls_start_ns .. tls_end_ns      TLS handshake (absent over plain HTTP)
+    connection_ready_ns             a connection is ready for this request (new or taken from the pool)
+    send_start_ns .. send_end_ns    request headers and body written to the socket; ``headers_sent_ns`` in between
+    first_byte_ns                   the first response byte was read (TTFB)
+    headers_received_ns             the response status line and headers were parsed
+    first_token_ns .. last_token_ns the read that carried the first / last token-bearing stream event
+    ended_ns                        the response ended (or the request failed)
+
+Hot-path records (:class:`Read`, :class:`StreamEvent`) are named tuples: one is made per socket read and per stream
+event, and tuple construction is several times cheaper than a dataclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
+
+
+class Phase(StrEnum):
+    """Where on the request path something happened; errors name the phase that failed."""
+
+    POOL = "pool"  #: waiting for a free connection in the client's pool
+    DNS = "dns"  #: name resolution (getaddrinfo)
+    CONNECT = "connect"  #: TCP connect
+    TLS = "tls"  #: TLS handshake
+    SEND = "send"  #: writing the request
+    HEADERS = "headers"  #: waiting for / parsing the response status line and headers
+    STREAM = "stream"  #: reading and decoding the response body
+
+
+class EventKind(StrEnum):
+    """What one decoded stream event carried (the dialect decides; one SSE event gives one stream event)."""
+
+    ROLE = "role"  #: a role-only chunk (``delta.role`` with no text), usually the first
+    CONTENT = "content"  #: visible token text (``delta.content`` / ``text``)
+    REASONING = "reasoning"  #: reasoning token text (``delta.reasoning_content`` / ``delta.reasoning``)
+    FINISH = "finish"  #: a chunk carrying ``finish_reason`` and no text
+    USAGE = "usage"  #: a usage-only chunk (``choices: []`` with ``usage``), possibly with ``timings``
+    ERROR = "error"  #: an in-stream error object
+    DONE = "done"  #: the ``[DONE]`` sentinel
+    OTHER = "other"  #: anything else (comments are not events; unknown JSON shapes are)
+
+    @property
+    def carries_tokens(self) -> bool:
+        """True for kinds whose events count as generated tokens (content and reasoning)."""
+        return self is EventKind.CONTENT or self is EventKind.REASONING
+
+
+TOKEN_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING})
+
+
+class Read(NamedTuple):
+    """One ``data_received`` call on the socket (after TLS decryption)."""
+
+    at_ns: int  #: monotonic ns when the bytes were handed to the client
+    nbytes: int  #: bytes delivered by this read (decrypted application bytes, HTTP framing included)
+
+
+class StreamEvent(NamedTuple):
+    """One decoded stream event (one SSE event / one NDJSON line)."""
+
+    at_ns: int  #: monotonic ns of the read that completed this event
+    read_index: int  #: index into ``Timeline.reads`` of that read
+    kind: EventKind  #: what the event carried
+    text_chars: int  #: characters of token text (0 when none)
+    tokens: int  #: tokens this event carries (1 per token-bearing chunk unless the dialect knows better)
+    server_sent_ns: int | None  #: the server's own send stamp when it reports one (lab ``--truth``), else None
+
+
+@dataclass(frozen=True, slots=True)
+class TcpInfo:
+    """A ``TCP_INFO`` snapshot of the connection's socket (Linux ``struct tcp_info``). Times in microseconds."""
+
+    rtt_us: int  #: smoothed round-trip time
+    rttvar_us: int  #: round-trip time variance
+    min_rtt_us: int | None  #: lowest RTT seen (kernel ≥ 4.6), None when the kernel does not report it
+    total_retrans: int  #: segments retransmitted over the connection's life
+    snd_cwnd: int  #: congestion window, in segments
+    ato_us: int  #: delayed-ACK timeout the kernel currently uses (40 000 µs = Linux's minimum)
+
+
+@dataclass(slots=True)
+class ConnectionInfo:
+    """Facts about the connection that carried the request."""
+
+    connection_id: int  #: pool-unique id: requests with the same id shared one connection
+    reused: bool  #: True when the connection was taken from the pool (no DNS/connect/TLS for this request)
+    requests_before: int = 0  #: how many requests this connection carried before this one
+    local_address: str | None = None
+    local_port: int | None = None
+    remote_address: str | None = None
+    remote_port: int | None = None
+    http_version: str | None = None  #: "HTTP/1.1", "HTTP/1.0" or "HTTP/2"
+    alpn: str | None = None  #: ALPN protocol the TLS server selected ("h2", "http/1.1"), None without TLS/ALPN
+    tls_version: str | None = None  #: e.g. "TLSv1.3"
+    tls_cipher: str | None = None
+    tls_session_resumed: bool | None = None  #: None without TLS; True when an offered session was accepted
+    tls_session_offered: bool | None = None  #: True when the client offered a saved session for resumption
+    tcp_info_at_headers: TcpInfo | None = None  #: TCP_INFO when the response headers arrived
+    tcp_info_at_end: TcpInfo | None = None  #: TCP_INFO when the response ended
+    quickack: bool = False  #: True when the client set TCP_QUICKACK before every read
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage as the server reported it (OpenAI ``usage`` object)."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    cached_tokens: int | None = None  #: ``prompt_tokens_details.cached_tokens`` when present
+    reasoning_tokens: int | None = None  #: ``completion_tokens_details.reasoning_tokens`` when present
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMeasure:
+    """One duration the server reported about this request, with where it came from.
+
+    ``name`` is a normalised phase when one applies (``parse``, ``validate``, ``queue``, ``prefill``, ``decode``,
+    ``e2e``, ``processing``, ``upstream``) or the server's own name otherwise; ``source`` says which header, body field
+    or metric it was read from (e.g. ``"header:server-timing:queue"``, ``"body:timings.prompt_ms"``).
+    """
+
+    name: str
+    ms: float  #: the duration, converted to milliseconds whatever unit the server used
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class RequestError:
+    """Why a request attempt failed, and where."""
+
+    phase: Phase  #: the phase that failed
+    kind: str  #: a short machine-readable cause, e.g. "refused", "dns", "cert-verify", "reset", "http-status"
+    message: str  #: human-readable cause, e.g. "TLS handshake failed: certificate verify failed"
+    at_ns: int  #: monotonic ns when the failure was detected
+    status: int | None = None  #: HTTP status for HTTP-level errors
+
+
+@dataclass(slots=True)
+class Timeline:
+    """One request attempt, from the caller's ask to the last byte. See the module docstring for the marks.
+
+    The client fills it while the request runs; everything derived (milliseconds, ITL, TPOT) lives in
+    :mod:`latscope.timeline.metrics` so the record itself stays plain data.
+    """
+
+    method: str = "POST"
+    url: str = ""  #: the request URL with secrets in the query string redacted
+    dialect: str | None = None  #: e.g. "openai.chat", "openai.completions"
+    model: str | None = None
+    request_headers: dict[str, str] = field(default_factory=dict)  #: as sent, secrets redacted
+    request_body_bytes: int = 0
+    label: str | None = None  #: free text from the caller (experiment name, workload class)
+    trace_id: str | None = None  #: W3C trace id sent in ``traceparent``, when one was sent
+
+    scheduled_ns: int | None = None  #: when a load generator meant to send it (client queue = started − scheduled)
+    started_ns: int = 0
+    dns_start_ns: int | None = None
+    dns_end_ns: int | None = None
+    connect_start_ns: int | None = None
+    connect_end_ns: int | None = None
+    tls_start_ns: int | None = None
+    tls_end_ns: int | None = None
+    connection_ready_ns: int | None = None
+    send_start_ns: int | None = None
+    headers_sent_ns: int | None = None
+    send_end_ns: int | None = None
+    first_byte_ns: int | None = None
+    headers_received_ns: int | None = None
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    ended_ns: int | None = None
+
+    connection: ConnectionInfo | None = None
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)  #: lower-case names; repeated ones joined ", "
+    response_body_bytes: int = 0  #: body bytes after HTTP framing was removed
+
+    reads: list[Read] = field(default_factory=list)
+    events: list[StreamEvent] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    output_text: str | None = None  #: the generated text, when the caller asked to keep it
+    server: list[ServerMeasure] = field(default_factory=list)
+    server_fields: dict[str, object] = field(default_factory=dict)  #: raw server timing objects (``timings`` …)
+    error: RequestError | None = None
+    warnings: list[str] = field(default_factory=list)  #: non-fatal oddities (no ``[DONE]``, unknown event shapes)
+
+    @property
+    def ok(self) -> bool:
+        """True when the request completed without error."""
+        return self.error is None and self.ended_ns is not None
+
+    def server_ms(self, name: str) -> float | None:
+        """The first server-reported duration called ``name``, in ms, or None."""
+        for measure in self.server:
+            if measure.name == name:
+                return measure.ms
+        return None

@@ -1,0 +1,152 @@
+"""Versioned JSON serialisation of timelines (schema ``latscope.timeline/1``).
+
+Layout: one JSON object per timeline. Marks are absolute ``time.monotonic_ns()`` integers (only differences are
+meaningful; they are exact). ``reads`` is ``[[at_ns, nbytes], ...]`` and ``events`` is
+``[[at_ns, read_index, kind, text_chars, tokens, server_sent_ns], ...]`` to keep long streams compact. Headers are
+stored already redacted (see :mod:`latscope.timeline.redact`); :func:`timeline_to_dict` redacts again so a caller
+that filled a timeline by hand cannot leak a key either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import orjson
+
+from latscope.timeline.model import (
+    ConnectionInfo,
+    EventKind,
+    Phase,
+    Read,
+    RequestError,
+    ServerMeasure,
+    StreamEvent,
+    TcpInfo,
+    Timeline,
+    Usage,
+)
+from latscope.timeline.redact import redact_headers, redact_url
+
+SCHEMA = "latscope.timeline/1"
+
+_MARKS = tuple(f.name for f in fields(Timeline) if f.name.endswith("_ns"))
+_SCALARS = (
+    "method",
+    "dialect",
+    "model",
+    "request_body_bytes",
+    "label",
+    "trace_id",
+    "status",
+    "response_body_bytes",
+    "finish_reason",
+    "output_text",
+)
+
+
+class TimelineFormatError(ValueError):
+    """A serialised timeline could not be read; the message names the field."""
+
+
+def _tcp_to_dict(info: TcpInfo | None) -> dict[str, Any] | None:
+    if info is None:
+        return None
+    return {f.name: getattr(info, f.name) for f in fields(TcpInfo)}
+
+
+def _tcp_from_dict(data: dict[str, Any] | None) -> TcpInfo | None:
+    return None if data is None else TcpInfo(**data)
+
+
+def timeline_to_dict(t: Timeline) -> dict[str, Any]:
+    """A JSON-ready dict of ``t`` (schema ``latscope.timeline/1``)."""
+    out: dict[str, Any] = {"schema": SCHEMA, "url": redact_url(t.url)}
+    for name in _SCALARS:
+        out[name] = getattr(t, name)
+    out["request_headers"] = redact_headers(t.request_headers)
+    out["response_headers"] = redact_headers(t.response_headers)
+    out["marks"] = {name: getattr(t, name) for name in _MARKS}
+    if t.connection is not None:
+        conn = {f.name: getattr(t.connection, f.name) for f in fields(ConnectionInfo)}
+        conn["tcp_info_at_headers"] = _tcp_to_dict(t.connection.tcp_info_at_headers)
+        conn["tcp_info_at_end"] = _tcp_to_dict(t.connection.tcp_info_at_end)
+        out["connection"] = conn
+    else:
+        out["connection"] = None
+    out["reads"] = [[r.at_ns, r.nbytes] for r in t.reads]
+    out["events"] = [
+        [e.at_ns, e.read_index, str(e.kind), e.text_chars, e.tokens, e.server_sent_ns] for e in t.events
+    ]
+    out["usage"] = None if t.usage is None else {f.name: getattr(t.usage, f.name) for f in fields(Usage)}
+    out["server"] = [{"name": m.name, "ms": m.ms, "source": m.source} for m in t.server]
+    out["server_fields"] = t.server_fields
+    out["error"] = (
+        None
+        if t.error is None
+        else {
+            "phase": str(t.error.phase),
+            "kind": t.error.kind,
+            "message": t.error.message,
+            "at_ns": t.error.at_ns,
+            "status": t.error.status,
+        }
+    )
+    out["warnings"] = list(t.warnings)
+    return out
+
+
+def timeline_from_dict(data: dict[str, Any]) -> Timeline:
+    """Rebuild a :class:`Timeline` from :func:`timeline_to_dict` output; raises :class:`TimelineFormatError`."""
+    schema = data.get("schema")
+    if schema != SCHEMA:
+        raise TimelineFormatError(f"schema: expected {SCHEMA!r}, got {schema!r}")
+    try:
+        t = Timeline(url=data["url"])
+        for name in _SCALARS:
+            setattr(t, name, data.get(name))
+        t.method = data.get("method") or "POST"
+        t.request_body_bytes = data.get("request_body_bytes") or 0
+        t.response_body_bytes = data.get("response_body_bytes") or 0
+        t.request_headers = dict(data.get("request_headers") or {})
+        t.response_headers = dict(data.get("response_headers") or {})
+        for name, value in (data.get("marks") or {}).items():
+            if name not in _MARKS:
+                raise TimelineFormatError(f"marks.{name}: unknown mark")
+            setattr(t, name, value)
+        if t.started_ns is None:
+            t.started_ns = 0
+        conn = data.get("connection")
+        if conn is not None:
+            conn = dict(conn)
+            conn["tcp_info_at_headers"] = _tcp_from_dict(conn.get("tcp_info_at_headers"))
+            conn["tcp_info_at_end"] = _tcp_from_dict(conn.get("tcp_info_at_end"))
+            t.connection = ConnectionInfo(**conn)
+        t.reads = [Read(int(a), int(n)) for a, n in data.get("reads") or []]
+        t.events = [
+            StreamEvent(int(a), int(ri), EventKind(k), int(c), int(tok), None if s is None else int(s))
+            for a, ri, k, c, tok, s in data.get("events") or []
+        ]
+        usage = data.get("usage")
+        t.usage = None if usage is None else Usage(**usage)
+        t.server = [ServerMeasure(m["name"], float(m["ms"]), m["source"]) for m in data.get("server") or []]
+        t.server_fields = dict(data.get("server_fields") or {})
+        err = data.get("error")
+        if err is not None:
+            t.error = RequestError(Phase(err["phase"]), err["kind"], err["message"], err["at_ns"], err.get("status"))
+        t.warnings = list(data.get("warnings") or [])
+    except TimelineFormatError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TimelineFormatError(f"malformed timeline: {exc!r}") from exc
+    return t
+
+
+def dumps(t: Timeline) -> bytes:
+    """Serialise one timeline to JSON bytes."""
+    return orjson.dumps(timeline_to_dict(t))
+
+
+def loads(data: bytes | str) -> Timeline:
+    """Parse JSON bytes produced by :func:`dumps`."""
+    return timeline_from_dict(orjson.loads(data))

@@ -1,0 +1,282 @@
+"""Ollama's native API (``/api/chat``, ``/api/generate``): request builders and an NDJSON stream decoder.
+
+Base URL: the native API lives at the server root, so pass the root as the base URL — ``http://localhost:11434`` —
+and the request paths here (``/api/chat``, ``/api/generate``) are appended to it. ``http://localhost:11434/v1`` is
+Ollama's OpenAI-compatible API, which the OpenAI dialects speak; it reports only ``usage``, not the durations below.
+
+The stream is newline-delimited JSON (https://github.com/ollama/ollama/blob/main/docs/api.md): one object per line,
+each carrying one token's text (``message.content`` for chat, ``response`` for generate; ``thinking`` for reasoning
+models), and a final object with ``"done": true`` carrying ``done_reason`` and the request's statistics::
+
+    {"model":"llama3.2","created_at":"…","message":{"role":"assistant","content":" Hello"},"done":false}
+    {"model":"llama3.2","created_at":"…","message":{"role":"assistant","content":""},"done":true,
+     "done_reason":"stop","total_duration":…,"load_duration":…,"prompt_eval_count":26,
+     "prompt_eval_duration":…,"eval_count":290,"eval_duration":…}
+
+Durations are NANOSECONDS. The decoder turns the final object into a FINISH chunk with ``Usage(prompt_eval_count,
+eval_count)`` and the raw duration and count fields in ``Chunk.extra`` (read by
+:func:`latscope.signals.join.apply_server_signals`). An ``{"error": "…"}`` line becomes an ERROR chunk. A line that
+is not a JSON object raises :class:`~latscope.dialects.base.StreamDecodeError` naming the line and its byte offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from latscope.dialects.base import ApiError, Chunk, DecodedResponse, RequestSpec, StreamDecodeError
+from latscope.timeline.model import EventKind, Usage
+
+OLLAMA_CHAT = "ollama.chat"
+OLLAMA_GENERATE = "ollama.generate"
+CHAT_PATH = "/api/chat"
+GENERATE_PATH = "/api/generate"
+
+# Fields of the final message kept in Chunk.extra: durations (ns) and token counts.
+FINAL_FIELDS = (
+    "total_duration",
+    "load_duration",
+    "prompt_eval_count",
+    "prompt_eval_duration",
+    "eval_count",
+    "eval_duration",
+)
+
+_JSON_HEADERS = [("content-type", "application/json"), ("accept", "application/x-ndjson")]
+
+
+def _body(
+    model: str,
+    fields: Mapping[str, Any],
+    max_tokens: int | None,
+    options: Mapping[str, Any] | None,
+    extra_body: Mapping[str, Any] | None,
+) -> bytes:
+    all_options = dict(options or {})
+    if max_tokens is not None:
+        all_options["num_predict"] = max_tokens  # Ollama's name for the generation limit
+    body: dict[str, Any] = {"model": model, **fields, "stream": True}
+    if all_options:
+        body["options"] = all_options
+    body.update(extra_body or {})
+    return orjson.dumps(body)
+
+
+def build_chat_request(
+    model: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    max_tokens: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+) -> RequestSpec:
+    """A streaming ``POST /api/chat``. ``max_tokens`` becomes ``options.num_predict``; ``extra_body`` fields
+    (``keep_alive``, ``think``, ``format`` …) are added last and win."""
+    return RequestSpec(
+        method="POST",
+        path=CHAT_PATH,
+        body=_body(model, {"messages": [dict(m) for m in messages]}, max_tokens, options, extra_body),
+        headers=[*_JSON_HEADERS, *headers],
+        dialect=OLLAMA_CHAT,
+        model=model,
+    )
+
+
+def build_generate_request(
+    model: str,
+    prompt: str,
+    *,
+    max_tokens: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    extra_body: Mapping[str, Any] | None = None,
+    headers: Sequence[tuple[str, str]] = (),
+) -> RequestSpec:
+    """A streaming ``POST /api/generate``. ``max_tokens`` becomes ``options.num_predict``."""
+    return RequestSpec(
+        method="POST",
+        path=GENERATE_PATH,
+        body=_body(model, {"prompt": prompt}, max_tokens, options, extra_body),
+        headers=[*_JSON_HEADERS, *headers],
+        dialect=OLLAMA_GENERATE,
+        model=model,
+    )
+
+
+def _count(obj: Mapping[str, Any], key: str, warnings: list[str]) -> int | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        warnings.append(f"ollama: {key}={value!r} is not a non-negative integer; ignored")
+        return None
+    return value
+
+
+def _usage(obj: Mapping[str, Any], warnings: list[str]) -> Usage | None:
+    prompt = _count(obj, "prompt_eval_count", warnings)
+    completion = _count(obj, "eval_count", warnings)
+    if prompt is None and completion is None:
+        return None
+    total = prompt + completion if prompt is not None and completion is not None else None
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+
+
+def _error(value: Any) -> ApiError:
+    if isinstance(value, Mapping):
+        return ApiError(message=str(value.get("message", value)), type=value.get("type"), code=value.get("code"))
+    return ApiError(message=str(value))
+
+
+def _texts(obj: Mapping[str, Any]) -> tuple[str, str, bool]:
+    """(content text, reasoning text, has a role) of a chat or generate object."""
+    message = obj.get("message")
+    if isinstance(message, Mapping):
+        content, thinking = message.get("content"), message.get("thinking")
+        has_role = "role" in message
+    else:
+        content, thinking = obj.get("response"), obj.get("thinking")
+        has_role = False
+    return (
+        content if isinstance(content, str) else "",
+        thinking if isinstance(thinking, str) else "",
+        has_role,
+    )
+
+
+def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
+    """One decoded NDJSON object → one Chunk (see the module docstring)."""
+    if "error" in obj:
+        return Chunk(EventKind.ERROR, error=_error(obj["error"]))
+    content, thinking, has_role = _texts(obj)
+    done = obj.get("done") is True
+    finish_reason = None
+    usage = None
+    extra = None
+    if done:
+        reason = obj.get("done_reason")
+        finish_reason = reason if isinstance(reason, str) else None
+        usage = _usage(obj, warnings)
+        extra = {key: obj[key] for key in FINAL_FIELDS if key in obj}
+    if content:
+        kind, text = EventKind.CONTENT, content
+    elif thinking:
+        kind, text = EventKind.REASONING, thinking
+    elif done:
+        kind, text = EventKind.FINISH, ""
+    elif has_role:
+        kind, text = EventKind.ROLE, ""
+    else:
+        kind, text = EventKind.OTHER, ""
+    return Chunk(
+        kind,
+        text=text,
+        tokens=1 if text else 0,  # Ollama streams one token per object
+        finish_reason=finish_reason,
+        usage=usage,
+        extra=extra or None,
+    )
+
+
+class OllamaStreamDecoder:
+    """Incremental NDJSON decoder for ``/api/chat`` and ``/api/generate`` streams (a :class:`StreamDecoder`).
+
+    Lines may be split across :meth:`feed` calls anywhere, inside UTF-8 sequences included: a line is decoded only
+    once its ``\\n`` has arrived. CRLF line endings and blank lines are accepted.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._offset = 0  #: stream offset of the first byte in the buffer
+        self._line_number = 0
+        self._done = False
+        self._warnings: list[str] = []
+
+    @property
+    def warnings(self) -> list[str]:
+        """Non-fatal oddities: unreadable counts, data after the final message, no final message."""
+        return self._warnings
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        """Decode every line ``data`` completes."""
+        self._buffer += data
+        chunks: list[Chunk] = []
+        start = 0
+        while (end := self._buffer.find(b"\n", start)) >= 0:
+            chunk = self._line(bytes(self._buffer[start:end]), self._offset + start)
+            if chunk is not None:
+                chunks.append(chunk)
+            start = end + 1
+        del self._buffer[:start]
+        self._offset += start
+        return chunks
+
+    def close(self) -> list[Chunk]:
+        """The body ended: decode a last line that had no newline, and warn when no ``done: true`` arrived."""
+        chunks: list[Chunk] = []
+        if self._buffer.strip():
+            chunk = self._line(bytes(self._buffer), self._offset)
+            if chunk is not None:
+                chunks.append(chunk)
+        self._offset += len(self._buffer)
+        self._buffer.clear()
+        if not self._done:
+            self._warnings.append('the stream ended without a "done": true message')
+        return chunks
+
+    def _line(self, raw: bytes, offset: int) -> Chunk | None:
+        self._line_number += 1
+        line = raw.strip()
+        if not line:
+            return None
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            obj = self._lenient_utf8(line, offset, exc)
+        if not isinstance(obj, dict):
+            raise StreamDecodeError(
+                f"line {self._line_number} (byte {offset}) of the NDJSON stream is not a JSON object"
+            )
+        if self._done:
+            self._warnings.append(f'line {self._line_number} arrived after the final "done": true message')
+        chunk = decode_object(obj, self._warnings)
+        if obj.get("done") is True:
+            self._done = True
+        return chunk
+
+    def _lenient_utf8(self, line: bytes, offset: int, error: orjson.JSONDecodeError) -> Any:
+        """Retry a line whose only fault is invalid UTF-8 (replaced by U+FFFD, as the SSE parser does)."""
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            self._warnings.append(f"invalid UTF-8 on line {self._line_number} (byte {offset}), replaced by U+FFFD")
+            try:
+                return orjson.loads(line.decode("utf-8", errors="replace"))
+            except orjson.JSONDecodeError as exc:
+                error = exc
+        raise StreamDecodeError(
+            f"invalid JSON on line {self._line_number} (byte {offset}) of the NDJSON stream: {error}"
+        ) from None
+
+
+def decode_response_body(body: bytes) -> DecodedResponse:
+    """A non-streamed (``"stream": false``) response or an error body. Raises StreamDecodeError if not JSON."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise StreamDecodeError(f"the response body is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise StreamDecodeError("the response body is not a JSON object")
+    if "error" in obj:
+        return DecodedResponse(text="", error=_error(obj["error"]))
+    warnings: list[str] = []
+    content, thinking, _ = _texts(obj)
+    reason = obj.get("done_reason")
+    return DecodedResponse(
+        text=content,
+        finish_reason=reason if isinstance(reason, str) else None,
+        usage=_usage(obj, warnings),
+        reasoning=thinking,
+    )

@@ -1,0 +1,39 @@
+"""Access to HTTP response header (and trailer) fields, shared by every header-signal parser.
+
+Parsers take header *pairs* rather than a dict so that repeated field lines survive (RFC 9110 §5.3: a recipient may
+combine repeated lines into one comma-separated value, which is what ``Timeline.response_headers`` holds; both forms
+are accepted here). Trailers are passed the same way: RFC 9110 §6.5 fields such as ``Server-Timing`` may arrive in
+either section, and a caller passes ``[*headers, *trailers]`` or calls the parser twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TypeAlias
+
+HeaderInput: TypeAlias = Mapping[str, str] | Iterable[tuple[str, str]]
+"""Header fields as a mapping (``Timeline.response_headers``) or as ``(name, value)`` pairs in wire order."""
+
+
+def header_pairs(headers: HeaderInput) -> list[tuple[str, str]]:
+    """The fields as ``(lower-case name, value)`` pairs, in order; values have surrounding whitespace removed."""
+    items: Iterable[tuple[str, str]] = headers.items() if isinstance(headers, Mapping) else headers
+    return [(name.lower(), value.strip(" \t")) for name, value in items]
+
+
+def header_values(headers: HeaderInput, name: str) -> list[str]:
+    """Every value of field ``name`` (case-insensitive), one entry per field line, in order."""
+    wanted = name.lower()
+    return [value for key, value in header_pairs(headers) if key == wanted]
+
+
+def first_header(headers: HeaderInput, name: str) -> str | None:
+    """The first value of field ``name`` (case-insensitive), or None when absent."""
+    values = header_values(headers, name)
+    return values[0] if values else None
+
+
+def warn(warnings: list[str] | None, message: str) -> None:
+    """Record a non-fatal oddity when the caller collects them (every parser takes ``warnings=``)."""
+    if warnings is not None:
+        warnings.append(message)

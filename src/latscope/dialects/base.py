@@ -73,3 +73,15 @@ class RequestSpec:
     headers: list[tuple[str, str]] = field(default_factory=list)
     dialect: str = ""  #: e.g. "openai.chat"
     model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedResponse:
+    """A non-streamed response body, decoded: what a dialect's ``decode_response_body`` returns."""
+
+    text: str  #: the generated text ("" when none)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    timings: dict[str, Any] | None = None  #: llama.cpp-style ``timings`` object, as sent
+    reasoning: str = ""  #: reasoning text (``reasoning_content`` / ``reasoning``), "" when none
+    error: ApiError | None = None  #: an error object sent instead of a result (some proxies answer 200 with one)

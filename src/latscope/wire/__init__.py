@@ -1,1 +1,40 @@
-"""latscope.wire."""
+"""The measuring client, the only client code that touches sockets.
+
+DNS, TCP connect and TLS are timed separately (TLS through ``SSLContext.wrap_bio`` so saved sessions can be offered),
+HTTP framing is done by h11 and h2, every socket read is stamped in ``data_received`` before anything else, and each
+decoded stream event is recorded with the stamp of the read that completed it. See :class:`Client`.
+"""
+
+from latscope.wire.client import Client
+from latscope.wire.errors import (
+    ConnectError,
+    DNSError,
+    PoolError,
+    ResponseError,
+    SendError,
+    StreamError,
+    TLSError,
+    WireError,
+    check,
+)
+from latscope.wire.loop import new_event_loop, run
+from latscope.wire.models import Origin, OriginStats, Response, Timeouts
+
+__all__ = [
+    "Client",
+    "ConnectError",
+    "DNSError",
+    "Origin",
+    "OriginStats",
+    "PoolError",
+    "Response",
+    "ResponseError",
+    "SendError",
+    "StreamError",
+    "TLSError",
+    "Timeouts",
+    "WireError",
+    "check",
+    "new_event_loop",
+    "run",
+]

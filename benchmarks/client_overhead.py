@@ -1,0 +1,235 @@
+"""Client CPU cost per SSE event: latscope.wire (full recording) next to httpx and aiohttp, on the same stream.
+
+A server process sends one pre-built OpenAI-style chat stream (``--events`` chunk events, one HTTP chunk per event
+as real servers frame them, or one Content-Length body with ``--framing length``) as fast as the socket takes it.
+Each client reads the whole stream in this process; the cost is this process's CPU time (user + system, from
+``time.process_time``) divided by the number of events, best of ``--repeat`` runs. The server's CPU is not counted.
+
+- ``wire``: :class:`latscope.wire.Client` with the OpenAI decoder: every read stamped, every event decoded and
+  recorded (``Read`` and ``StreamEvent`` records, first/last token marks, usage).
+- ``wire framing only``: the same client with a decoder that decodes nothing: stamps, reads and HTTP framing.
+- ``httpx aiter_raw`` and ``aiohttp iter_any``: the bytes only, no SSE parsing, no JSON, no recording.
+
+Run: ``.venv/bin/python benchmarks/client_overhead.py [--events 200000] [--repeat 3] [--framing chunked|length]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import socket
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import orjson
+
+from latscope.dialects.base import Chunk
+from latscope.dialects.openai import OpenAIStreamDecoder, chat_request
+from latscope.wire import Client
+from latscope.wire.loop import new_event_loop
+
+#: no run may take longer than this (s): a stuck client must not hang the benchmark
+RUN_TIMEOUT_S = 120.0
+
+
+def build_stream(events: int, framing: str) -> bytes:
+    """The whole HTTP response: head and a body of ``events`` content chunks, a finish chunk with usage, [DONE]."""
+    parts = []
+    for i in range(events):
+        chunk = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1700000000,
+            "model": "bench-model",
+            "choices": [{"index": 0, "delta": {"content": f" tok{i % 1000}"}, "finish_reason": None}],
+        }
+        parts.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+    final = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "bench-model",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": events, "total_tokens": events + 5},
+    }
+    parts.append(b"data: " + orjson.dumps(final) + b"\n\n")
+    parts.append(b"data: [DONE]\n\n")
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    if framing == "length":
+        body = b"".join(parts)
+        return head + b"content-length: %d\r\n\r\n" % len(body) + body
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts)
+    return head + b"transfer-encoding: chunked\r\n\r\n" + framed + b"0\r\n\r\n"
+
+
+def _serve_one(conn: socket.socket, payload: bytes) -> None:
+    with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        request = b""
+        while b"\r\n\r\n" not in request:
+            data = conn.recv(65536)
+            if not data:
+                return
+            request += data
+        head, _, body = request.partition(b"\r\n\r\n")
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                want = int(line.split(b":", 1)[1])
+                while len(body) < want:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    body += data
+        conn.sendall(payload)
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(5)
+        try:
+            while conn.recv(65536):  # wait for the client to close: its FIN, not ours, ends the measurement
+                pass
+        except OSError:
+            pass
+
+
+def serve(port_queue: mp.Queue[int], events: int, framing: str) -> None:
+    """The server process: one thread per connection, each sends the whole response in one sendall."""
+    payload = build_stream(events, framing)
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port_queue.put(listener.getsockname()[1])
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=_serve_one, args=(conn, payload), daemon=True).start()
+
+
+class NullDecoder:
+    """A StreamDecoder that decodes nothing: isolates the client's framing and recording from event decoding."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        return []
+
+    def close(self) -> list[Chunk]:
+        return []
+
+
+async def run_wire(url: str, events: int) -> int:
+    spec = chat_request("bench-model", "hi", events)
+    async with Client() as client:
+        t = await client.request(spec, url, decoder=OpenAIStreamDecoder("chat"))
+    assert t.ok, t.error
+    content = sum(1 for e in t.events if e.tokens)
+    assert content == events, (content, events)
+    return len(t.events)
+
+
+async def run_wire_framing(url: str, events: int) -> int:
+    spec = chat_request("bench-model", "hi", events)
+    async with Client() as client:
+        t = await client.request(spec, url, decoder=NullDecoder())
+    assert t.ok, t.error
+    return events
+
+
+async def run_httpx(url: str, events: int) -> int:
+    import httpx
+
+    spec = chat_request("bench-model", "hi", events)
+    nbytes = 0
+    async with httpx.AsyncClient(timeout=RUN_TIMEOUT_S) as client:
+        headers = dict(spec.headers)
+        async with client.stream("POST", url + spec.path, content=spec.body, headers=headers) as response:
+            async for raw in response.aiter_raw():
+                nbytes += len(raw)
+    assert nbytes > events
+    return events
+
+
+async def run_aiohttp(url: str, events: int) -> int:
+    import aiohttp
+
+    spec = chat_request("bench-model", "hi", events)
+    nbytes = 0
+    timeout = aiohttp.ClientTimeout(total=RUN_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        headers = dict(spec.headers)
+        async with session.post(url + spec.path, data=spec.body, headers=headers) as response:
+            async for raw in response.content.iter_any():
+                nbytes += len(raw)
+    assert nbytes > events
+    return events
+
+
+CLIENTS: dict[str, Callable[[str, int], Awaitable[int]]] = {
+    "wire (full recording)": run_wire,
+    "wire (framing only)": run_wire_framing,
+    "httpx aiter_raw": run_httpx,
+    "aiohttp iter_any": run_aiohttp,
+}
+
+
+@dataclass
+class Measure:
+    cpu_s: float
+    wall_s: float
+    events: int
+
+
+def measure(name: str, url: str, events: int, loop_name: str) -> Measure:
+    factory = new_event_loop if loop_name == "uvloop" else asyncio.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        runner.run(asyncio.wait_for(CLIENTS[name](url, events), RUN_TIMEOUT_S))
+        cpu1, wall1 = time.process_time(), time.perf_counter()
+    return Measure(cpu1 - cpu0, wall1 - wall0, events)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--framing", choices=["chunked", "length"], default="chunked")
+    parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
+    parser.add_argument("--only", action="append", choices=list(CLIENTS), help="run only these clients")
+    args = parser.parse_args()
+
+    ctx = mp.get_context("spawn")
+    port_queue: mp.Queue[int] = ctx.Queue()
+    server = ctx.Process(target=serve, args=(port_queue, args.events, args.framing), daemon=True)
+    server.start()
+    try:
+        port = port_queue.get(timeout=60)
+        url = f"http://127.0.0.1:{port}/v1"
+        names = args.only or list(CLIENTS)
+        for name in names:  # warm-up: imports, first connection, caches
+            measure(name, url, args.events, args.loop)
+        best: dict[str, Measure] = {}
+        for _ in range(args.repeat):
+            for name in names:  # interleaved, so a noisy moment on the machine hits every client alike
+                m = measure(name, url, args.events, args.loop)
+                if name not in best or m.cpu_s < best[name].cpu_s:
+                    best[name] = m
+    finally:
+        server.terminate()
+        server.join(5)
+
+    print(f"{args.events} events, {args.framing} framing, {args.loop}, best of {args.repeat}, client CPU only")
+    print(f"{'client':<24} {'CPU µs/event':>13} {'events/s (1 core)':>18} {'wall s':>8}")
+    for name, m in best.items():
+        per_event_us = m.cpu_s / m.events * 1e6
+        print(f"{name:<24} {per_event_us:>13.2f} {m.events / m.cpu_s:>18,.0f} {m.wall_s:>8.2f}")
+    if "wire (full recording)" in best and "httpx aiter_raw" in best:
+        ratio = best["httpx aiter_raw"].cpu_s / best["wire (full recording)"].cpu_s
+        print(f"httpx / wire CPU: {ratio:.1f}x")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

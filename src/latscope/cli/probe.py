@@ -1,0 +1,172 @@
+"""``latscope probe URL``: a few streamed requests, each drawn as a waterfall, and a table comparing them."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import orjson
+from rich.console import Console
+from rich.text import Text
+
+from latscope.probe import MODES, ProbeError, ProbeResult, normalise_base_url, probe
+from latscope.report.waterfall import requests_table, waterfall
+from latscope.timeline.model import Phase
+from latscope.wire import Timeouts, WireError
+from latscope.wire.loop import run
+
+#: exit statuses: 0 every request completed; 1 some failed; 2 none completed (or the target could not be probed)
+EXIT_SOME_FAILED = 1
+EXIT_UNREACHABLE = 2
+
+
+def parse_headers(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    """``Name: value`` strings → header pairs (click.BadParameter on a malformed one)."""
+    out: list[tuple[str, str]] = []
+    for value in values:
+        name, sep, rest = value.partition(":")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected 'Name: value', got {value!r}", param_hint="--header")
+        out.append((name.strip(), rest.strip()))
+    return out
+
+
+def _fail(console: Console, message: str) -> None:
+    console.print(Text("error: ", style="bold red") + Text(message))
+    sys.exit(EXIT_UNREACHABLE)
+
+
+def _print_result(console: Console, result: ProbeResult) -> None:
+    n = len(result.timelines)
+    head = Text("latscope probe ", style="bold")
+    head.append(result.base_url)
+    head.append(f" · model {result.model} · {result.mode} · {n} request{'s' if n != 1 else ''}", style="dim")
+    console.print(head)
+    for index, t in enumerate(result.timelines, start=1):
+        console.print(waterfall(t, title=f"request {index}/{n} · {t.method} {t.url}"))
+    if n > 1:
+        console.print(requests_table(result.timelines))
+    for origin, stats in result.pool.items():
+        line = (
+            f"{origin}: {stats.connections_opened} connection(s) opened for {stats.requests} request(s), "
+            f"{stats.reuses} reused"
+        )
+        if stats.tls_sessions_offered:
+            line += f"; TLS sessions resumed {stats.tls_sessions_resumed}/{stats.tls_sessions_offered}"
+        console.print(Text(line, style="dim"))
+
+
+@click.command("probe", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.argument("url")
+@click.option("--model", "-m", help="Model name (default: the first one the server lists at /models).")
+@click.option("--prompt", "-p", help="Prompt text (default: a short counting prompt).")
+@click.option(
+    "--prompt-tokens", type=click.IntRange(min=1), help="Send a synthetic prompt of about this many tokens instead."
+)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True, help="max_tokens per request.")
+@click.option("-n", "count", type=click.IntRange(1, 1000), default=3, show_default=True, help="Requests to send.")
+@click.option("--http1/--http2", "http1", default=False, help="Offer only HTTP/1.1, or also h2 (default) over TLS.")
+@click.option("--completions", is_flag=True, help="Use /completions instead of /chat/completions.")
+@click.option("--insecure", "-k", is_flag=True, help="Do not verify the server's TLS certificate.")
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra CA certificates (PEM) to trust.")
+@click.option("--header", "-H", "header", multiple=True, metavar="'NAME: VALUE'", help="Extra request header; repeat.")
+@click.option(
+    "--api-key",
+    envvar="OPENAI_API_KEY",
+    show_envvar=True,
+    help="Sent as 'Authorization: Bearer KEY'; never printed or saved.",
+)
+@click.option("--quickack", is_flag=True, help="Set TCP_QUICKACK before every read (tells Nagle from proxy buffering).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per phase.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Write the timelines and derived metrics as JSON to FILE ('-': stdout; the report then goes to stderr).",
+)
+def command(
+    url: str,
+    model: str | None,
+    prompt: str | None,
+    prompt_tokens: int | None,
+    max_tokens: int,
+    count: int,
+    http1: bool,
+    completions: bool,
+    insecure: bool,
+    ca_file: str | None,
+    header: tuple[str, ...],
+    api_key: str | None,
+    quickack: bool,
+    timeout: float,
+    json_path: str | None,
+) -> None:
+    """Send a few streamed requests to URL and draw each one's timeline as a waterfall.
+
+    URL is an OpenAI-style base URL (http://host:port/v1); a URL without a path gets /v1. Each request is shown as
+    dns | connect | tls | send | wait | first token | stream, with the connection facts (new or reused, HTTP
+    version, ALPN, TLS version and resumption, TCP round-trip time), the token cadence (TTFT, TPOT, inter-token
+    latency, events per socket read) and what the server reported about itself. The requests go one after another
+    on one connection pool: the first pays for DNS, TCP and TLS, the others show what reuse saves.
+
+    \b
+    Examples:
+      latscope probe http://127.0.0.1:8000                     # the first model the server lists
+      latscope probe https://api.openai.com/v1 -m gpt-4o-mini  # key from OPENAI_API_KEY
+      latscope probe http://localhost:8080 -n 5 --prompt-tokens 2000 --max-tokens 16
+      latscope probe https://my-gateway/v1 --http1 --quickack --json probe.json
+
+    Exit status: 0 when every request completed, 1 when some failed, 2 when none did.
+    """
+    if prompt is not None and prompt_tokens is not None:
+        raise click.UsageError("give --prompt or --prompt-tokens, not both")
+    headers = parse_headers(header)
+    to_stdout = json_path == "-"
+    console = Console(stderr=to_stdout, highlight=False)
+    base_url = normalise_base_url(url)
+    mode = "completions" if completions else "chat"
+    assert mode in MODES
+    try:
+        result = run(
+            probe(
+                base_url,
+                model=model,
+                prompt=prompt,
+                prompt_tokens=prompt_tokens,
+                max_tokens=max_tokens,
+                n=count,
+                http2=not http1,
+                verify=not insecure,
+                ca_file=ca_file,
+                headers=headers,
+                api_key=api_key,
+                mode=mode,
+                quickack=quickack,
+                timeouts=Timeouts(connect_s=timeout, tls_s=timeout, send_s=timeout, headers_s=timeout, read_s=timeout),
+            )
+        )
+    except WireError as exc:
+        _fail(console, f"could not list the models at {base_url}/models: {exc.phase} failed: {exc}")
+        return
+    except ProbeError as exc:
+        _fail(console, str(exc))
+        return
+    _print_result(console, result)
+    if json_path is not None:
+        data = orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2)
+        if to_stdout:
+            sys.stdout.buffer.write(data + b"\n")
+            sys.stdout.flush()
+        else:
+            with open(json_path, "wb") as fh:
+                fh.write(data + b"\n")
+            console.print(Text(f"timelines written to {json_path}", style="dim"))
+    if not any(t.ok for t in result.timelines):
+        first = next((t.error for t in result.timelines if t.error is not None), None)
+        if first is not None:
+            unreachable = first.phase in (Phase.DNS, Phase.CONNECT, Phase.TLS)
+            what = "cannot reach the target" if unreachable else "every request failed"
+            _fail(console, f"{what}: {first.phase} failed: {first.message}")
+        sys.exit(EXIT_UNREACHABLE)
+    if not result.ok:
+        sys.exit(EXIT_SOME_FAILED)

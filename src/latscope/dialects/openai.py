@@ -1,0 +1,693 @@
+"""The OpenAI wire format: chat completions and (legacy) completions, streamed or not.
+
+Most LLM servers speak it — vLLM, SGLang, TGI's ``/v1``, llama.cpp's ``llama-server``, llama-cpp-python, Ollama's
+``/v1``, ``transformers serve`` — each with quirks the decoder accepts (tests/fixtures/real/ has captures):
+
+- ``stream_options.include_usage``: OpenAI sends a last chunk with ``choices: []`` and ``usage`` (and ``"usage":
+  null`` on every other chunk); ``transformers serve`` puts ``usage`` on the finish chunk; llama-cpp-python ignores
+  the option and sends no usage at all.
+- llama.cpp adds a ``timings`` object (prompt/predicted token counts and milliseconds) to its last chunk.
+- ``transformers serve`` does not end the stream with ``data: [DONE]``.
+- reasoning text arrives as ``delta.reasoning_content`` (DeepSeek, vLLM, llama.cpp) or ``delta.reasoning``
+  (Ollama, OpenRouter, newer vLLM).
+- errors inside a stream arrive as ``data: {"error": {...}}`` (OpenAI, vLLM, llama.cpp), as an SSE ``event: error``,
+  or in TGI's ``{"error": "...", "error_type": "..."}`` shape.
+
+Reference: OpenAI API reference, "Chat Completions" (the chat completion chunk object, ``stream_options``) and
+"Completions" (legacy).
+
+The stream decoder runs once per event of every stream a load generator reads, so its common case — a content
+chunk — is a handful of dict look-ups after ``orjson.loads``; no validation layer.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from latscope.dialects.base import ApiError, Chunk, DecodedResponse, RequestSpec, StreamDecodeError
+from latscope.sse.parser import SSEEvent, SSEParser
+from latscope.timeline.model import EventKind, Usage
+
+MODES = ("chat", "completions")
+"""The two OpenAI endpoints a decoder handles: ``/chat/completions`` (``delta``) and ``/completions`` (``text``)."""
+
+DONE = "[DONE]"
+"""The sentinel ``data:`` value that ends an OpenAI stream."""
+
+MAX_UTF8_WARNINGS = 10
+"""Invalid UTF-8 sequences reported one by one; past this many only a total is added at close (a broken server can
+send millions, and each warning is kept in the timeline)."""
+
+ERROR_TEXT_CHARS = 200
+"""How much of a non-JSON error body (plain text, an HTML page) becomes the error message."""
+
+EXCERPT_CHARS = 80
+"""How much of an undecodable event an error message quotes."""
+
+_CONTENT = EventKind.CONTENT
+_REASONING = EventKind.REASONING
+_FINISH = EventKind.FINISH
+_USAGE = EventKind.USAGE
+_ROLE = EventKind.ROLE
+_OTHER = EventKind.OTHER
+_new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
+_DONE_CHUNK = Chunk(EventKind.DONE)
+_UNPARSED = object()  # _decode_event's "the data has not been parsed yet"
+
+
+# -- requests ----------------------------------------------------------------------------------------------------
+
+
+def chat_request(
+    model: str,
+    messages: str | Sequence[Mapping[str, object]],
+    max_tokens: int | None,
+    *,
+    stream: bool = True,
+    include_usage: bool = True,
+    temperature: float | None = None,
+    seed: int | None = None,
+    ignore_eos: bool = False,
+    extra: Mapping[str, object] | None = None,
+) -> RequestSpec:
+    """A ``POST /chat/completions`` request.
+
+    ``messages`` is a chat ``messages`` list, or a prompt text sent as one user message. ``max_tokens`` None leaves
+    the limit to the server. Streaming asks for ``stream_options.include_usage`` so the server reports token counts
+    in a last chunk. ``ignore_eos`` (a vLLM / llama.cpp extension, sent only when True) makes the server generate
+    exactly ``max_tokens`` tokens. ``extra`` fields are merged into the body's top level last (they win), e.g.
+    OpenAI's ``user`` field, which ``diagnose`` uses to pad a request to a chosen size.
+    """
+    if isinstance(messages, str):
+        message_list: list[object] = [{"role": "user", "content": messages}]
+    else:
+        message_list = [dict(message) for message in messages]
+    body = _body(model, "messages", message_list, max_tokens, stream, include_usage, temperature, seed, ignore_eos)
+    return _spec("/chat/completions", body, extra, "openai.chat", model)
+
+
+def completions_request(
+    model: str,
+    prompt: str | Sequence[int],
+    max_tokens: int | None,
+    *,
+    stream: bool = True,
+    include_usage: bool = True,
+    temperature: float | None = None,
+    seed: int | None = None,
+    ignore_eos: bool = False,
+    extra: Mapping[str, object] | None = None,
+) -> RequestSpec:
+    """A ``POST /completions`` request (legacy completions: no chat template, so the prompt is sent as is).
+
+    ``prompt`` is text, or a list of token ids (servers that accept them — vLLM, llama.cpp — then see exactly that
+    many prompt tokens). The keyword arguments are as for :func:`chat_request`.
+    """
+    prompt_value: object = prompt if isinstance(prompt, str) else list(prompt)
+    body = _body(model, "prompt", prompt_value, max_tokens, stream, include_usage, temperature, seed, ignore_eos)
+    return _spec("/completions", body, extra, "openai.completions", model)
+
+
+def models_request() -> RequestSpec:
+    """A ``GET /models`` request (lists the model ids the server serves; see :func:`parse_models`)."""
+    return RequestSpec(
+        method="GET", path="/models", body=b"", headers=[("accept", "application/json")], dialect="openai"
+    )
+
+
+def parse_models(body: bytes) -> list[str]:
+    """The model ids in a ``/models`` response, in order, without duplicates.
+
+    Reads OpenAI's ``{"data": [{"id": ...}]}`` and the Ollama-style ``{"models": [{"model"/"name": ...}]}`` list that
+    llama-server sends next to it. Raises :class:`StreamDecodeError` when the body is not JSON.
+    """
+    try:
+        obj = _loads(body)
+    except _JSONDecodeError as exc:
+        raise StreamDecodeError(f"the /models response is not JSON ({exc}): {_excerpt(body)}") from None
+    ids: list[str] = []
+    if isinstance(obj, dict):
+        for key, fields in (("data", ("id",)), ("models", ("model", "name"))):
+            entries = obj.get(key)
+            if not isinstance(entries, list):
+                continue
+            for entry in entries:
+                if not isinstance(entry, dict):
+                    continue
+                for name in fields:
+                    value = entry.get(name)
+                    if isinstance(value, str) and value:
+                        if value not in ids:
+                            ids.append(value)
+                        break
+    return ids
+
+
+def _body(
+    model: str,
+    key: str,
+    value: object,
+    max_tokens: int | None,
+    stream: bool,
+    include_usage: bool,
+    temperature: float | None,
+    seed: int | None,
+    ignore_eos: bool,
+) -> dict[str, object]:
+    body: dict[str, object] = {"model": model, key: value}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    body["stream"] = stream
+    if stream and include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if temperature is not None:
+        body["temperature"] = temperature
+    if seed is not None:
+        body["seed"] = seed
+    if ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+def _spec(
+    path: str, body: dict[str, object], extra: Mapping[str, object] | None, dialect: str, model: str
+) -> RequestSpec:
+    if extra:
+        body.update(extra)
+    return RequestSpec(
+        method="POST",
+        path=path,
+        body=orjson.dumps(body),
+        headers=[("content-type", "application/json")],
+        dialect=dialect,
+        model=model,
+    )
+
+
+# -- streams -----------------------------------------------------------------------------------------------------
+
+
+class OpenAIStreamDecoder:
+    """Decodes an OpenAI-style event stream into one :class:`Chunk` per SSE event (a :class:`StreamDecoder`).
+
+    ``mode`` is ``"chat"`` (text in ``choices[0].delta.content``) or ``"completions"`` (``choices[0].text``).
+    Kinds: a role-only delta → ROLE; non-empty text → CONTENT (tokens=1); ``delta.reasoning_content`` /
+    ``delta.reasoning`` → REASONING (tokens=1); ``finish_reason`` without text → FINISH (a text chunk that carries
+    it keeps CONTENT and has ``finish_reason`` set); ``usage`` or ``timings`` with nothing more token-relevant →
+    USAGE; an error object → ERROR; ``[DONE]`` → DONE; a known shape carrying nothing (an empty delta, ``choices:
+    []`` alone) → OTHER; an unknown shape → OTHER and a warning (once). Only ``choices[0]`` is read.
+
+    ``usage`` / ``timings`` / the lab's ``latscope`` object are picked up from whichever chunk carries them: a
+    ``latscope.sent_ns`` integer (monotonic ns, sent by ``latscope lab --truth``) becomes ``server_sent_ns`` and the
+    object is kept as ``extra["latscope"]``.
+
+    Invalid JSON raises :class:`StreamDecodeError` naming the event (1-based) and its stream byte offset. Invalid
+    UTF-8 is replaced (as the SSE spec says) and reported in ``warnings`` with its byte offset. A stream that ends
+    without ``[DONE]`` gets a warning at :meth:`close`, not an error. Events whose SSE type is neither ``message``
+    nor ``error`` are decoded like ``message`` ones.
+    """
+
+    __slots__ = (
+        "_after_done_warned",
+        "_batch",
+        "_chat",
+        "_closed",
+        "_decode_text_chunk",
+        "_done",
+        "_sse",
+        "_unknown_warned",
+        "_utf8_seen",
+        "_warnings",
+        "mode",
+    )
+
+    def __init__(self, mode: str = "chat") -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown OpenAI mode {mode!r}: expected one of {', '.join(MODES)}")
+        self.mode = mode
+        self._chat = mode == "chat"
+        # The mode's hot path, kept as a plain function: a bound method stored on self would be a reference cycle.
+        self._decode_text_chunk = (
+            OpenAIStreamDecoder._decode_chat if self._chat else OpenAIStreamDecoder._decode_completions
+        )
+        self._sse = SSEParser()
+        self._warnings: list[str] = []
+        self._done = False
+        self._closed = False
+        self._unknown_warned = False
+        self._after_done_warned = False
+        self._utf8_seen = 0  # invalid UTF-8 offsets already looked at
+        self._batch: list[SSEEvent] = []  # the events of the current feed, to number them in messages
+
+    @property
+    def warnings(self) -> list[str]:
+        """Non-fatal oddities seen so far: invalid UTF-8, unknown shapes, no ``[DONE]``, a truncated last event."""
+        return self._warnings
+
+    @property
+    def saw_done(self) -> bool:
+        """True once the ``[DONE]`` sentinel arrived."""
+        return self._done
+
+    @property
+    def sse(self) -> SSEParser:
+        """The underlying SSE parser (event and comment counts, byte offsets)."""
+        return self._sse
+
+    def feed(self, data: bytes) -> list[Chunk]:
+        """Consume the next body bytes; return one chunk per SSE event they completed."""
+        sse = self._sse
+        events = sse.feed(data)
+        if len(sse.invalid_utf8_offsets) != self._utf8_seen:
+            self._report_invalid_utf8()
+        if not events:
+            return []
+        self._batch = events
+        decode = self._decode_text_chunk
+        if len(events) == 1:
+            return [decode(self, events[0])]  # the common case when tokens arrive one per read
+        return [decode(self, event) for event in events]
+
+    def close(self) -> list[Chunk]:
+        """The body ended: add the end-of-stream warnings (no ``[DONE]``, a truncated event). Returns no chunk."""
+        if self._closed:
+            return []
+        self._closed = True
+        sse = self._sse
+        sse.close()
+        self._report_invalid_utf8()
+        total_invalid = len(sse.invalid_utf8_offsets)
+        if total_invalid > MAX_UTF8_WARNINGS:
+            self._warnings.append(f"{total_invalid} invalid UTF-8 sequences in all (replaced by U+FFFD)")
+        if sse.ended_mid_event:
+            self._warnings.append(f"stream ended inside an unfinished event ({sse.discarded_bytes} bytes discarded)")
+        if not self._done:
+            self._warnings.append(f"stream ended without [DONE] after {sse.events} events")
+        return []
+
+    # The two hot paths: one per mode, for a text chunk with nothing else attached (and, with the lab's --truth, its
+    # send stamp). Anything else goes to _decode_event, which handles every shape.
+
+    def _decode_chat(self, event: SSEEvent) -> Chunk:
+        data = event[1]
+        if data == DONE or event[0] != "message" or self._done:
+            return self._decode_event(event, _UNPARSED)
+        try:
+            obj = _loads(data)
+        except _JSONDecodeError:
+            return self._decode_event(event, _UNPARSED)
+        try:
+            choice = obj["choices"][0]
+            delta = choice["delta"]
+            kind = _CONTENT
+            text = delta.get("content")
+            if not text:
+                kind = _REASONING
+                text = delta.get("reasoning_content") or delta.get("reasoning")
+            finish = choice.get("finish_reason")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return self._decode_event(event, obj)
+        if (
+            not text
+            or text.__class__ is not str
+            or (finish is not None and finish.__class__ is not str)
+            or obj.get("usage") is not None
+            or "timings" in obj
+        ):
+            return self._decode_event(event, obj)
+        lab = obj.get("latscope")
+        if lab is None:
+            return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, None, None))
+        if lab.__class__ is not dict:
+            return self._decode_event(event, obj)
+        sent_ns = lab.get("sent_ns")
+        if sent_ns.__class__ is not int:
+            sent_ns = None
+        return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, sent_ns, {"latscope": lab}))
+
+    def _decode_completions(self, event: SSEEvent) -> Chunk:
+        data = event[1]
+        if data == DONE or event[0] != "message" or self._done:
+            return self._decode_event(event, _UNPARSED)
+        try:
+            obj = _loads(data)
+        except _JSONDecodeError:
+            return self._decode_event(event, _UNPARSED)
+        try:
+            choice = obj["choices"][0]
+            text = choice["text"]
+            finish = choice.get("finish_reason")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return self._decode_event(event, obj)
+        if (
+            not text
+            or text.__class__ is not str
+            or (finish is not None and finish.__class__ is not str)
+            or obj.get("usage") is not None
+            or "timings" in obj
+        ):
+            return self._decode_event(event, obj)
+        lab = obj.get("latscope")
+        if lab is None:
+            return _new_chunk(Chunk, (_CONTENT, text, 1, finish, None, None, None, None, None))
+        if lab.__class__ is not dict:
+            return self._decode_event(event, obj)
+        sent_ns = lab.get("sent_ns")
+        if sent_ns.__class__ is not int:
+            sent_ns = None
+        return _new_chunk(Chunk, (_CONTENT, text, 1, finish, None, None, None, sent_ns, {"latscope": lab}))
+
+    def _decode_event(self, event: SSEEvent, obj: Any) -> Chunk:
+        """One SSE event → one chunk, whatever its shape (``obj``: the parsed data, or ``_UNPARSED``)."""
+        data = event[1]
+        if event[0] == "error":
+            return _error_chunk(_api_error_from_text(data))
+        if data == DONE:
+            self._done = True
+            return _DONE_CHUNK
+        if obj is _UNPARSED:
+            try:
+                obj = _loads(data)
+            except _JSONDecodeError as exc:
+                if not data.strip():
+                    return self._unknown(event, None)
+                raise StreamDecodeError(
+                    f"invalid JSON in SSE event {self._number(event)} (ending at stream byte {event[4]}): {exc}; "
+                    f"data: {_excerpt(data)}"
+                ) from None
+        if self._done and not self._after_done_warned:
+            self._after_done_warned = True
+            self._warnings.append(f"events after [DONE] (first: SSE event {self._number(event)})")
+        if type(obj) is not dict:
+            return self._unknown(event, None)
+        choices = obj.get("choices")
+        kind: EventKind | None = None
+        text = ""
+        finish = None
+        role = False
+        if choices:
+            try:
+                choice = choices[0]
+                if self._chat:
+                    delta = choice["delta"]
+                    content = delta.get("content")
+                    if content:
+                        kind = _CONTENT
+                        text = content
+                    else:
+                        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                        if reasoning:
+                            kind = _REASONING
+                            text = reasoning
+                        else:
+                            role = "role" in delta
+                else:
+                    content = choice["text"]
+                    if content:
+                        kind = _CONTENT
+                        text = content
+                finish = choice.get("finish_reason")
+            except (KeyError, IndexError, TypeError, AttributeError):
+                return self._unknown(event, obj)
+            if text.__class__ is not str or (finish is not None and finish.__class__ is not str):
+                return self._unknown(event, obj)
+        elif choices is None and ("error" in obj or obj.get("object") == "error"):
+            return _error_chunk(_api_error_from(obj))
+        usage = obj.get("usage")
+        timings = obj.get("timings")
+        lab = obj.get("latscope")
+        if kind is None:
+            if finish:
+                kind = _FINISH
+            elif usage or timings:
+                kind = _USAGE
+            elif role:
+                kind = _ROLE
+            elif choices is None and not lab:
+                return self._unknown(event, obj)
+            else:
+                kind = _OTHER  # an empty delta, or `choices: []` alone (Azure's content-filter chunk)
+        usage_obj = _usage(usage) if usage.__class__ is dict else None
+        if timings.__class__ is not dict:
+            timings = None
+        sent_ns = None
+        extra = None
+        if lab.__class__ is dict:
+            extra = {"latscope": lab}
+            sent_ns = lab.get("sent_ns")
+            if sent_ns.__class__ is not int:
+                sent_ns = None
+        return _new_chunk(Chunk, (kind, text, 1 if text else 0, finish, usage_obj, timings, None, sent_ns, extra))
+
+    def _unknown(self, event: SSEEvent, obj: dict[str, Any] | None) -> Chunk:
+        """An event of a shape this decoder does not know: OTHER, a warning the first time, fields kept."""
+        if not self._unknown_warned:
+            self._unknown_warned = True
+            self._warnings.append(
+                f"unrecognised event shape (first: SSE event {self._number(event)}, ending at stream byte "
+                f"{event[4]}): {_excerpt(event[1])}"
+            )
+        if obj is None:
+            return Chunk(_OTHER)
+        usage = obj.get("usage")
+        timings = obj.get("timings")
+        return Chunk(
+            _OTHER,
+            usage=_usage(usage) if isinstance(usage, dict) else None,
+            timings=timings if isinstance(timings, dict) else None,
+        )
+
+    def _number(self, event: SSEEvent) -> int:
+        """The 1-based position of ``event`` in the stream (for messages)."""
+        batch = self._batch
+        for index, candidate in enumerate(batch):
+            if candidate is event:
+                return self._sse.events - len(batch) + index + 1
+        return self._sse.events
+
+    def _report_invalid_utf8(self) -> None:
+        offsets = self._sse.invalid_utf8_offsets
+        for offset in offsets[self._utf8_seen : MAX_UTF8_WARNINGS]:
+            self._warnings.append(f"invalid UTF-8 at stream byte {offset} (replaced by U+FFFD)")
+        self._utf8_seen = len(offsets)
+
+
+def _error_chunk(error: ApiError) -> Chunk:
+    return Chunk(EventKind.ERROR, error=error)
+
+
+def _usage(usage: dict[str, Any]) -> Usage:
+    """An OpenAI ``usage`` object (fields that are not integers are left None)."""
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    return Usage(
+        prompt_tokens=_int(usage.get("prompt_tokens")),
+        completion_tokens=_int(usage.get("completion_tokens")),
+        total_tokens=_int(usage.get("total_tokens")),
+        cached_tokens=_int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else None,
+        reasoning_tokens=(
+            _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else None
+        ),
+    )
+
+
+def _int(value: object) -> int | None:
+    return value if value.__class__ is int else None  # bool is an int subclass: excluded on purpose
+
+
+# -- non-streamed bodies -----------------------------------------------------------------------------------------
+
+
+def decode_response_body(body: bytes, mode: str = "chat") -> DecodedResponse:
+    """Decode a non-streamed ``chat.completion`` (``mode="chat"``) or ``text_completion`` body.
+
+    Returns the text of ``choices[0]`` (``message.content`` / ``text``), its reasoning text, ``finish_reason``,
+    ``usage`` and llama.cpp's ``timings``; an error object in place of a result is returned in ``error``. Raises
+    :class:`StreamDecodeError` when the body is not a JSON object.
+    """
+    try:
+        obj = _loads(body)
+    except _JSONDecodeError as exc:
+        raise StreamDecodeError(f"the response body is not valid JSON ({exc}): {_excerpt(body)}") from None
+    if not isinstance(obj, dict):
+        raise StreamDecodeError(f"the response body is not a JSON object: {_excerpt(body)}")
+    choices = obj.get("choices")
+    if not choices and ("error" in obj or obj.get("object") == "error"):
+        return DecodedResponse(text="", error=_api_error_from(obj))
+    text = ""
+    reasoning = ""
+    finish: str | None = None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        choice = choices[0]
+        if mode == "chat":
+            message = choice.get("message")
+            if isinstance(message, dict):
+                text = _str(message.get("content"))
+                reasoning = _str(message.get("reasoning_content")) or _str(message.get("reasoning"))
+        else:
+            text = _str(choice.get("text"))
+        finish_value = choice.get("finish_reason")
+        finish = finish_value if isinstance(finish_value, str) else None
+    usage = obj.get("usage")
+    timings = obj.get("timings")
+    return DecodedResponse(
+        text=text,
+        finish_reason=finish,
+        usage=_usage(usage) if isinstance(usage, dict) else None,
+        timings=timings if isinstance(timings, dict) else None,
+        reasoning=reasoning,
+    )
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+# -- error bodies ------------------------------------------------------------------------------------------------
+
+_TITLE_RE = re.compile(rb"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_TAG_RE = re.compile(r"<[^>]*>")
+_SPACE_RE = re.compile(r"\s+")
+# llama-cpp-python answers request validation errors with HTTP 500 and appends a traceback excerpt to the message
+# (tests/fixtures/real/llama-cpp-python.chat.badrequest.http): the message ends where the first frame starts.
+_TRACEBACK_RE = re.compile(r'\n\s*(?:Traceback \(most recent call last\)|File ")')
+
+
+def decode_error_body(status: int, body: bytes, content_type: str | None) -> ApiError:
+    """The error a 4xx/5xx response body describes, whatever shape it has. Never raises.
+
+    Shapes: OpenAI / llama.cpp / Anthropic ``{"error": {"message", "type", "code", "param"}}``; TGI and Ollama
+    ``{"error": "...", "error_type": ...}``; older vLLM ``{"object": "error", "message": ...}``; FastAPI
+    ``{"detail": "..."}`` or ``{"detail": [{"loc", "msg", "type"}, ...]}``; llama-cpp-python's validation error with
+    a traceback excerpt (the excerpt is dropped, the validation errors are summarised); anything else — plain text,
+    an HTML error page (its title, else its text) — gives the first :data:`ERROR_TEXT_CHARS` characters.
+    """
+    try:
+        return _decode_error_body(status, body, content_type)
+    except Exception:  # a decoder of last resort must not turn a server's error into a client crash
+        return ApiError(message=f"HTTP {status} with an undecodable error body ({len(body)} bytes)")
+
+
+def _decode_error_body(status: int, body: bytes, content_type: str | None) -> ApiError:
+    stripped = body.strip()
+    if not stripped:
+        return ApiError(message=f"HTTP {status} with an empty body")
+    if stripped[:1] in (b"{", b"["):
+        try:
+            obj = _loads(stripped)
+        except _JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict):
+            error = _api_error_from(obj)
+            if error is not None:
+                return error
+    if (content_type and "html" in content_type.lower()) or stripped[:1] == b"<":
+        title = _TITLE_RE.search(stripped)
+        raw = title.group(1) if title else stripped
+        text = _TAG_RE.sub(" ", raw.decode("utf-8", "replace"))
+    else:
+        text = stripped.decode("utf-8", "replace")
+    return ApiError(message=_SPACE_RE.sub(" ", text).strip()[:ERROR_TEXT_CHARS] or f"HTTP {status}")
+
+
+def _api_error_from(obj: dict[str, Any]) -> ApiError:
+    """An :class:`ApiError` from a decoded JSON error object (shapes: see :func:`decode_error_body`)."""
+    error = obj.get("error")
+    if isinstance(error, dict):
+        message = _str(error.get("message")) or _str(error.get("detail")) or orjson.dumps(error).decode()
+        return ApiError(
+            message=_clean_message(message),
+            type=_opt_str(error.get("type")),
+            code=_code(error.get("code")),
+            param=_opt_str(error.get("param")),
+        )
+    if isinstance(error, str):
+        return ApiError(message=_clean_message(error), type=_opt_str(obj.get("error_type") or obj.get("type")))
+    detail = obj.get("detail")
+    if isinstance(detail, str):
+        return ApiError(message=detail)
+    if isinstance(detail, list):
+        items = [item for item in detail if isinstance(item, dict)]
+        summary = "; ".join(_validation_item(item) for item in items) or orjson.dumps(detail).decode()
+        return ApiError(message=summary, type=_opt_str(items[0].get("type")) if items else None)
+    plain = obj.get("message")
+    if isinstance(plain, str):
+        return ApiError(
+            message=_clean_message(plain),
+            type=_opt_str(obj.get("type")),
+            code=_code(obj.get("code")),
+            param=_opt_str(obj.get("param")),
+        )
+    return ApiError(message=_excerpt(orjson.dumps(obj), ERROR_TEXT_CHARS))
+
+
+def _api_error_from_text(data: str) -> ApiError:
+    """The payload of an SSE ``event: error``: a JSON error object, or plain text."""
+    try:
+        obj = _loads(data)
+    except _JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        return _api_error_from(obj)
+    return ApiError(message=_SPACE_RE.sub(" ", data).strip()[:ERROR_TEXT_CHARS] or "error event without data")
+
+
+def _clean_message(message: str) -> str:
+    """Drop a traceback excerpt from a message; summarise the pydantic validation errors printed before it."""
+    match = _TRACEBACK_RE.search(message)
+    if match is None:
+        return message
+    head = message[: match.start()].strip()
+    lines = head.splitlines()
+    summaries = []
+    for line in lines[1:]:
+        summary = _pydantic_repr_summary(line.strip())
+        if summary:
+            summaries.append(summary)
+    if summaries:
+        return f"{lines[0].strip()} {'; '.join(summaries)}"
+    return _SPACE_RE.sub(" ", head)
+
+
+def _pydantic_repr_summary(text: str) -> str | None:
+    """``loc: msg`` from one printed pydantic error dict (``{'type': ..., 'loc': (...), 'msg': ...}``), or None."""
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    try:
+        item = ast.literal_eval(text)  # literals only: safe on untrusted text
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return _validation_item(item) if isinstance(item, dict) and "msg" in item else None
+
+
+def _validation_item(item: dict[Any, Any]) -> str:
+    """``body.messages: Input should be a valid list`` from a FastAPI / pydantic error item."""
+    loc = item.get("loc")
+    where = ".".join(str(part) for part in loc) if isinstance(loc, list | tuple) else ""
+    msg = str(item.get("msg", ""))
+    return f"{where}: {msg}" if where else msg
+
+
+def _opt_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _code(value: object) -> str | int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, str | int):
+        return value
+    return str(value)
+
+
+def _excerpt(data: str | bytes, limit: int = EXCERPT_CHARS) -> str:
+    """A short quotation of ``data`` for messages."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return repr(text[:limit]) + ("…" if len(text) > limit else "")

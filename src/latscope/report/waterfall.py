@@ -1,0 +1,307 @@
+"""A request's timeline drawn as a waterfall, plus a compact table for several requests (rich renderables).
+
+One bar row per phase (dns, connect, tls, send, wait, first token, stream), each bar placed at its start and scaled
+to the request's end-to-end time, with its duration in milliseconds; under it the connection facts, the token
+cadence, what the server reported about itself, and the error when the request failed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from latscope.timeline import metrics
+from latscope.timeline.metrics import NS_PER_MS
+from latscope.timeline.model import ConnectionInfo, Timeline
+
+#: bar colours per phase: setup phases cool, the server's time warm, streaming green
+PHASE_STYLES = {
+    "pool": "grey50",
+    "dns": "cyan",
+    "connect": "blue",
+    "tls": "magenta",
+    "send": "bright_white",
+    "wait": "yellow",
+    "first token": "dark_orange",
+    "stream": "green",
+}
+
+#: narrowest and widest bar column, in characters
+MIN_BAR_WIDTH = 20
+MAX_BAR_WIDTH = 72
+
+#: below this (ms) the "pool" remainder is the client's own per-request work (building headers, wrapping the socket,
+#: ~0.1-0.3 ms), not a wait for a connection, so no row is drawn for it
+POOL_ROW_MIN_MS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSpan:
+    """One waterfall row: a phase, where it starts relative to the request's start, and how long it took (ns)."""
+
+    name: str
+    start_ns: int | None  #: offset from ``started_ns``; None when the phase did not happen
+    duration_ns: int | None
+
+    @property
+    def ms(self) -> float | None:
+        """The duration in milliseconds, or None."""
+        return None if self.duration_ns is None else self.duration_ns / NS_PER_MS
+
+
+def _span(name: str, t: Timeline, start: int | None, end: int | None) -> PhaseSpan:
+    if start is None or end is None:
+        return PhaseSpan(name, None, None)
+    return PhaseSpan(name, start - t.started_ns, max(0, end - start))
+
+
+def phase_spans(t: Timeline) -> list[PhaseSpan]:
+    """The waterfall rows of ``t``, in request order (a pool row only when the request waited for a connection)."""
+    setup_start = t.dns_start_ns or t.connect_start_ns or t.connection_ready_ns
+    spans: list[PhaseSpan] = []
+    pool = metrics.pool_ms(t)
+    if pool is not None and pool >= POOL_ROW_MIN_MS:
+        spans.append(_span("pool", t, t.started_ns, setup_start))
+    spans += [
+        _span("dns", t, t.dns_start_ns, t.dns_end_ns),
+        _span("connect", t, t.connect_start_ns, t.connect_end_ns),
+        _span("tls", t, t.tls_start_ns, t.tls_end_ns),
+        _span("send", t, t.send_start_ns, t.send_end_ns),
+        _span("wait", t, t.send_end_ns, t.first_byte_ns),
+        _span("first token", t, t.first_byte_ns, t.first_token_ns),
+        _span("stream", t, t.first_token_ns, t.ended_ns),
+    ]
+    return spans
+
+
+def _fmt_ms(ms: float | None, *, digits: int = 1) -> str:
+    if ms is None:
+        return "—"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    return f"{ms:.{digits}f} ms"
+
+
+def _end_ns(t: Timeline) -> int:
+    candidates = [t.ended_ns, t.last_token_ns, t.first_byte_ns, t.send_end_ns, t.connection_ready_ns]
+    if t.error is not None:
+        candidates.append(t.error.at_ns)
+    known = [c for c in candidates if c is not None]
+    return max(known) if known else t.started_ns
+
+
+def _bar(span: PhaseSpan, total_ns: int, width: int) -> Text:
+    bar = Text(no_wrap=True, overflow="crop")
+    if span.start_ns is None or span.duration_ns is None or total_ns <= 0:
+        return bar
+    start = min(width - 1, int(span.start_ns / total_ns * width))
+    length = max(1, round(span.duration_ns / total_ns * width))
+    length = min(length, width - start)
+    bar.append(" " * start)
+    bar.append("█" * length, style=PHASE_STYLES.get(span.name, "white"))
+    return bar
+
+
+def connection_facts(info: ConnectionInfo | None) -> Text:
+    """One line: new or reused connection and its id, HTTP version, ALPN, TLS version and resumption, remote
+    address, TCP round-trip time."""
+    text = Text()
+    if info is None:
+        return text.append("no connection", style="dim")
+    if info.reused:
+        text.append(f"reused connection #{info.connection_id}", style="green")
+        text.append(f" ({info.requests_before} before)", style="dim")
+    else:
+        text.append(f"new connection #{info.connection_id}", style="yellow")
+    parts: list[str] = []
+    if info.http_version:
+        parts.append(info.http_version)
+    if info.alpn:
+        parts.append(f"ALPN {info.alpn}")
+    if info.tls_version:
+        resumed = {True: "resumed", False: "full handshake", None: ""}[info.tls_session_resumed]
+        parts.append(f"{info.tls_version} {resumed}".strip())
+    if info.remote_address:
+        host = f"[{info.remote_address}]" if ":" in info.remote_address else info.remote_address
+        parts.append(f"{host}:{info.remote_port}")
+    tcp = info.tcp_info_at_end or info.tcp_info_at_headers
+    if tcp is not None:
+        rtt = f"rtt {tcp.rtt_us / 1000:.2f} ms"
+        if tcp.min_rtt_us is not None:
+            rtt += f" (min {tcp.min_rtt_us / 1000:.2f})"
+        if tcp.total_retrans:
+            rtt += f", {tcp.total_retrans} retransmits"
+        parts.append(rtt)
+    if info.quickack:
+        parts.append("quickack")
+    for part in parts:
+        text.append(" · ", style="dim")
+        text.append(part)
+    return text
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def token_cadence(t: Timeline) -> Text:
+    """One line: tokens, TTFT, TPOT, ITL p50/p95/max, reads and events per read."""
+    text = Text()
+    tokens = metrics.output_tokens(t)
+    text.append(f"{tokens} tokens", style="bold")
+    text.append(f" · TTFT {_fmt_ms(metrics.ttft_ms(t))}")
+    text.append(f" · TPOT {_fmt_ms(metrics.tpot_ms(t), digits=2)}")
+    gaps = metrics.itl_ms(t)
+    if gaps:
+        text.append(
+            f" · ITL p50 {_percentile(gaps, 0.5):.2f} / p95 {_percentile(gaps, 0.95):.2f} / max {max(gaps):.2f} ms"
+        )
+    per_read = metrics.events_per_read(t)
+    text.append(f" · {len(t.reads)} reads, {len(t.events)} events")
+    if per_read:
+        mean = statistics.fmean(per_read)
+        text.append(f" · events/read mean {mean:.1f} max {max(per_read)}")
+    return text
+
+
+def server_reported(t: Timeline) -> RenderableType | None:
+    """A small table of what the server said about this request (durations, llama.cpp ``timings``), or None."""
+    timings = t.server_fields.get("timings")
+    if not t.server and not isinstance(timings, dict):
+        return None
+    table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
+    table.add_column(style="dim")
+    table.add_column(justify="right")
+    table.add_column(style="dim")
+    for measure in t.server:
+        table.add_row(measure.name, _fmt_ms(measure.ms, digits=2), measure.source)
+    if isinstance(timings, dict):
+        for key, value in timings.items():
+            shown = f"{value:.2f}" if isinstance(value, float) else str(value)
+            table.add_row(key, shown, "body:timings")
+    return Group(Text("server reported", style="bold"), table)
+
+
+class Waterfall:
+    """A rich renderable: the waterfall panel of one timeline. ``title`` defaults to method, URL and model."""
+
+    def __init__(self, timeline: Timeline, *, title: str | None = None) -> None:
+        self.timeline = timeline
+        self.title = title
+
+    def _title(self) -> Text:
+        t = self.timeline
+        if self.title is not None:
+            return Text(self.title)
+        title = Text(f"{t.method} {t.url}")
+        if t.model:
+            title.append(f" · {t.model}", style="dim")
+        return title
+
+    def _subtitle(self) -> Text:
+        t = self.timeline
+        text = Text()
+        if t.status is not None:
+            text.append(f"HTTP {t.status}", style="green" if t.status < 400 else "red")
+            text.append(" · ")
+        text.append(f"e2e {_fmt_ms(metrics.e2e_ms(self.timeline))}")
+        return text
+
+    def _rows(self, width: int) -> Table:
+        t = self.timeline
+        total = _end_ns(t) - t.started_ns
+        table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False, expand=False)
+        table.add_column("phase", no_wrap=True, min_width=11)
+        table.add_column("ms", justify="right", no_wrap=True, min_width=9)
+        table.add_column("bar", no_wrap=True, width=width)
+        reused = t.connection is not None and t.connection.reused
+        for span in phase_spans(t):
+            if span.ms is None:
+                note = "reused" if reused and span.name in ("dns", "connect", "tls") else "—"
+                table.add_row(Text(span.name, style="dim"), Text(note, style="dim"), Text())
+                continue
+            table.add_row(
+                Text(span.name, style=PHASE_STYLES.get(span.name, "")),
+                _fmt_ms(span.ms, digits=2),
+                _bar(span, total, width),
+            )
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        t = self.timeline
+        # label column + ms column + paddings + panel borders take about 28 characters
+        width = max(MIN_BAR_WIDTH, min(MAX_BAR_WIDTH, options.max_width - 28))
+        parts: list[RenderableType] = [self._rows(width), Text(), connection_facts(t.connection)]
+        if t.events or t.error is None:
+            parts.append(token_cadence(t))
+        server = server_reported(t)
+        if server is not None:
+            parts += [Text(), server]
+        if t.error is not None:
+            failed = Text("✗ failed in ", style="bold red")
+            failed.append(str(t.error.phase), style="bold red")
+            failed.append(f": {t.error.message}", style="red")
+            parts += [Text(), failed]
+        for warning in t.warnings:
+            parts.append(Text(f"! {warning}", style="yellow"))
+        yield Panel(Group(*parts), title=self._title(), subtitle=self._subtitle(), title_align="left", expand=False)
+
+
+def waterfall(timeline: Timeline, *, title: str | None = None) -> Waterfall:
+    """The waterfall renderable of one timeline."""
+    return Waterfall(timeline, title=title)
+
+
+def requests_table(timelines: Iterable[Timeline], *, title: str | None = None) -> Table:
+    """A compact table, one row per request: connection, phases, TTFT, TPOT and e2e (all in ms), tokens, error."""
+    table = Table(title=title, title_justify="left", header_style="bold", caption="times in ms", caption_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("status", justify="right")
+    table.add_column("connection", no_wrap=True)
+    for name in ("dns", "tcp", "tls", "send", "wait", "ttft", "tpot", "e2e"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right")
+    table.add_column("error", overflow="fold")
+    for index, t in enumerate(timelines, start=1):
+        info = t.connection
+        if info is None:
+            conn = Text("—", style="dim")
+        elif info.reused:
+            conn = Text(f"reused #{info.connection_id}", style="green")
+        else:
+            conn = Text(f"new #{info.connection_id}", style="yellow")
+            if info.tls_session_resumed:
+                conn.append(" resumed")
+        if info is not None and info.http_version:
+            conn.append(f" {info.http_version.replace('HTTP/', 'h')}", style="dim")
+        cells = [
+            metrics.dns_ms(t),
+            metrics.connect_ms(t),
+            metrics.tls_ms(t),
+            metrics.send_ms(t),
+            metrics.wait_ms(t),
+            metrics.ttft_ms(t),
+            metrics.tpot_ms(t),
+            metrics.e2e_ms(t),
+        ]
+        error = Text()
+        if t.error is not None:
+            error = Text(f"{t.error.phase}: {t.error.message}", style="red")
+        status = Text(str(t.status) if t.status is not None else "—", style="red" if (t.status or 0) >= 400 else "")
+        table.add_row(
+            str(index),
+            status,
+            conn,
+            *("—" if v is None else f"{v:.1f}" for v in cells),
+            str(metrics.output_tokens(t)),
+            error,
+        )
+    return table

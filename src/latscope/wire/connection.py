@@ -1,0 +1,211 @@
+"""Opening a connection: DNS, TCP connect and TLS, each timed into the timeline, then the HTTP layer ALPN chose.
+
+The phases are done by hand rather than by ``loop.create_connection(host, port, ssl=...)`` because that call folds
+DNS, connect and TLS into one await and never offers a saved TLS session (reference/network-timing.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import socket
+import ssl
+from time import monotonic_ns
+from typing import Protocol
+
+from latscope.timeline.model import ConnectionInfo, Phase, Timeline
+from latscope.wire.errors import connect_error, make_error, timeout_error, tls_error
+from latscope.wire.exchange import Exchange
+from latscope.wire.http2 import HTTP2Connection
+from latscope.wire.http11 import HTTP11Connection
+from latscope.wire.models import Origin, Timeouts
+from latscope.wire.tls import ALPN_H2, SessionCache
+from latscope.wire.transport import WireProtocol
+
+_connection_ids = itertools.count(1)
+
+
+class Connection(Protocol):
+    """What the pool and the client need from an HTTP/1.1 or HTTP/2 connection."""
+
+    origin: Origin
+    info: ConnectionInfo  #: facts fixed at connect time (copied into each request's timeline)
+    protocol: WireProtocol
+    requests: int  #: requests started on this connection so far
+    multiplexed: bool  #: True for HTTP/2 (several requests at once)
+
+    @property
+    def available(self) -> bool:
+        """True when a new request could start on it now."""
+
+    @property
+    def usable(self) -> bool:
+        """True while it is open and may carry more requests."""
+
+    @property
+    def is_open(self) -> bool:
+        """True until the connection closed (it counts against the per-origin limit until then)."""
+
+    def reserve(self) -> None:
+        """Claim a request slot (called by the pool when handing the connection out)."""
+
+    async def send(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        exchange: Exchange,
+        send_timeout_s: float,
+    ) -> None:
+        """Write one request and attach ``exchange`` to receive its response; marks send_* in the timeline."""
+
+    def abandon(self, exchange: Exchange) -> None:
+        """The caller gave up on ``exchange`` (timeout, cancel): stop delivering to it; close when needed."""
+
+    def close(self) -> None:
+        """Close the connection."""
+
+
+def is_ip_literal(host: str) -> bool:
+    """True when ``host`` is an IPv4 or IPv6 address (no DNS lookup)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _remaining(deadline_ns: int | None, limit_s: float) -> float:
+    if deadline_ns is None:
+        return limit_s
+    return max(0.0, min(limit_s, (deadline_ns - monotonic_ns()) / 1e9))
+
+
+async def resolve(
+    origin: Origin, t: Timeline, timeout_s: float
+) -> list[tuple[socket.AddressFamily, socket.SocketKind, int, tuple[str, int] | tuple[str, int, int, int]]]:
+    """Addresses for ``origin`` via ``getaddrinfo`` (timed as the dns phase); IP literals skip DNS entirely."""
+    host, port = origin.host, origin.port
+    if is_ip_literal(host):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        addr: tuple[str, int] | tuple[str, int, int, int] = (host, port, 0, 0) if ":" in host else (host, port)
+        return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, addr)]
+    loop = asyncio.get_running_loop()
+    t.dns_start_ns = monotonic_ns()
+    try:
+        infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout_s)
+    except socket.gaierror as exc:
+        raise make_error(f"DNS lookup of {host} failed: {exc.strerror}", phase=Phase.DNS, kind="dns") from None
+    except TimeoutError:
+        raise timeout_error(Phase.DNS, f"DNS lookup of {host} took longer than {timeout_s:g} s") from None
+    finally:
+        t.dns_end_ns = monotonic_ns()
+    if not infos:
+        raise make_error(f"DNS lookup of {host} returned no addresses", phase=Phase.DNS, kind="dns")
+    # AF_INET/AF_INET6 only: getaddrinfo for a TCP host:port never yields other families
+    return [(family, kind, proto, sockaddr[:4]) for family, kind, proto, _, sockaddr in infos]  # type: ignore[misc]
+
+
+async def open_connection(
+    origin: Origin,
+    t: Timeline,
+    *,
+    ssl_context: ssl.SSLContext | None,
+    sessions: SessionCache,
+    timeouts: Timeouts,
+    deadline_ns: int | None,
+    quickack: bool,
+) -> Connection:
+    """Resolve, connect and (for https) handshake, recording each phase in ``t``; return the HTTP connection.
+
+    Raises :class:`~latscope.wire.errors.WireError` naming the phase that failed; the marks of the phases that ran
+    stay in ``t``.
+    """
+    loop = asyncio.get_running_loop()
+    addresses = await resolve(origin, t, _remaining(deadline_ns, timeouts.connect_s))
+
+    t.connect_start_ns = monotonic_ns()
+    sock: socket.socket | None = None
+    last_exc: OSError | None = None
+    try:
+        for family, kind, proto, sockaddr in addresses:
+            candidate = socket.socket(family, kind, proto)
+            candidate.setblocking(False)
+            # asyncio transports set TCP_NODELAY themselves; setting it before connect keeps it uniform on both loops
+            candidate.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                await asyncio.wait_for(
+                    loop.sock_connect(candidate, sockaddr), _remaining(deadline_ns, timeouts.connect_s)
+                )
+            except TimeoutError:
+                candidate.close()
+                where = f"{origin.host}:{origin.port}"
+                raise timeout_error(
+                    Phase.CONNECT, f"TCP connect to {where} took longer than {timeouts.connect_s:g} s"
+                ) from None
+            except OSError as exc:
+                candidate.close()
+                last_exc = exc
+                continue
+            except BaseException:
+                candidate.close()
+                raise
+            sock = candidate
+            break
+    finally:
+        t.connect_end_ns = monotonic_ns()
+    if sock is None:
+        assert last_exc is not None
+        raise connect_error(last_exc, origin.host, origin.port)
+
+    protocol = WireProtocol(sock, quickack=quickack)
+    try:
+        await loop.create_connection(lambda: protocol, sock=sock)
+    except OSError as exc:
+        sock.close()
+        raise connect_error(exc, origin.host, origin.port) from None
+    local = sock.getsockname()
+    remote = sock.getpeername()
+    info = ConnectionInfo(
+        connection_id=next(_connection_ids),
+        reused=False,
+        local_address=local[0],
+        local_port=local[1],
+        remote_address=remote[0],
+        remote_port=remote[1],
+        quickack=quickack,
+    )
+
+    alpn: str | None = None
+    if origin.tls:
+        assert ssl_context is not None
+        session = sessions.get(origin)
+        info.tls_session_offered = session is not None
+        t.tls_start_ns = monotonic_ns()
+        handshake = protocol.start_tls(ssl_context, origin.host, session)
+        try:
+            await asyncio.wait_for(handshake, _remaining(deadline_ns, timeouts.tls_s))
+        except TimeoutError:
+            protocol.abort()
+            raise timeout_error(Phase.TLS, f"TLS handshake took longer than {timeouts.tls_s:g} s") from None
+        except (OSError, ssl.SSLError, EOFError) as exc:
+            protocol.abort()
+            raise tls_error(exc) from None
+        finally:
+            # the handshake's last step ran inside data_received; its own stamp is more exact than this await's
+            t.tls_end_ns = protocol.handshake_done_ns or monotonic_ns()
+        ssl_object = protocol.ssl_object
+        assert ssl_object is not None
+        alpn = ssl_object.selected_alpn_protocol()
+        cipher = ssl_object.cipher()
+        info.alpn = alpn
+        info.tls_version = ssl_object.version()
+        info.tls_cipher = cipher[0] if cipher else None
+        info.tls_session_resumed = ssl_object.session_reused
+    if alpn == ALPN_H2:
+        info.http_version = "HTTP/2"
+        return HTTP2Connection(origin, protocol, info)
+    info.http_version = "HTTP/1.1"
+    return HTTP11Connection(origin, protocol, info)

@@ -1,0 +1,270 @@
+"""The response side of one request: HTTP events in, timeline records out.
+
+An :class:`Exchange` is fed by the HTTP/1.1 or HTTP/2 connection (``response`` / ``body`` / ``end`` / ``fail``) from
+inside ``data_received``, so everything here runs on the hot path of the read that carried it and records that
+read's stamp. The body goes to the dialect's stream decoder and each decoded chunk becomes one
+:class:`~latscope.timeline.model.StreamEvent`; error statuses collect the body and decode it as an API error; a
+streamed request answered with something other than an event stream counts the body and then fails naming the type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+from latscope.dialects.base import ApiError, Chunk, StreamDecodeError, StreamDecoder
+from latscope.timeline.model import EventKind, Phase, StreamEvent, Timeline
+from latscope.wire.errors import WireError, make_error
+
+#: the decoder of an error body: ``(status, body, content_type) -> ApiError`` (``openai.decode_error_body``)
+ErrorBodyDecoder = Callable[[int, bytes, str | None], ApiError]
+
+#: error bodies are kept up to this size for decoding; the rest is counted, not kept (an HTML error page from a
+#: proxy can be large, and the message is always at the start).
+MAX_ERROR_BODY_BYTES = 65_536
+
+_CONTENT = EventKind.CONTENT
+_REASONING = EventKind.REASONING
+_new_tuple = tuple.__new__  # builds a StreamEvent without NamedTuple's Python-level __new__ (hot path)
+
+# body handling modes, decided when the response head arrives
+_DECODE = 0  # feed the stream decoder
+_COUNT = 1  # count bytes only (non-streamed request, or a streamed one with the wrong content type)
+_KEEP = 2  # keep the whole body (Client.get)
+_ERROR_BODY = 3  # keep up to MAX_ERROR_BODY_BYTES for the error decoder
+
+_SSE_TYPE = "text/event-stream"
+
+
+def media_type(content_type: str | None) -> str | None:
+    """The lower-cased media type of a Content-Type value (parameters dropped), or None."""
+    if content_type is None:
+        return None
+    return content_type.split(";", 1)[0].strip().lower() or None
+
+
+class Exchange:
+    """Records one response into ``timeline``. ``headers_future`` completes when the head arrived (or the request
+    failed), ``done`` when the response ended or failed; either way the outcome is in the timeline."""
+
+    __slots__ = (
+        "_decoder",
+        "_error_decoder",
+        "_feed",
+        "_mode",
+        "_pending_error",
+        "_text_parts",
+        "body_bytes",
+        "body_parts",
+        "done",
+        "events",
+        "finished",
+        "headers_future",
+        "keep_body",
+        "keep_text",
+        "reads",
+        "response_header_list",
+        "streamed",
+        "timeline",
+    )
+
+    def __init__(
+        self,
+        timeline: Timeline,
+        *,
+        decoder: StreamDecoder | None,
+        streamed: bool,
+        keep_body: bool = False,
+        keep_text: bool = False,
+        error_decoder: ErrorBodyDecoder | None = None,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self.timeline = timeline
+        self.reads = timeline.reads
+        self.events = timeline.events
+        self.streamed = streamed
+        self.keep_body = keep_body
+        self.keep_text = keep_text
+        self.body_bytes = 0
+        self.body_parts: list[bytes] = []
+        self.response_header_list: list[tuple[str, str]] = []
+        self.headers_future: asyncio.Future[None] = loop.create_future()
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.finished = False
+        self._decoder = decoder
+        self._feed: Callable[[bytes], list[Chunk]] | None = None
+        self._error_decoder = error_decoder
+        self._mode = _COUNT
+        self._pending_error: WireError | None = None
+        self._text_parts: list[str] = []
+
+    # --- fed by the HTTP layer ----------------------------------------------------------------------------------
+
+    def response(self, status: int, headers: Sequence[tuple[str, str]], at_ns: int) -> None:
+        """The response head (final status; lower-case header names) was parsed in the read stamped ``at_ns``."""
+        t = self.timeline
+        t.status = status
+        t.headers_received_ns = at_ns
+        self.response_header_list = list(headers)
+        joined: dict[str, str] = {}
+        for name, value in headers:
+            joined[name] = f"{joined[name]}, {value}" if name in joined else value
+        t.response_headers = joined
+        ctype = joined.get("content-type")
+        if status >= 400:
+            self._mode = _ERROR_BODY
+        elif self.keep_body:
+            self._mode = _KEEP
+        elif self.streamed:
+            kind = media_type(ctype)
+            if kind == _SSE_TYPE or (kind is None and self._decoder is not None):
+                if kind is None:
+                    t.warnings.append("the response has no Content-Type; decoded it as an event stream")
+                if self._decoder is not None:
+                    self._mode = _DECODE
+                    self._feed = self._decoder.feed
+            else:
+                self._pending_error = make_error(
+                    f"expected an event stream ({_SSE_TYPE}) for a streamed request, got {ctype!r}",
+                    phase=Phase.HEADERS,
+                    kind="content-type",
+                )
+        if not self.headers_future.done():
+            self.headers_future.set_result(None)
+
+    def body(self, data: bytes, at_ns: int, read_index: int) -> None:
+        """Body bytes (framing removed) from the read ``read_index`` stamped ``at_ns``. The hot path."""
+        self.body_bytes += len(data)
+        feed = self._feed
+        if feed is None:
+            mode = self._mode
+            if mode == _KEEP or (mode == _ERROR_BODY and self.body_bytes - len(data) < MAX_ERROR_BODY_BYTES):
+                self.body_parts.append(data)
+            return
+        try:
+            chunks = feed(data)
+        except StreamDecodeError as exc:
+            # a decoder may attach the chunks it decoded before the bad event of this read: keep them too
+            before = getattr(exc, "chunks", None)
+            if before:
+                self._record(before, at_ns, read_index)
+            self._decode_failed(exc, at_ns)
+            return
+        if chunks:
+            self._record(chunks, at_ns, read_index)
+
+    def end(self, at_ns: int) -> None:
+        """The response ended cleanly with the read stamped ``at_ns``."""
+        if self.finished:
+            return
+        t = self.timeline
+        t.response_body_bytes = self.body_bytes
+        if self._mode == _DECODE and self._decoder is not None:
+            try:
+                chunks = self._decoder.close()
+            except StreamDecodeError as exc:
+                self._decode_failed(exc, at_ns)
+                return
+            if chunks:
+                self._record(chunks, at_ns, len(self.reads) - 1)
+        if self._mode == _ERROR_BODY:
+            self._pending_error = self._status_error()
+        elif self._pending_error is not None and self._pending_error.kind == "content-type":
+            self._pending_error = make_error(
+                f"{self._pending_error.message} ({self.body_bytes} bytes of body)",
+                phase=Phase.HEADERS,
+                kind="content-type",
+            )
+        if self._pending_error is not None:
+            self.fail(self._pending_error, at_ns)
+            return
+        self._finish(at_ns)
+
+    def fail(self, error: WireError, at_ns: int) -> None:
+        """The request failed at ``at_ns``; keep everything recorded so far."""
+        if self.finished:
+            return
+        t = self.timeline
+        t.response_body_bytes = self.body_bytes
+        t.error = error.to_record(at_ns)
+        self._finish(at_ns)
+
+    @property
+    def body_bytes_kept(self) -> bytes:
+        """The kept body (``keep_body`` or an error body)."""
+        return b"".join(self.body_parts)
+
+    @property
+    def failed(self) -> bool:
+        """True once an error was recorded."""
+        return self.timeline.error is not None
+
+    # --- internals ----------------------------------------------------------------------------------------------
+
+    def _record(self, chunks: list[Chunk], at_ns: int, read_index: int) -> None:
+        append = self.events.append
+        keep_text = self.keep_text
+        token_seen = False
+        for c in chunks:
+            # one unpack instead of a descriptor call per field: this loop runs once per event
+            kind, text, tokens, finish, usage, timings, error, sent_ns, extra = c
+            append(_new_tuple(StreamEvent, (at_ns, read_index, kind, len(text), tokens, sent_ns)))
+            if kind is _CONTENT or kind is _REASONING:
+                token_seen = True
+                if keep_text and text:
+                    self._text_parts.append(text)
+            if finish is not None or usage is not None or timings is not None or error is not None or extra is not None:
+                self._extras(c)
+        if token_seen:
+            t = self.timeline
+            if t.first_token_ns is None:
+                t.first_token_ns = at_ns
+            t.last_token_ns = at_ns
+
+    def _extras(self, c: Chunk) -> None:
+        t = self.timeline
+        if c.finish_reason is not None:
+            t.finish_reason = c.finish_reason
+        if c.usage is not None:
+            t.usage = c.usage
+        if c.timings is not None:
+            t.server_fields["timings"] = c.timings
+        if c.extra is not None:
+            t.server_fields.update(c.extra)
+        if c.error is not None and self._pending_error is None:
+            self._pending_error = make_error(
+                f"the server sent an error in the stream: {c.error.message}", phase=Phase.STREAM, kind="api-error"
+            )
+
+    def _decode_failed(self, exc: StreamDecodeError, at_ns: int) -> None:
+        self.fail(make_error(str(exc), phase=Phase.STREAM, kind="decode"), at_ns)
+
+    def _status_error(self) -> WireError:
+        status = self.timeline.status or 0
+        body = self.body_bytes_kept[:MAX_ERROR_BODY_BYTES]
+        ctype = self.timeline.response_headers.get("content-type")
+        message: str | None = None
+        if self._error_decoder is not None:
+            try:
+                message = self._error_decoder(status, body, ctype).message
+            except Exception:  # a decoder bug must not hide the status
+                message = None
+        if not message:
+            message = body[:200].decode("utf-8", "replace").strip() or "(empty body)"
+        return make_error(f"HTTP {status}: {message}", phase=Phase.HEADERS, kind="http-status", status=status)
+
+    def _finish(self, at_ns: int) -> None:
+        self.finished = True
+        self._feed = None
+        t = self.timeline
+        t.ended_ns = at_ns
+        if self._decoder is not None:
+            for warning in self._decoder.warnings:
+                if warning not in t.warnings:
+                    t.warnings.append(warning)
+        if self.keep_text and self._text_parts:
+            t.output_text = "".join(self._text_parts)
+        if not self.headers_future.done():
+            self.headers_future.set_result(None)
+        if not self.done.done():
+            self.done.set_result(None)

@@ -1,0 +1,302 @@
+"""HTTP/2 over one connection, framed by h2: many requests at once, one stream each.
+
+Reads belong to the connection, not to a stream, so each read is recorded in the timeline of every stream that got
+a frame from it (``Read.nbytes`` is the size of the whole read, frames of other streams included); a read that only
+carried connection frames (SETTINGS, PING, WINDOW_UPDATE) is recorded nowhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from time import monotonic_ns
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+
+from latscope.timeline.model import ConnectionInfo, Phase, Read
+from latscope.wire.errors import WireError, lost_error, make_error, timeout_error
+from latscope.wire.exchange import Exchange
+from latscope.wire.models import Origin
+from latscope.wire.tcpinfo import read_tcp_info
+from latscope.wire.transport import WireProtocol
+
+_DataReceived = h2.events.DataReceived
+_ResponseReceived = h2.events.ResponseReceived
+_StreamEnded = h2.events.StreamEnded
+_new_tuple = tuple.__new__
+
+#: our receive window, per stream and for the connection (bytes). The protocol default of 64 KiB would make a fast
+#: stream wait for WINDOW_UPDATE round trips, which is the client throttling the server, not a server bottleneck.
+RECEIVE_WINDOW_BYTES = 16 * 1024 * 1024
+
+#: connection-specific headers HTTP/2 forbids (RFC 9113 §8.2.2); ``host`` becomes ``:authority``.
+_DROPPED_HEADERS = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"})
+
+
+class HTTP2Connection:
+    """One HTTP/2 connection carrying any number of concurrent requests (up to the server's stream limit)."""
+
+    multiplexed = True
+
+    def __init__(self, origin: Origin, protocol: WireProtocol, info: ConnectionInfo) -> None:
+        self.origin = origin
+        self.protocol = protocol
+        self.info = info
+        self.requests = 0
+        self.on_release: Callable[[HTTP2Connection], None] | None = None
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        self._h2 = h2.connection.H2Connection(config=config)
+        self._streams: dict[int, Exchange] = {}
+        self._reserved = 0
+        self._closed = False
+        self._goaway = False
+        self._window_waiters: list[asyncio.Future[None]] = []
+        self._h2.local_settings = h2.settings.Settings(
+            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: RECEIVE_WINDOW_BYTES}
+        )
+        self._h2.initiate_connection()
+        self._h2.increment_flow_control_window(RECEIVE_WINDOW_BYTES - 65_535)
+        protocol.attach(self)
+        self._flush()
+
+    # --- pool interface -----------------------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return not self._closed and not self.protocol.closed
+
+    @property
+    def usable(self) -> bool:
+        return not self._closed and not self._goaway and self.protocol.usable
+
+    @property
+    def available(self) -> bool:
+        limit = self._h2.remote_settings.max_concurrent_streams
+        return self.usable and self._reserved < limit
+
+    def reserve(self) -> None:
+        self._reserved += 1
+        self.requests += 1
+
+    async def send(
+        self,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        exchange: Exchange,
+        send_timeout_s: float,
+    ) -> None:
+        t = exchange.timeline
+        conn = self._h2
+        origin = self.origin
+        fields = [(":method", method), (":scheme", origin.scheme), (":authority", origin.authority), (":path", target)]
+        fields += [(name.lower(), value) for name, value in headers if name.lower() not in _DROPPED_HEADERS]
+        try:
+            stream_id = conn.get_next_available_stream_id()
+            self._streams[stream_id] = exchange
+            t.send_start_ns = monotonic_ns()
+            conn.send_headers(stream_id, fields, end_stream=not body)
+            self._flush()
+            t.headers_sent_ns = monotonic_ns()
+            if body:
+                await asyncio.wait_for(self._send_body(stream_id, body), send_timeout_s)
+            if self.protocol.write_pending:  # skip the await (a loop iteration) when everything went out at once
+                await asyncio.wait_for(self.protocol.drain(), send_timeout_s)
+        except TimeoutError:
+            raise timeout_error(
+                Phase.SEND, f"writing the request took longer than {send_timeout_s:g} s ({len(body)} body bytes)"
+            ) from None
+        except h2.exceptions.H2Error as exc:
+            raise make_error(f"HTTP/2 error while sending: {exc}", phase=Phase.SEND, kind="protocol") from None
+        except OSError as exc:
+            raise lost_error(exc, Phase.SEND, "while sending the request") from None
+        finally:
+            t.send_end_ns = monotonic_ns()
+
+    def abandon(self, exchange: Exchange) -> None:
+        for stream_id, ex in list(self._streams.items()):
+            if ex is exchange:
+                self._end_stream(stream_id)
+                try:
+                    self._h2.reset_stream(stream_id)
+                    self._flush()
+                except h2.exceptions.H2Error:
+                    pass  # the stream already closed on the server's side
+
+    def close(self) -> None:
+        if not self._closed:
+            try:
+                self._h2.close_connection()
+                self._flush()
+            except h2.exceptions.H2Error:
+                pass
+            self.protocol.close()
+        self._mark_closed(None)
+
+    # --- Receiver -----------------------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes, at_ns: int) -> None:
+        try:
+            events = self._h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            self._fail_all(make_error(f"invalid HTTP/2 data: {exc}", phase=Phase.STREAM, kind="protocol"), at_ns)
+            self.close()
+            return
+        streams = self._streams
+        touched: dict[int, int] = {}  # stream id → index of this read in that stream's timeline
+        nbytes = len(data)
+        for event in events:
+            if isinstance(event, _DataReceived):
+                stream_id = event.stream_id
+                ex = streams.get(stream_id)
+                if ex is not None:
+                    index = touched.get(stream_id)
+                    if index is None:
+                        index = touched[stream_id] = self._record_read(ex, at_ns, nbytes)
+                    ex.body(event.data, at_ns, index)
+                self._h2.acknowledge_received_data(event.flow_controlled_length, stream_id)
+            elif isinstance(event, _ResponseReceived):
+                ex = streams.get(event.stream_id)
+                if ex is not None:
+                    if event.stream_id not in touched:
+                        touched[event.stream_id] = self._record_read(ex, at_ns, nbytes)
+                    self._on_response(ex, event, at_ns)
+            elif isinstance(event, _StreamEnded):
+                ex = streams.get(event.stream_id)
+                if ex is not None:
+                    if ex.timeline.connection is not None:
+                        ex.timeline.connection.tcp_info_at_end = read_tcp_info(self.protocol.sock)
+                    ex.end(at_ns)
+                    self._end_stream(event.stream_id)
+            elif isinstance(event, h2.events.StreamReset):
+                ex = streams.get(event.stream_id)
+                if ex is not None:
+                    phase = Phase.HEADERS if ex.timeline.status is None else Phase.STREAM
+                    code = getattr(event.error_code, "name", event.error_code)
+                    err = make_error(f"the server reset the HTTP/2 stream ({code})", phase=phase, kind="reset")
+                    ex.fail(err, at_ns)
+                    self._end_stream(event.stream_id)
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self._on_goaway(event, at_ns)
+            elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
+                self._wake_senders()
+        # drop exchanges that failed mid-body (e.g. invalid JSON) so later frames are only acknowledged
+        for stream_id in touched:
+            ex = streams.get(stream_id)
+            if ex is not None and ex.finished:
+                self.abandon(ex)
+        self._flush()
+
+    def eof_received(self) -> None:
+        self._goaway = True
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        at_ns = monotonic_ns()
+        for ex in list(self._streams.values()):
+            ex.fail(self._lost_error(ex, exc), at_ns)
+        self._streams.clear()
+        self._mark_closed(exc)
+
+    # --- internals ----------------------------------------------------------------------------------------------
+
+    def _record_read(self, ex: Exchange, at_ns: int, nbytes: int) -> int:
+        reads = ex.reads
+        index = len(reads)
+        reads.append(_new_tuple(Read, (at_ns, nbytes)))
+        if index == 0:
+            ex.timeline.first_byte_ns = at_ns
+        return index
+
+    def _on_response(self, ex: Exchange, event: h2.events.ResponseReceived, at_ns: int) -> None:
+        status = 0
+        headers: list[tuple[str, str]] = []
+        for name, value in event.headers or ():
+            key = name.decode("ascii", "replace") if isinstance(name, bytes) else name
+            val = value.decode("latin-1") if isinstance(value, bytes) else value
+            if key == ":status":
+                status = int(val)
+            elif not key.startswith(":"):
+                headers.append((key, val))
+        if ex.timeline.connection is not None:
+            ex.timeline.connection.tcp_info_at_headers = read_tcp_info(self.protocol.sock)
+        ex.response(status, headers, at_ns)
+
+    async def _send_body(self, stream_id: int, body: bytes) -> None:
+        conn = self._h2
+        view = memoryview(body)
+        pos = 0
+        while pos < len(body):
+            window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
+            if window <= 0:
+                waiter = asyncio.get_running_loop().create_future()
+                self._window_waiters.append(waiter)
+                await waiter
+                continue
+            conn.send_data(stream_id, bytes(view[pos : pos + window]))
+            pos += window
+            self._flush()
+            await self.protocol.drain()
+        conn.end_stream(stream_id)
+        self._flush()
+
+    def _on_goaway(self, event: h2.events.ConnectionTerminated, at_ns: int) -> None:
+        self._goaway = True
+        last = event.last_stream_id if event.last_stream_id is not None else 0
+        code = getattr(event.error_code, "name", event.error_code)
+        for stream_id, ex in list(self._streams.items()):
+            if stream_id > last:  # never processed by the server (RFC 9113 §6.8)
+                phase = Phase.HEADERS if ex.timeline.status is None else Phase.STREAM
+                ex.fail(make_error(f"the server sent GOAWAY ({code})", phase=phase, kind="goaway"), at_ns)
+                self._end_stream(stream_id)
+        if not self._streams:
+            self.close()
+
+    def _end_stream(self, stream_id: int) -> None:
+        if self._streams.pop(stream_id, None) is not None:
+            self._reserved = max(0, self._reserved - 1)
+            if self.on_release is not None:
+                self.on_release(self)
+            if self._goaway and not self._streams:
+                self.close()
+
+    def _lost_error(self, ex: Exchange, exc: BaseException | None) -> WireError:
+        t = ex.timeline
+        if t.send_end_ns is None:
+            return lost_error(exc, Phase.SEND, "while sending the request")
+        if t.status is None:
+            return lost_error(exc, Phase.HEADERS, "before sending the response head")
+        return lost_error(
+            exc, Phase.STREAM, f"while reading the stream (after {len(ex.events)} events, {ex.body_bytes} body bytes)"
+        )
+
+    def _fail_all(self, error: WireError, at_ns: int) -> None:
+        for ex in list(self._streams.values()):
+            ex.fail(error, at_ns)
+        self._streams.clear()
+
+    def _flush(self) -> None:
+        data = self._h2.data_to_send()
+        if data and self.protocol.usable:
+            self.protocol.write(data)
+
+    def _wake_senders(self) -> None:
+        waiters, self._window_waiters = self._window_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _mark_closed(self, exc: BaseException | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for waiter in self._window_waiters:
+            if not waiter.done():
+                waiter.set_exception(exc or ConnectionError("connection closed"))
+        self._window_waiters = []
+        if self.on_release is not None:
+            self.on_release(self)

@@ -1,0 +1,195 @@
+"""Client API details: request headers and their redaction, trace context, GET, TCP_INFO, quickack, kept text."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import orjson
+import pytest
+
+from latscope.dialects.openai import OpenAIStreamDecoder
+from latscope.timeline import EventKind, Phase, metrics
+from latscope.wire import Client, Response, WireError, tcpinfo
+from tests.support.stream_server import (
+    SSE_HEADERS,
+    Received,
+    Reply,
+    StreamServer,
+    chat_chunk,
+    models_handler,
+    paced_stream,
+)
+from tests.wire.conftest import chat_spec
+
+
+async def test_request_headers_are_sent_and_stored_redacted() -> None:
+    client_headers = [("Authorization", "Bearer sk-secret"), ("X-Team", "a")]
+    async with StreamServer(paced_stream(1)) as server, Client(headers=client_headers) as client:
+        t = await client.request(
+            chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"), headers=[("X-Team", "b")]
+        )
+    sent = server.requests[0]
+    assert sent.header("authorization") == "Bearer sk-secret"
+    assert sent.header("x-team") == "b"  # the call's header replaces the client's
+    assert sent.header("host") == f"127.0.0.1:{server.port}"
+    assert sent.header("content-length") == str(len(chat_spec().body))
+    assert t.request_headers["authorization"] == "[redacted]"
+    assert "sk-secret" not in repr(t)
+    assert t.url == f"{server.base_url}/chat/completions"
+
+
+async def test_each_request_gets_a_fresh_traceparent() -> None:
+    async with StreamServer(paced_stream(1)) as server, Client() as client:
+        first = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+        second = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+    values = [r.header("traceparent") for r in server.requests]
+    assert values[0] is not None and values[1] is not None and values[0] != values[1]
+    version, trace_id, span_id, flags = values[0].split("-")
+    assert (version, len(trace_id), len(span_id), flags) == ("00", 32, 16, "01")
+    assert first.trace_id == trace_id and second.trace_id != first.trace_id
+
+
+async def test_trace_context_can_be_switched_off() -> None:
+    async with StreamServer(paced_stream(1)) as server, Client(trace_context=False) as client:
+        t = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+    assert server.requests[0].header("traceparent") is None and t.trace_id is None
+
+
+async def test_get_returns_status_headers_and_body() -> None:
+    async with StreamServer(models_handler(paced_stream(1), ("a", "b"))) as server, Client() as client:
+        response = await client.get(f"{server.base_url}/models")
+    assert isinstance(response, Response)
+    assert response.status == 200 and response.header("Content-Type") == "application/json"
+    assert [m["id"] for m in response.json()["data"]] == ["a", "b"]
+    assert response.timeline.method == "GET" and response.timeline.ok
+
+
+async def test_get_of_an_error_status_returns_it_and_raise_for_status_raises() -> None:
+    async def missing(request: Received, reply: Reply) -> None:
+        await reply.send_json(404, {"error": {"message": "no such route"}})
+
+    async with StreamServer(missing) as server, Client() as client:
+        response = await client.get(f"{server.base_url}/metrics")
+    assert response.status == 404
+    with pytest.raises(WireError, match="no such route"):
+        response.raise_for_status()
+
+
+async def test_tcp_info_is_recorded_at_headers_and_end() -> None:
+    async with StreamServer(paced_stream(3)) as server, Client() as client:
+        t = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+    assert t.connection is not None
+    at_headers, at_end = t.connection.tcp_info_at_headers, t.connection.tcp_info_at_end
+    assert at_headers is not None and at_end is not None
+    assert at_headers.rtt_us > 0 and at_headers.snd_cwnd > 0
+    assert at_end.min_rtt_us is not None and at_end.min_rtt_us <= at_end.rtt_us + at_end.rttvar_us
+    assert t.connection.remote_address == "127.0.0.1" and t.connection.remote_port == server.port
+
+
+def test_tcp_info_parsing_reads_the_struct_offsets() -> None:
+    raw = bytearray(232)
+    for offset, value in ((12, 40_000), (68, 150), (72, 30), (80, 10), (100, 2), (148, 90)):
+        struct.pack_into("=I", raw, offset, value)
+    info = tcpinfo.parse_tcp_info(bytes(raw))
+    assert info is not None
+    assert (info.ato_us, info.rtt_us, info.rttvar_us, info.snd_cwnd, info.total_retrans, info.min_rtt_us) == (
+        40_000,
+        150,
+        30,
+        10,
+        2,
+        90,
+    )
+    assert tcpinfo.parse_tcp_info(bytes(raw[:120])) is not None
+    assert tcpinfo.parse_tcp_info(bytes(raw[:120])).min_rtt_us is None  # type: ignore[union-attr]
+    assert tcpinfo.parse_tcp_info(b"\0" * 50) is None
+
+
+@pytest.mark.skipif(not tcpinfo.quickack_supported(), reason="TCP_QUICKACK is Linux-only")
+async def test_quickack_mode_sets_the_option_before_every_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[bool | None] = []
+    real = tcpinfo.set_quickack
+
+    def spy(sock: socket.socket) -> None:
+        real(sock)
+        calls.append(tcpinfo.quickack_enabled(sock))
+
+    monkeypatch.setattr("latscope.wire.transport.set_quickack", spy)
+    async with StreamServer(paced_stream(10, 0.002)) as server, Client(quickack=True) as client:
+        t = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+    assert t.ok and t.connection is not None and t.connection.quickack is True
+    assert len(calls) >= len(t.reads) + 1  # every read, plus after sending
+    assert all(calls)  # the kernel reported the option on right after it was set
+
+
+async def test_quickack_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[socket.socket] = []
+    monkeypatch.setattr("latscope.wire.transport.set_quickack", calls.append)
+    async with StreamServer(paced_stream(2)) as server, Client() as client:
+        t = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+    assert calls == [] and t.connection is not None and t.connection.quickack is False
+
+
+async def test_keep_text_keeps_the_generated_text() -> None:
+    async with StreamServer(paced_stream(3)) as server, Client(keep_text=True) as client:
+        t = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+    assert t.output_text == "tok0 tok1 tok2 "
+
+
+async def test_a_non_streamed_request_counts_the_body_without_decoding() -> None:
+    async def plain(request: Received, reply: Reply) -> None:
+        await reply.send_json(200, {"object": "chat.completion", "choices": []})
+
+    async with StreamServer(plain) as server, Client() as client:
+        t = await client.request(chat_spec(stream=False), server.base_url)
+    assert t.ok and t.events == [] and t.response_body_bytes > 0
+
+
+async def test_a_large_body_is_sent_whole_and_upload_time_recorded() -> None:
+    spec = chat_spec()
+    padded = spec.body[:-1] + b',"user":"' + b"x" * 2_000_000 + b'"}'
+    big = type(spec)(spec.method, spec.path, padded, spec.headers, spec.dialect, spec.model)
+    async with StreamServer(paced_stream(1)) as server, Client() as client:
+        t = await client.request(big, server.base_url, decoder=OpenAIStreamDecoder("chat"))
+    assert t.ok, t.error
+    assert len(server.requests[0].body) == len(padded) == t.request_body_bytes
+    assert t.send_start_ns is not None and t.send_end_ns is not None and t.send_end_ns > t.send_start_ns
+    assert t.events[-1].kind is EventKind.DONE
+
+
+async def test_a_streamed_request_without_a_decoder_uses_the_dialects() -> None:
+    async with StreamServer(paced_stream(3)) as server, Client() as client:
+        t = await client.request(chat_spec(), server.base_url)  # "stream": true in the body, dialect openai.chat
+    assert t.ok and [e.kind for e in t.events].count(EventKind.CONTENT) == 3 and t.dialect == "openai.chat"
+
+
+async def test_an_error_event_in_the_stream_fails_the_request_with_its_message() -> None:
+    async def error_mid_stream(request: Received, reply: Reply) -> None:
+        await reply.start(200, SSE_HEADERS)
+        await reply.send_event(chat_chunk("a"))
+        await reply.send(b'data: {"error": {"message": "model overloaded", "type": "server_error"}}\n\n')
+        await reply.end()
+
+    async with StreamServer(error_mid_stream) as server, Client() as client:
+        t = await client.request(chat_spec(), server.base_url)
+    assert t.error is not None
+    assert (t.error.phase, t.error.kind) == (Phase.STREAM, "api-error")
+    assert "model overloaded" in t.error.message
+    assert [e.kind for e in t.events] == [EventKind.CONTENT, EventKind.ERROR]
+
+
+async def test_events_coalesced_in_one_read_share_its_stamp() -> None:
+    async def burst(request: Received, reply: Reply) -> None:
+        await reply.start(200, SSE_HEADERS)
+        payload = b"".join(b"data: " + orjson.dumps(chat_chunk(f"t{i}")) + b"\n\n" for i in range(5))
+        await reply.send(payload + b"data: [DONE]\n\n")  # one write: one chunk, one read
+        await reply.end()
+
+    async with StreamServer(burst) as server, Client() as client:
+        t = await client.request(chat_spec(), server.base_url)
+    assert t.ok
+    content = [e for e in t.events if e.kind is EventKind.CONTENT]
+    assert len({e.at_ns for e in content}) == 1 and len({e.read_index for e in content}) == 1
+    assert max(metrics.token_events_per_read(t)) == 5
+    assert metrics.itl_ms(t) == [0.0] * 4

@@ -1,0 +1,170 @@
+"""What the nginx edge is configured with, and how the lab's edge faults map onto real nginx directives.
+
+The lab reproduces the network-level bottlenecks itself (:mod:`latscope.lab.http`), but users meet them in a
+reverse proxy. With an nginx edge in front, the same fault names switch the directives that cause them in nginx:
+
+===================  ============================================================================================
+fault                nginx
+===================  ============================================================================================
+``proxy-buffering``  ``proxy_buffering on; proxy_ignore_headers X-Accel-Buffering;`` (the lab origin sends
+                     ``X-Accel-Buffering: no``, which would otherwise switch buffering off per response). The
+                     bursts show over HTTP/1.1 on TLS (``ssl_buffer_size``, 16 KB); measured with nginx 1.22, plain
+                     HTTP and HTTP/2 responses still leave about one event per read
+``tls-no-tickets``   ``ssl_session_tickets off; ssl_session_cache off;`` (both: OpenSSL resumes by ticket *and*
+                     by session id, see :mod:`latscope.lab.tls`)
+``no-h2``            ``listen ... ssl`` without ``http2``: ALPN offers only http/1.1
+``no-keepalive``     ``keepalive_timeout 0;`` (HTTP/1.1: ``Connection: close`` on every response; HTTP/2: nginx
+                     sends GOAWAY naming the request's stream as soon as the request arrives, answers it, then closes)
+``nagle``            ``tcp_nodelay off;``
+===================  ============================================================================================
+
+The other faults (``slow-parse``, ``queue-hol``, ``batching-window``) live in the origin lab behind the edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from latscope.lab.faults import (
+    FAULTS,
+    NAGLE,
+    NO_H2,
+    NO_KEEPALIVE,
+    PROXY_BUFFERING,
+    TLS_NO_TICKETS,
+    Stage,
+    UnknownFaultError,
+)
+
+#: The lab faults an nginx edge reproduces with its own directives (what :meth:`EdgeConfig.from_faults` maps).
+EDGE_FAULTS: frozenset[str] = frozenset({PROXY_BUFFERING, TLS_NO_TICKETS, NO_H2, NO_KEEPALIVE, NAGLE})
+
+#: nginx's own default ``keepalive_timeout`` (75 s), s: the tuned edge behaves like a stock nginx here.
+DEFAULT_KEEPALIVE_TIMEOUT_S = 75.0
+#: nginx's own default ``keepalive_requests``: requests one client connection carries before nginx closes it.
+DEFAULT_KEEPALIVE_REQUESTS = 1000
+#: Idle connections to the origin each nginx worker keeps open: more than a diagnose run has streams in flight
+#: at once on one core, so steady load never opens a new upstream connection.
+DEFAULT_UPSTREAM_KEEPALIVE = 32
+#: How long nginx keeps an idle upstream connection, s. nginx never retries a POST on a connection the origin has
+#: just closed (``proxy_next_upstream`` skips non-idempotent requests since 1.9.13), so the edge must give up an
+#: idle connection before the origin does; the lab origin waits 75 s (``DEFAULT_KEEPALIVE_TIMEOUT_S`` there).
+DEFAULT_UPSTREAM_KEEPALIVE_TIMEOUT_S = 60.0
+#: Longest silence nginx accepts from the origin while a response is being read, s. A queued request under load
+#: can wait minutes for its first token; nginx's 60 s default would turn that into a 504.
+DEFAULT_PROXY_READ_TIMEOUT_S = 3600.0
+#: Largest request body the edge accepts, bytes: diagnose's slow-request-parsing experiment pads bodies to a few
+#: MB, and nginx's 1 MB default would answer those with 413 before the origin sees them.
+DEFAULT_CLIENT_MAX_BODY_BYTES = 32 * 1024 * 1024
+#: Connections nginx serves at once (each proxied request holds two: client and upstream).
+DEFAULT_WORKER_CONNECTIONS = 4096
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EdgeConfig:
+    """The nginx edge's settings. The defaults are the tuned edge: what a well-configured proxy for SSE looks like.
+
+    Fields:
+        tls: serve HTTPS with a self-signed certificate for ``localhost`` / ``127.0.0.1`` (generated on start).
+        http2: offer ``h2`` by ALPN. Only with ``tls``: on a cleartext port nginx would speak HTTP/2 by prior
+            knowledge only and refuse HTTP/1.1 clients, so plain listeners ignore it.
+        proxy_buffering: buffer the origin's response (``proxy_buffering on``, also ignoring the origin's
+            ``X-Accel-Buffering: no``). Over TLS the stream then leaves nginx in ``ssl_buffer_size`` (16 KB) bursts.
+        session_tickets: ``ssl_session_tickets`` (stateless TLS resumption).
+        session_cache: a shared ``ssl_session_cache`` (stateful resumption by session id); False writes
+            ``ssl_session_cache off``, which tells clients that no session may be reused.
+        keepalive_timeout_s: idle time before nginx closes a client connection, s; 0 switches keep-alive off.
+        keepalive_requests: requests one client connection carries before nginx closes it (HTTP/2: GOAWAY).
+        tcp_nodelay: ``tcp_nodelay`` on client connections; False leaves Nagle's algorithm on.
+        upstream_keepalive: idle connections to the origin kept per worker; 0 opens one per request (HTTP/1.0
+            with ``Connection: close``, nginx's default).
+        upstream_keepalive_timeout_s: idle time before nginx drops an upstream connection, s; keep it below the
+            origin's own idle timeout.
+        proxy_read_timeout_s: longest gap between two reads from the origin, s.
+        client_max_body_bytes: largest request body accepted, bytes (413 above).
+        worker_connections: simultaneous connections (client + upstream) nginx handles.
+        faults: the lab fault names this configuration reproduces (informational; set by :meth:`from_faults`).
+    """
+
+    tls: bool = True
+    http2: bool = True
+    proxy_buffering: bool = False
+    session_tickets: bool = True
+    session_cache: bool = True
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
+    keepalive_requests: int = DEFAULT_KEEPALIVE_REQUESTS
+    tcp_nodelay: bool = True
+    upstream_keepalive: int = DEFAULT_UPSTREAM_KEEPALIVE
+    upstream_keepalive_timeout_s: float = DEFAULT_UPSTREAM_KEEPALIVE_TIMEOUT_S
+    proxy_read_timeout_s: float = DEFAULT_PROXY_READ_TIMEOUT_S
+    client_max_body_bytes: int = DEFAULT_CLIENT_MAX_BODY_BYTES
+    worker_connections: int = DEFAULT_WORKER_CONNECTIONS
+    faults: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        for name in ("keepalive_timeout_s", "upstream_keepalive_timeout_s", "proxy_read_timeout_s"):
+            value = getattr(self, name)
+            if not value >= 0.0:  # also rejects NaN
+                raise ValueError(f"EdgeConfig.{name} must be >= 0, got {value!r}")
+        if self.keepalive_requests < 1:
+            raise ValueError(f"EdgeConfig.keepalive_requests must be >= 1, got {self.keepalive_requests!r}")
+        if self.upstream_keepalive < 0:
+            raise ValueError(f"EdgeConfig.upstream_keepalive must be >= 0, got {self.upstream_keepalive!r}")
+        if self.client_max_body_bytes < 0:
+            raise ValueError(f"EdgeConfig.client_max_body_bytes must be >= 0, got {self.client_max_body_bytes!r}")
+        if self.worker_connections < 16:
+            raise ValueError(f"EdgeConfig.worker_connections must be >= 16, got {self.worker_connections!r}")
+
+    @property
+    def http2_enabled(self) -> bool:
+        """True when the listener offers h2 (TLS with ``http2``)."""
+        return self.tls and self.http2
+
+    @property
+    def keep_alive(self) -> bool:
+        """True when client connections outlive their first response."""
+        return self.keepalive_timeout_s > 0
+
+    @property
+    def tls_resumption(self) -> bool:
+        """True when a returning client can resume its TLS session one way or another."""
+        return self.tls and (self.session_tickets or self.session_cache)
+
+    @classmethod
+    def from_faults(cls, faults: Iterable[str], tls: bool) -> EdgeConfig:
+        """The edge that reproduces ``faults`` with real nginx directives, every other setting tuned.
+
+        Faults that live in the origin (``slow-parse``, ``queue-hol``, ``batching-window``) are accepted and left
+        out: they are the origin lab's business. TLS faults on a plain edge are kept in :attr:`faults` but change
+        nothing, as on a real server. Raises :class:`~latscope.lab.faults.UnknownFaultError` for a name the lab
+        does not know.
+        """
+        names = frozenset(faults)
+        unknown = sorted(names - FAULTS.keys())
+        if unknown:
+            raise UnknownFaultError(f"unknown fault {', '.join(unknown)}; known faults: {', '.join(FAULTS)}")
+        edge_faults, _ = split_faults(names)
+        return cls(
+            tls=tls,
+            http2=NO_H2 not in edge_faults,
+            proxy_buffering=PROXY_BUFFERING in edge_faults,
+            session_tickets=TLS_NO_TICKETS not in edge_faults,
+            session_cache=TLS_NO_TICKETS not in edge_faults,
+            keepalive_timeout_s=0.0 if NO_KEEPALIVE in edge_faults else DEFAULT_KEEPALIVE_TIMEOUT_S,
+            tcp_nodelay=NAGLE not in edge_faults,
+            faults=edge_faults,
+        )
+
+
+def split_faults(faults: Iterable[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """``(edge, origin)``: the faults an nginx edge reproduces, and those the origin lab must inject itself.
+
+    Raises ``ValueError`` for an edge-stage fault that has no nginx mapping yet, rather than silently dropping it.
+    """
+    names = frozenset(faults)
+    edge = names & EDGE_FAULTS
+    unmapped = sorted(name for name in names - EDGE_FAULTS if name in FAULTS and FAULTS[name].stage is Stage.EDGE)
+    if unmapped:
+        raise ValueError(f"fault {', '.join(unmapped)} has no nginx equivalent in the edge yet")
+    return edge, names - edge

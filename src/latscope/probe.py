@@ -2,7 +2,12 @@
 
 The requests go one after another on one client, so the first shows the cold path (DNS, TCP, TLS) and the others
 show what reuse saves. The model list is fetched with a separate client, so it does not warm the first request's
-connection or TLS session.
+connection or TLS session; so are the server's Prometheus metrics, scraped before the first request and after the
+last (:mod:`latscope.signals.scrape`).
+
+After each request, what the server reported about it (Server-Timing, timing headers, llama.cpp ``timings`` and the
+lab's ``latscope`` object from the final chunk) is joined onto its timeline (:func:`join_server_signals`), and
+:meth:`ProbeResult.ttft_splits` explains each TTFT as client-side, server-side and unattributed terms.
 
 ``import latscope; await latscope.probe(url)`` works too: this module is callable (see the end of the file).
 """
@@ -11,13 +16,17 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from latscope.dialects import openai
 from latscope.dialects.base import RequestSpec
+from latscope.signals.join import TtftSplit, apply_server_signals, ttft_split
+from latscope.signals.scrape import Fetch, MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
 from latscope.timeline import metrics
+from latscope.timeline.metrics import NS_PER_MS
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.serialize import timeline_to_dict
 from latscope.wire import Client, Timeouts, WireError
@@ -33,6 +42,89 @@ DEFAULT_PROMPT = "Count from one to one hundred in words, separated by spaces."
 UNREACHABLE_PHASES = frozenset({Phase.DNS, Phase.CONNECT, Phase.TLS})
 
 MODES = openai.MODES
+
+#: limits for the metrics scrapes, s: ``/metrics`` is a small local render, so a server that has not answered in a
+#: few seconds will not, and a black-holed metrics URL must not hold the probe for the request timeouts (minutes)
+METRICS_TIMEOUTS = Timeouts(connect_s=5.0, tls_s=5.0, send_s=5.0, headers_s=10.0, read_s=10.0, total_s=15.0)
+
+TtftSide = Literal["client", "server", "unattributed"]
+"""Who accounts for a TTFT term: the client's own marks (connection setup, sending), a phase the server reported,
+or neither (the network round trip and whatever nobody reported)."""
+
+#: TTFT terms measured by the client's marks (signals.join.TtftSplit)
+CLIENT_TTFT_TERMS = frozenset({"connection", "send", "connection_send"})
+#: TTFT terms neither side reports: the round trip from TCP_INFO and the remainder
+UNATTRIBUTED_TTFT_TERMS = frozenset({"network", "other", "network_and_other"})
+
+
+def ttft_side(term: str) -> TtftSide:
+    """The side a :class:`~latscope.signals.join.TtftSplit` term belongs to (server phases are every other name:
+    ``parse``, ``validate``, ``window_wait``, ``queue``, ``load``, ``slot_wait_templating``, ``prefill`` …)."""
+    if term in CLIENT_TTFT_TERMS:
+        return "client"
+    if term in UNATTRIBUTED_TTFT_TERMS:
+        return "unattributed"
+    return "server"
+
+
+@dataclass(frozen=True, slots=True)
+class TtftSides:
+    """A TTFT split summed per side, in integer ns: ``client_ns + server_ns + unattributed_ns == ttft_ns`` exactly.
+
+    ``client_ns``: started → request written (pool wait, DNS, TCP, TLS, send), from the client's marks.
+    ``server_ns``: the phases the server reported before the first token (parse … prefill).
+    ``unattributed_ns``: the rest: one network round trip, and time nobody reported (HTTP handling, tokenising,
+    the role chunk before the first token); negative when the server reports more than the client saw.
+    """
+
+    ttft_ns: int
+    client_ns: int
+    server_ns: int
+    unattributed_ns: int
+
+    @classmethod
+    def of(cls, split: TtftSplit) -> TtftSides:
+        """Sum the terms of ``split`` per :func:`ttft_side`."""
+        sums = {"client": 0, "server": 0, "unattributed": 0}
+        for part in split.parts:
+            sums[ttft_side(part.name)] += part.ns
+        return cls(split.ttft_ns, sums["client"], sums["server"], sums["unattributed"])
+
+    @property
+    def ttft_ms(self) -> float:
+        """The TTFT, ms."""
+        return self.ttft_ns / NS_PER_MS
+
+    @property
+    def client_ms(self) -> float:
+        """Client-side time, ms."""
+        return self.client_ns / NS_PER_MS
+
+    @property
+    def server_ms(self) -> float:
+        """Server-reported time, ms."""
+        return self.server_ns / NS_PER_MS
+
+    @property
+    def unattributed_ms(self) -> float:
+        """Network round trip + unreported time, ms."""
+        return self.unattributed_ns / NS_PER_MS
+
+
+def join_server_signals(timeline: Timeline) -> None:
+    """Read what the server reported about this request onto ``timeline.server`` (see
+    :func:`~latscope.signals.join.apply_server_signals`): the response headers (Server-Timing, TGI / OpenAI / Envoy
+    timing headers, request id), and the final chunk's fields the client kept in ``timeline.server_fields``:
+    llama.cpp ``timings`` (``body:timings.prompt_ms`` → ``prefill``, ``predicted_ms`` → ``decode``) and the lab's
+    ``latscope`` object. Safe to call again: a measure is never added twice."""
+    fields = timeline.server_fields
+    timings = fields.get("timings")
+    lab = fields.get("latscope")
+    apply_server_signals(
+        timeline,
+        timings=timings if isinstance(timings, Mapping) else None,
+        extra={"latscope": lab} if isinstance(lab, Mapping) else None,
+    )
 
 
 class ProbeError(Exception):
@@ -50,6 +142,9 @@ class ProbeResult:
     timelines: list[Timeline] = field(default_factory=list)
     pool: dict[str, OriginStats] = field(default_factory=dict)  #: the probe client's pool statistics per origin
     models_timeline: Timeline | None = None  #: the ``GET /models`` request, when one was made
+    #: the server's Prometheus metrics over the probe (scraped before the first request and after the last);
+    #: NotAvailable says why there are none; None when scraping was turned off
+    server_metrics: MetricsWindow | NotAvailable | None = None
 
     @property
     def ok(self) -> bool:
@@ -60,6 +155,15 @@ class ProbeResult:
     def reachable(self) -> bool:
         """False when no request got a response (all failed before the response head)."""
         return any(t.status is not None for t in self.timelines)
+
+    def ttft_splits(self) -> list[TtftSplit | None]:
+        """Each request's TTFT split into terms (see :class:`~latscope.signals.join.TtftSplit`), in the order sent;
+        None for a request without a first token."""
+        return [ttft_split(t) for t in self.timelines]
+
+    def ttft_sides(self) -> list[TtftSides | None]:
+        """Each request's TTFT as client-side, server-side and unattributed sums (:class:`TtftSides`)."""
+        return [None if split is None else TtftSides.of(split) for split in self.ttft_splits()]
 
     def facts(self) -> dict[str, Any]:
         """Target facts from the first request that got a connection: protocol, TLS, address, server header."""
@@ -80,14 +184,42 @@ class ProbeResult:
         return facts
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (schema ``latscope.probe/1``): target facts, and per request its serialised timeline
-        (``latscope.timeline/1``) with the derived metrics (ms)."""
+        """JSON-ready (schema ``latscope.probe/1``): target facts, per request its serialised timeline
+        (``latscope.timeline/1``) with the derived metrics (ms) and its TTFT split (``ttft_split``: ``ttft_ms`` and
+        ``parts`` with ``name``, ``ms``, ``source``, ``side``; null without a first token), and ``server_metrics``
+        (``url``, ``available``, ``why`` or the window's ``stats``; null when scraping was off)."""
         return {
             "schema": SCHEMA,
             "target": {**self.facts(), "models": list(self.models)},
             "pool": {origin: asdict(stats) for origin, stats in self.pool.items()},
-            "requests": [{"timeline": timeline_to_dict(t), "metrics": metrics.summary(t)} for t in self.timelines],
+            "requests": [
+                {"timeline": timeline_to_dict(t), "metrics": metrics.summary(t), "ttft_split": _split_dict(split)}
+                for t, split in zip(self.timelines, self.ttft_splits(), strict=True)
+            ],
+            "server_metrics": _metrics_dict(self.server_metrics),
         }
+
+
+def _split_dict(split: TtftSplit | None) -> dict[str, Any] | None:
+    if split is None:
+        return None
+    parts = [{"name": p.name, "ms": p.ms, "source": p.source, "side": ttft_side(p.name)} for p in split.parts]
+    return {"ttft_ms": split.ttft_ms, "parts": parts}
+
+
+def _metrics_dict(window: MetricsWindow | NotAvailable | None) -> dict[str, Any] | None:
+    if window is None:
+        return None
+    if isinstance(window, NotAvailable):
+        return {"url": window.url, "available": False, "why": window.why}
+    return {
+        "url": window.url,
+        "available": True,
+        "interval_s": window.interval_s,
+        "family": window.family,
+        "stats": None if window.stats is None else asdict(window.stats),
+        "warnings": list(window.warnings),
+    }
 
 
 def normalise_base_url(url: str) -> str:
@@ -147,6 +279,9 @@ async def probe(
     quickack: bool = False,
     ca_file: str | None = None,
     timeouts: Timeouts = Timeouts(),  # noqa: B008 - frozen, so one shared default is safe
+    metrics_url: str | None = None,
+    scrape_metrics: bool = True,
+    trace_context: bool = True,
 ) -> ProbeResult:
     """Send ``n`` streamed requests to ``base_url`` one after another on one client and return their timelines.
 
@@ -156,6 +291,11 @@ async def probe(
     shows the target is unreachable (dns, connect, tls) stops the probe early. Raises
     :class:`~latscope.wire.WireError` when the model list cannot be fetched and :class:`ProbeError` when there is
     no model to use.
+
+    Each timeline gets the server's own report joined on (:func:`join_server_signals`). ``scrape_metrics`` scrapes
+    ``metrics_url`` (default: the target's origin + ``/metrics``) before the first request and after the last, into
+    ``ProbeResult.server_metrics``; a missing endpoint is a NotAvailable there, never a failure. ``trace_context``
+    False sends no W3C ``traceparent`` (some gateways reject or log unknown trace headers).
     """
     if n < 1:
         raise ValueError("n must be at least 1")
@@ -181,16 +321,62 @@ async def probe(
             prompt = DEFAULT_PROMPT
     spec = build_request(mode, model, prompt, max_tokens)
     result = ProbeResult(base_url=base_url, model=model, mode=mode, models=models, models_timeline=models_timeline)
-    async with Client(
-        verify=verify, ca_file=ca_file, http2=http2, quickack=quickack, headers=all_headers, timeouts=timeouts
-    ) as client:
-        for index in range(n):
-            t = await client.request(spec, base_url, label=f"probe {index + 1}/{n}")
-            result.timelines.append(t)
-            if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
-                break
-        result.pool = client.stats()
+    scraper: MetricsScraper | None = None
+    metrics_client: Client | None = None
+    if scrape_metrics:
+        url = metrics_url if metrics_url is not None else metrics_url_for(base_url)
+        # the probe's own headers (the API key among them) go only to the target's origin, never to another host
+        same_origin = _origin(url) == _origin(base_url)
+        metrics_client = Client(
+            verify=verify,
+            ca_file=ca_file,
+            headers=all_headers if same_origin else (),
+            timeouts=METRICS_TIMEOUTS,
+            trace_context=False,
+        )
+        # before and after only: a periodic GET would run beside the measured requests and disturb them
+        scraper = MetricsScraper(_fetcher(metrics_client), url, interval_s=None)
+    try:
+        if scraper is not None:
+            await scraper.start()
+        async with Client(
+            verify=verify,
+            ca_file=ca_file,
+            http2=http2,
+            quickack=quickack,
+            headers=all_headers,
+            timeouts=timeouts,
+            trace_context=trace_context,
+        ) as client:
+            for index in range(n):
+                t = await client.request(spec, base_url, label=f"probe {index + 1}/{n}")
+                join_server_signals(t)
+                result.timelines.append(t)
+                if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
+                    break
+            result.pool = client.stats()
+        if scraper is not None:
+            result.server_metrics = await scraper.stop()
+    finally:
+        if metrics_client is not None:
+            await metrics_client.aclose()
     return result
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
+def _fetcher(client: Client) -> Fetch:
+    """The scraper's fetch: a GET on ``client`` (its WireError, naming the failed phase, becomes the NotAvailable's
+    reason)."""
+
+    async def fetch(url: str) -> tuple[int, bytes]:
+        response = await client.get(url)
+        return response.status, response.body
+
+    return fetch
 
 
 class _CallableModule(types.ModuleType):
@@ -202,4 +388,15 @@ class _CallableModule(types.ModuleType):
 
 sys.modules[__name__].__class__ = _CallableModule
 
-__all__ = ["ProbeError", "ProbeResult", "WireError", "build_request", "list_models", "normalise_base_url", "probe"]
+__all__ = [
+    "ProbeError",
+    "ProbeResult",
+    "TtftSides",
+    "WireError",
+    "build_request",
+    "join_server_signals",
+    "list_models",
+    "normalise_base_url",
+    "probe",
+    "ttft_side",
+]

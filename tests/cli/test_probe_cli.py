@@ -58,7 +58,7 @@ def test_headers_completions_and_http1_options() -> None:
         code, out, _ = _invoke(
             server.base_url, "-m", "m", "-n", "1", "--completions", "-H", "X-Tenant: blue", "--http1"
         )
-        request = server.requests[0]
+        request = next(r for r in server.requests if r.method == "POST")  # not the /metrics scrape
     assert code == 0, out
     assert request.target == "/v1/completions" and request.header("x-tenant") == "blue"
 

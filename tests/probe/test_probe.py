@@ -39,8 +39,9 @@ async def test_probe_with_a_model_skips_the_lookup_and_sends_the_key_as_bearer()
     async with StreamServer(paced_stream(2)) as server:
         result = await probe(server.base_url, model="m", n=1, api_key="sk-test-secret", mode="completions")
     assert result.ok and result.models == [] and result.models_timeline is None
-    assert [r.target for r in server.requests] == ["/v1/completions"]
-    assert server.requests[0].header("authorization") == "Bearer sk-test-secret"
+    posts = [r for r in server.requests if r.method == "POST"]  # the others are the /metrics scrapes
+    assert [r.target for r in posts] == ["/v1/completions"]
+    assert posts[0].header("authorization") == "Bearer sk-test-secret"
     assert b"sk-test-secret" not in orjson.dumps(result.to_dict())
 
 

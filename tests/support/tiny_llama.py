@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 #: Words that become whole-word tokens (each costs one token in the prompts latscope generates).
-WORDS = (
+WORDS = (  # noqa: SIM905 (a word list reads better as text)
     "the of and to in is you that it he was for on are as with his they at be this have from or one had by word "
     "but not what all were we when your can said there use an each which she do how their if will up other about "
     "out many then them these so some her would make like him into time has look two more write go see number no "

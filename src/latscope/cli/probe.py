@@ -6,11 +6,14 @@ import sys
 
 import click
 import orjson
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
 from rich.text import Text
 
-from latscope.probe import MODES, ProbeError, ProbeResult, normalise_base_url, probe
-from latscope.report.waterfall import requests_table, waterfall
+from latscope.probe import MODES, ProbeError, ProbeResult, normalise_base_url, probe, ttft_side
+from latscope.report.waterfall import TtftSegment, requests_table, waterfall
+from latscope.signals.join import TtftSplit
+from latscope.signals.scrape import MetricsWindow, NotAvailable
 from latscope.timeline.model import Phase
 from latscope.wire import Timeouts, WireError
 from latscope.wire.loop import run
@@ -36,14 +39,81 @@ def _fail(console: Console, message: str) -> None:
     sys.exit(EXIT_UNREACHABLE)
 
 
+def ttft_segments(split: TtftSplit | None) -> list[TtftSegment] | None:
+    """A TTFT split's terms as the waterfall draws them, each with its side (client, server, unattributed)."""
+    if split is None:
+        return None
+    return [TtftSegment(part.name, part.ns, part.source, ttft_side(part.name)) for part in split.parts]
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f} ms"
+
+
+def server_window(window: MetricsWindow | NotAvailable) -> RenderableType:
+    """What the server's Prometheus metrics say about the probe's window: per-request means (ms) over the
+    requests it finished, and its queue and KV-cache gauges; or why there are none."""
+    if isinstance(window, NotAvailable):
+        return Text(f"server metrics: none ({window.url}: {window.why})", style="dim")
+    head = Text("server metrics ", style="bold")
+    interval = window.interval_s
+    head.append(f"{window.url}", style="dim")
+    if interval is not None:
+        head.append(f" · window {interval:.2f} s", style="dim")
+    stats = window.stats
+    if stats is None:
+        why = next((w for w in window.warnings if "no adapter" in w), "no adapter knows these metric names")
+        return Group(head, Text(f"not from a server latscope knows: {why}", style="yellow"))
+    head.append(f" · read as {stats.family}", style="dim")
+    table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(style="dim", overflow="fold")
+    sources = stats.sources
+    if stats.requests_finished is not None:
+        table.add_row("requests finished", f"{stats.requests_finished:g}", sources.get("requests_finished", ""))
+    for label, field_name, value in (
+        ("mean parse", "mean_parse_ms", stats.mean_parse_ms),
+        ("mean validate", "mean_validate_ms", stats.mean_validate_ms),
+        ("mean queue", "mean_queue_ms", stats.mean_queue_ms),
+        ("mean prefill", "mean_prefill_ms", stats.mean_prefill_ms),
+        ("mean decode", "mean_decode_ms", stats.mean_decode_ms),
+        ("mean inference", "mean_inference_ms", stats.mean_inference_ms),
+        ("mean TTFT", "mean_ttft_ms", stats.mean_ttft_ms),
+        ("mean e2e", "mean_e2e_ms", stats.mean_e2e_ms),
+        ("mean ITL", "mean_itl_ms", stats.mean_itl_ms),
+        ("mean API overhead", "mean_api_overhead_ms", stats.mean_api_overhead_ms),
+        ("total prefill", "total_prefill_ms", stats.total_prefill_ms),
+        ("total decode", "total_decode_ms", stats.total_decode_ms),
+    ):
+        if value is not None:
+            table.add_row(label, _ms(value), sources.get(field_name, ""))
+    for label, field_name, gauge, scale, unit in (
+        ("waiting", "waiting", stats.waiting, 1.0, ""),
+        ("running", "running", stats.running, 1.0, ""),
+        ("KV cache", "kv_usage", stats.kv_usage, 100.0, " %"),
+    ):
+        if gauge is not None:
+            shown = f"max {gauge.max * scale:g}{unit}, last {gauge.last * scale:g}{unit}"
+            table.add_row(label, shown, sources.get(field_name, ""))
+    if stats.mean_tokens_per_step is not None:
+        table.add_row("tokens per step", f"{stats.mean_tokens_per_step:.1f}", sources.get("mean_tokens_per_step", ""))
+    if stats.preemptions:
+        table.add_row("preemptions", f"{stats.preemptions:g}", sources.get("preemptions", ""))
+    parts: list[RenderableType] = [head, table]
+    parts += [Text(f"! {warning}", style="yellow") for warning in window.warnings]
+    return Group(*parts)
+
+
 def _print_result(console: Console, result: ProbeResult) -> None:
     n = len(result.timelines)
     head = Text("latscope probe ", style="bold")
     head.append(result.base_url)
     head.append(f" · model {result.model} · {result.mode} · {n} request{'s' if n != 1 else ''}", style="dim")
     console.print(head)
-    for index, t in enumerate(result.timelines, start=1):
-        console.print(waterfall(t, title=f"request {index}/{n} · {t.method} {t.url}"))
+    for index, (t, split) in enumerate(zip(result.timelines, result.ttft_splits(), strict=True), start=1):
+        title = f"request {index}/{n} · {t.method} {t.url}"
+        console.print(waterfall(t, title=title, ttft_split=ttft_segments(split)))
     if n > 1:
         console.print(requests_table(result.timelines))
     for origin, stats in result.pool.items():
@@ -54,6 +124,8 @@ def _print_result(console: Console, result: ProbeResult) -> None:
         if stats.tls_sessions_offered:
             line += f"; TLS sessions resumed {stats.tls_sessions_resumed}/{stats.tls_sessions_offered}"
         console.print(Text(line, style="dim"))
+    if result.server_metrics is not None:
+        console.print(server_window(result.server_metrics))
 
 
 @click.command("probe", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -79,6 +151,15 @@ def _print_result(console: Console, result: ProbeResult) -> None:
 @click.option("--quickack", is_flag=True, help="Set TCP_QUICKACK before every read (tells Nagle from proxy buffering).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per phase.")
 @click.option(
+    "--metrics-url",
+    metavar="URL",
+    help="Prometheus metrics to scrape before and after the probe (default: the target's origin + /metrics).",
+)
+@click.option("--no-metrics", is_flag=True, help="Do not scrape the server's Prometheus metrics.")
+@click.option(
+    "--no-trace-context", is_flag=True, help="Send no W3C traceparent header (some gateways reject unknown headers)."
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, allow_dash=True),
@@ -99,6 +180,9 @@ def command(
     api_key: str | None,
     quickack: bool,
     timeout: float,
+    metrics_url: str | None,
+    no_metrics: bool,
+    no_trace_context: bool,
     json_path: str | None,
 ) -> None:
     """Send a few streamed requests to URL and draw each one's timeline as a waterfall.
@@ -109,17 +193,26 @@ def command(
     latency, events per socket read) and what the server reported about itself. The requests go one after another
     on one connection pool: the first pays for DNS, TCP and TLS, the others show what reuse saves.
 
+    The TTFT is split into client-side time (connection setup, sending), the server-side phases the server reported
+    (Server-Timing, llama.cpp timings, the lab's fields: parse, queue, prefill …) and the rest (one network round
+    trip, and time nobody reported); the terms add up to the TTFT. The server's Prometheus metrics (vLLM, SGLang,
+    TGI, llama.cpp, Triton, the lab) are scraped before and after the probe and summarised when it has them.
+
     \b
     Examples:
       latscope probe http://127.0.0.1:8000                     # the first model the server lists
       latscope probe https://api.openai.com/v1 -m gpt-4o-mini  # key from OPENAI_API_KEY
       latscope probe http://localhost:8080 -n 5 --prompt-tokens 2000 --max-tokens 16
       latscope probe https://my-gateway/v1 --http1 --quickack --json probe.json
+      latscope probe http://gpu-box:8000 --metrics-url http://gpu-box:8000/metrics   # vLLM's metrics
+      latscope probe https://api.example/v1 --no-metrics --no-trace-context
 
     Exit status: 0 when every request completed, 1 when some failed, 2 when none did.
     """
     if prompt is not None and prompt_tokens is not None:
         raise click.UsageError("give --prompt or --prompt-tokens, not both")
+    if metrics_url is not None and no_metrics:
+        raise click.UsageError("give --metrics-url or --no-metrics, not both")
     headers = parse_headers(header)
     to_stdout = json_path == "-"
     console = Console(stderr=to_stdout, highlight=False)
@@ -143,6 +236,9 @@ def command(
                 mode=mode,
                 quickack=quickack,
                 timeouts=Timeouts(connect_s=timeout, tls_s=timeout, send_s=timeout, headers_s=timeout, read_s=timeout),
+                metrics_url=metrics_url,
+                scrape_metrics=not no_metrics,
+                trace_context=not no_trace_context,
             )
         )
     except WireError as exc:

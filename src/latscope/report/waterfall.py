@@ -2,7 +2,11 @@
 
 One bar row per phase (dns, connect, tls, send, wait, first token, stream), each bar placed at its start and scaled
 to the request's end-to-end time, with its duration in milliseconds; under it the connection facts, the token
-cadence, what the server reported about itself, and the error when the request failed.
+cadence, the TTFT split into client-side, server-side and unattributed terms (when the caller computed one), what
+the server reported about itself, and the error when the request failed.
+
+The TTFT split is computed in ``signals`` (``latscope.signals.join.ttft_split``), which this layer may not import
+(DESIGN.md, "Layers"): callers pass its terms as :class:`TtftSegment` values.
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.table import Table
@@ -31,6 +37,23 @@ PHASE_STYLES = {
     "first token": "dark_orange",
     "stream": "green",
 }
+
+TtftSide = Literal["client", "server", "unattributed"]
+
+#: TTFT split colours and headings per side: the client's own time cool like the setup phases, the server's warm
+#: like the wait, the unattributed remainder grey
+TTFT_SIDE_STYLES: dict[str, str] = {"client": "blue", "server": "dark_orange", "unattributed": "grey62"}
+TTFT_SIDE_LABELS: dict[str, str] = {
+    "client": "client-side",
+    "server": "server-side",
+    "unattributed": "network + unreported",
+}
+#: the same, short, for the rows under the headline
+TTFT_SIDE_SHORT: dict[str, str] = {"client": "client", "server": "server", "unattributed": "rest"}
+
+#: two server measures of one phase that differ by less than this (ms) are the same value reported twice (the lab's
+#: Server-Timing and its body both round to the microsecond)
+SAME_MEASURE_MS = 0.0005
 
 #: narrowest and widest bar column, in characters
 MIN_BAR_WIDTH = 20
@@ -53,6 +76,28 @@ class PhaseSpan:
     def ms(self) -> float | None:
         """The duration in milliseconds, or None."""
         return None if self.duration_ns is None else self.duration_ns / NS_PER_MS
+
+
+@dataclass(frozen=True, slots=True)
+class TtftSegment:
+    """One term of a TTFT split, ready to draw.
+
+    ``ns`` is the term's duration in nanoseconds (the terms of one split add up to the TTFT exactly; the last one is
+    negative when the server reports more time than the client saw). ``side`` says who accounts for it:
+    ``"client"`` (the client's marks: connection setup, sending), ``"server"`` (a phase the server reported) or
+    ``"unattributed"`` (the network round trip, and time nobody reported). ``source`` is where it came from
+    (``client:started→connection_ready``, ``header:server-timing:queue``, ``tcp_info:min_rtt_us``, ``remainder``).
+    """
+
+    name: str
+    ns: int
+    source: str
+    side: TtftSide
+
+    @property
+    def ms(self) -> float:
+        """The duration in milliseconds."""
+        return self.ns / NS_PER_MS
 
 
 def _span(name: str, t: Timeline, start: int | None, end: int | None) -> PhaseSpan:
@@ -96,7 +141,7 @@ def _end_ns(t: Timeline) -> int:
     return max(known) if known else t.started_ns
 
 
-def _bar(span: PhaseSpan, total_ns: int, width: int) -> Text:
+def _bar(span: PhaseSpan, total_ns: int, width: int, *, style: str | None = None) -> Text:
     bar = Text(no_wrap=True, overflow="crop")
     if span.start_ns is None or span.duration_ns is None or total_ns <= 0:
         return bar
@@ -104,7 +149,7 @@ def _bar(span: PhaseSpan, total_ns: int, width: int) -> Text:
     length = max(1, round(span.duration_ns / total_ns * width))
     length = min(length, width - start)
     bar.append(" " * start)
-    bar.append("█" * length, style=PHASE_STYLES.get(span.name, "white"))
+    bar.append("█" * length, style=style or PHASE_STYLES.get(span.name, "white"))
     return bar
 
 
@@ -172,30 +217,109 @@ def token_cadence(t: Timeline) -> Text:
     return text
 
 
+def ttft_breakdown(segments: Sequence[TtftSegment], *, width: int = MAX_BAR_WIDTH) -> RenderableType | None:
+    """The TTFT split: a headline ``TTFT = client-side + server-side + network + unreported`` (ms), one bar of
+    ``width`` characters shared between the sides in proportion, then one row per term (side, term, ms, source).
+    None without terms."""
+    if not segments:
+        return None
+    ttft_ns = sum(segment.ns for segment in segments)
+    sides: dict[str, int] = {}
+    for segment in segments:
+        sides[segment.side] = sides.get(segment.side, 0) + segment.ns
+    head = Text("TTFT split ", style="bold")
+    head.append(_fmt_ms(ttft_ns / NS_PER_MS, digits=2), style="bold")
+    for index, (side, ns) in enumerate(sides.items()):
+        head.append(" = " if index == 0 else " + ")
+        head.append(f"{TTFT_SIDE_LABELS.get(side, side)} {_fmt_ms(ns / NS_PER_MS, digits=2)}", style=_side(side))
+    table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False, expand=False)
+    table.add_column("side", no_wrap=True, min_width=6)
+    table.add_column("term", no_wrap=True)
+    table.add_column("ms", justify="right", no_wrap=True, min_width=9)
+    table.add_column("source", style="dim", overflow="fold")
+    previous_side: str | None = None
+    for segment in segments:
+        label = Text(TTFT_SIDE_SHORT.get(segment.side, segment.side) if segment.side != previous_side else "")
+        label.stylize(_side(segment.side))
+        previous_side = segment.side
+        table.add_row(label, segment.name, _fmt_ms(segment.ms, digits=2), segment.source)
+    parts: list[RenderableType] = [head]
+    if ttft_ns > 0:
+        parts.append(_stacked_bar(sides, ttft_ns, width))
+    parts.append(table)
+    excess = -min(0, *(segment.ns for segment in segments))
+    if excess:
+        parts.append(
+            Text(
+                f"! the server reports {_fmt_ms(excess / NS_PER_MS, digits=2)} more than the client saw before the "
+                "first token (overlapping phases, or clocks that disagree)",
+                style="yellow",
+            )
+        )
+    return Group(*parts)
+
+
+def _stacked_bar(sides: dict[str, int], total_ns: int, width: int) -> Text:
+    """One bar of ``width`` characters split between the sides in proportion; a side with any time gets at least one
+    character (taken from the widest), so a 0.2 ms client side next to a 100 ms prefill stays visible."""
+    lengths = {side: max(1, round(ns / total_ns * width)) if ns > 0 else 0 for side, ns in sides.items()}
+    widest = max(lengths, key=lambda side: lengths[side])
+    lengths[widest] = max(1, lengths[widest] + width - sum(lengths.values()))
+    bar = Text(no_wrap=True, overflow="crop")
+    for side, length in lengths.items():
+        bar.append("█" * length, style=_side(side))
+    return bar
+
+
+def _side(side: str) -> str:
+    return TTFT_SIDE_STYLES.get(side, "white")
+
+
 def server_reported(t: Timeline) -> RenderableType | None:
-    """A small table of what the server said about this request (durations, llama.cpp ``timings``), or None."""
+    """A small table of what the server said about this request, or None.
+
+    One row per reported value: a phase reported with the same value by several signals (the lab's Server-Timing,
+    its ``latscope`` object and its llama.cpp ``timings``) is one row listing every source. Raw llama.cpp
+    ``timings`` fields that are not already a row (token counts, rates) follow.
+    """
     timings = t.server_fields.get("timings")
     if not t.server and not isinstance(timings, dict):
         return None
     table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
-    table.add_column(style="dim")
-    table.add_column(justify="right")
-    table.add_column(style="dim")
+    table.add_column(style="dim", no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(style="dim", overflow="fold")
+    rows: list[tuple[str, float, list[str]]] = []
     for measure in t.server:
-        table.add_row(measure.name, _fmt_ms(measure.ms, digits=2), measure.source)
+        same = next(
+            (row for row in rows if row[0] == measure.name and abs(row[1] - measure.ms) < SAME_MEASURE_MS), None
+        )
+        if same is None:
+            rows.append((measure.name, measure.ms, [measure.source]))
+        else:
+            same[2].append(measure.source)
+    for name, ms, sources in rows:
+        table.add_row(name, _fmt_ms(ms, digits=2), ", ".join(sources))
+    shown_sources = {measure.source for measure in t.server}
     if isinstance(timings, dict):
         for key, value in timings.items():
+            if f"body:timings.{key}" in shown_sources:
+                continue
             shown = f"{value:.2f}" if isinstance(value, float) else str(value)
             table.add_row(key, shown, "body:timings")
     return Group(Text("server reported", style="bold"), table)
 
 
 class Waterfall:
-    """A rich renderable: the waterfall panel of one timeline. ``title`` defaults to method, URL and model."""
+    """A rich renderable: the waterfall panel of one timeline. ``title`` defaults to method, URL and model;
+    ``ttft_split`` adds the TTFT split section (see :func:`ttft_breakdown`)."""
 
-    def __init__(self, timeline: Timeline, *, title: str | None = None) -> None:
+    def __init__(
+        self, timeline: Timeline, *, title: str | None = None, ttft_split: Sequence[TtftSegment] | None = None
+    ) -> None:
         self.timeline = timeline
         self.title = title
+        self.ttft_split = tuple(ttft_split) if ttft_split is not None else ()
 
     def _title(self) -> Text:
         t = self.timeline
@@ -242,6 +366,9 @@ class Waterfall:
         parts: list[RenderableType] = [self._rows(width), Text(), connection_facts(t.connection)]
         if t.events or t.error is None:
             parts.append(token_cadence(t))
+        split = ttft_breakdown(self.ttft_split, width=width)
+        if split is not None:
+            parts += [Text(), split]
         server = server_reported(t)
         if server is not None:
             parts += [Text(), server]
@@ -255,21 +382,37 @@ class Waterfall:
         yield Panel(Group(*parts), title=self._title(), subtitle=self._subtitle(), title_align="left", expand=False)
 
 
-def waterfall(timeline: Timeline, *, title: str | None = None) -> Waterfall:
-    """The waterfall renderable of one timeline."""
-    return Waterfall(timeline, title=title)
+def waterfall(
+    timeline: Timeline, *, title: str | None = None, ttft_split: Sequence[TtftSegment] | None = None
+) -> Waterfall:
+    """The waterfall renderable of one timeline, with the TTFT split section when ``ttft_split`` is given."""
+    return Waterfall(timeline, title=title, ttft_split=ttft_split)
 
 
 def requests_table(timelines: Iterable[Timeline], *, title: str | None = None) -> Table:
     """A compact table, one row per request: connection, phases, TTFT, TPOT and e2e (all in ms), tokens, error."""
-    table = Table(title=title, title_justify="left", header_style="bold", caption="times in ms", caption_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("status", justify="right")
-    table.add_column("connection", no_wrap=True)
+    # a light box (no vertical rules) so the 13 columns fit an 80-column terminal without squeezing any to nothing
+    table = Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        caption="times in ms",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("status", justify="right", no_wrap=True)
+    table.add_column("connection", overflow="fold", min_width=9)
     for name in ("dns", "tcp", "tls", "send", "wait", "ttft", "tpot", "e2e"):
         table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("tokens", justify="right")
-    table.add_column("error", overflow="fold")
+    table.add_column("tokens", justify="right", no_wrap=True)
+    timelines = list(timelines)
+    # the error column only when a request failed: on an 80-column terminal an empty column squeezes the others
+    with_errors = any(t.error is not None for t in timelines)
+    if with_errors:
+        table.add_column("error", overflow="fold")
     for index, t in enumerate(timelines, start=1):
         info = t.connection
         if info is None:
@@ -302,6 +445,6 @@ def requests_table(timelines: Iterable[Timeline], *, title: str | None = None) -
             conn,
             *("—" if v is None else f"{v:.1f}" for v in cells),
             str(metrics.output_tokens(t)),
-            error,
+            *([error] if with_errors else []),
         )
     return table

@@ -1,5 +1,13 @@
 """Terminal (rich) renderings of timelines: the per-request waterfall and a compact table of several requests."""
 
-from latscope.report.waterfall import PhaseSpan, Waterfall, phase_spans, requests_table, waterfall
+from latscope.report.waterfall import (
+    PhaseSpan,
+    TtftSegment,
+    Waterfall,
+    phase_spans,
+    requests_table,
+    ttft_breakdown,
+    waterfall,
+)
 
-__all__ = ["PhaseSpan", "Waterfall", "phase_spans", "requests_table", "waterfall"]
+__all__ = ["PhaseSpan", "TtftSegment", "Waterfall", "phase_spans", "requests_table", "ttft_breakdown", "waterfall"]

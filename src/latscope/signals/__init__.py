@@ -32,6 +32,7 @@ from latscope.signals.join import TtftPart, TtftSplit, apply_server_signals, ser
 from latscope.signals.prometheus import Family, Histogram, Sample, Snapshot, delta, histogram_quantile, parse_exposition
 from latscope.signals.ratelimit import RateLimitState, RateLimitWindow, rate_limit_state
 from latscope.signals.requestid import RequestId, request_id, request_ids
+from latscope.signals.scrape import Fetch, MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for, scrape_once
 from latscope.signals.servertiming import ServerTimingMetric, format_server_timing, parse_server_timing
 from latscope.signals.timingheaders import tgi_token_counts, timing_header_measures
 from latscope.signals.tracecontext import TraceParent, new_traceparent, parse_traceparent, parse_tracestate
@@ -41,9 +42,13 @@ __all__ = [
     "CacheSignal",
     "EngineMetrics",
     "Family",
+    "Fetch",
     "GaugeStats",
     "Histogram",
     "LlamaCppTimings",
+    "MetricsScraper",
+    "MetricsWindow",
+    "NotAvailable",
     "OllamaDurations",
     "RateLimitState",
     "RateLimitWindow",
@@ -62,6 +67,7 @@ __all__ = [
     "detect_family",
     "format_server_timing",
     "histogram_quantile",
+    "metrics_url_for",
     "new_traceparent",
     "parse_exposition",
     "parse_llamacpp_timings",
@@ -74,6 +80,7 @@ __all__ = [
     "register_adapter",
     "request_id",
     "request_ids",
+    "scrape_once",
     "server_measures",
     "tgi_token_counts",
     "timing_header_measures",

@@ -98,8 +98,17 @@ def test_newer_nginx_gets_the_http2_directive_instead_of_the_listen_parameter() 
 
 def test_everything_nginx_writes_stays_inside_the_prefix() -> None:
     text = render(EdgeConfig())
-    for directive in ("pid", "lock_file", "error_log", "access_log", "client_body_temp_path", "proxy_temp_path",
-                      "fastcgi_temp_path", "uwsgi_temp_path", "scgi_temp_path"):
+    for directive in (
+        "pid",
+        "lock_file",
+        "error_log",
+        "access_log",
+        "client_body_temp_path",
+        "proxy_temp_path",
+        "fastcgi_temp_path",
+        "uwsgi_temp_path",
+        "scgi_temp_path",
+    ):
         line = next(line for line in directives(text) if line.startswith(directive + " "))
         assert f'"{PREFIX}/' in line, line
     assert "/var/" not in text

@@ -1,0 +1,305 @@
+"""``latscope lab``: run the reference server in the foreground until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from latscope.lab.costmodel import CostModel
+from latscope.lab.faults import FAULTS, PROFILES, UnknownFaultError
+from latscope.lab.http.limits import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
+)
+from latscope.lab.scheduler import Policy
+from latscope.lab.settings import DEFAULT_MODEL, LabSettings
+
+#: CLI option → CostModel field, for the cost-model overrides.
+COST_OPTIONS: dict[str, str] = {
+    "prefill_base_ms": "prefill_base_ms",
+    "prefill_ms_per_token": "prefill_per_token_ms",
+    "prefill_quadratic_ms": "prefill_quadratic_ms",
+    "decode_base_ms": "decode_base_ms",
+    "decode_ms_per_seq": "decode_per_seq_ms",
+    "kv_blocks": "kv_blocks",
+    "kv_block_tokens": "kv_block_tokens",
+    "max_batch": "max_batch",
+    "chunk_tokens": "chunk_tokens",
+    "max_batched_tokens": "max_batched_tokens",
+}
+
+
+def faults_table() -> Table:
+    """The fault catalogue as a rich table: fault, what it does, the finding it should trigger; profiles below."""
+    profiles = "; ".join(f"{name}: {', '.join(sorted(members)) or 'no faults'}" for name, members in PROFILES.items())
+    table = Table(
+        title="latscope lab faults", title_justify="left", caption=f"profiles — {profiles}", caption_justify="left"
+    )
+    table.add_column("fault", style="bold cyan", no_wrap=True)
+    table.add_column("what it does", ratio=1)
+    table.add_column("finding it should trigger", style="magenta", no_wrap=True)
+    for fault in FAULTS.values():
+        table.add_row(fault.name, f"[dim]{fault.stage}:[/] {fault.description}", fault.finding_id)
+    return table
+
+
+def write_ready_file(path: Path, url: str, cert_path: Path | None) -> None:
+    """Write the URL (first line) and, with TLS, the certificate path (second line), atomically: a parent process
+    polling the file never reads half of it."""
+    text = url + "\n" + (f"{cert_path}\n" if cert_path is not None else "")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".lab-ready-", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+async def serve(settings: LabSettings, ready_file: Path | None, console: Console) -> None:
+    """Start the lab, announce it, serve until SIGINT/SIGTERM, stop cleanly."""
+    from latscope.lab.app import Lab  # imported here so `latscope lab --list-faults` stays light
+
+    lab = Lab.from_settings(settings)
+    await lab.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # no signal handlers on Windows loops
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        faults = ", ".join(sorted(lab.faults)) or "none"
+        console.print(f"[bold green]latscope lab[/] profile [bold]{settings.profile}[/], faults: {faults}")
+        if lab.cert_path is not None:
+            console.print(f"certificate to trust: {lab.cert_path}")
+        console.print(f"metrics: {lab.origin}/metrics   health: {lab.origin}/health   (Ctrl-C stops)")
+        click.echo(lab.url)  # alone on its line, last: easy for a script to take
+        if ready_file is not None:
+            write_ready_file(ready_file, lab.url, lab.cert_path)
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signum)
+        await lab.stop()
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)
+
+
+def run(settings: LabSettings, ready_file: Path | None, console: Console) -> None:
+    """Run :func:`serve` on uvloop when it is installed, else on asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(settings, ready_file, console))
+        return
+    uvloop.run(serve(settings, ready_file, console))
+
+
+@click.command(name="lab", context_settings={"show_default": True})
+@click.option("--host", default="127.0.0.1", help="Address to bind (loopback by default; the lab is a test server).")
+@click.option("--port", default=8088, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
+@click.option(
+    "--profile",
+    type=click.Choice(sorted(PROFILES)),
+    default="tuned",
+    help="Fault bundle: tuned (none) or naive (no-keepalive, slow-parse, queue-hol, nagle).",
+)
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    type=click.Choice(list(FAULTS)),
+    help="Switch a fault on, on top of the profile (repeatable).",
+)
+@click.option(
+    "--no-fault",
+    "no_faults",
+    multiple=True,
+    type=click.Choice(list(FAULTS)),
+    help="Switch a fault off, even if the profile has it (repeatable).",
+)
+@click.option("--tls/--no-tls", default=False, help="HTTPS with a self-signed certificate generated on start.")
+@click.option("--http2/--no-http2", default=True, help="Offer HTTP/2 (ALPN h2; cleartext prior knowledge).")
+@click.option("--truth", is_flag=True, help="Stamp every stream event with the lab's send time (latscope.sent_ns).")
+@click.option("--api-key", default=None, help="Require 'Authorization: Bearer KEY' on /v1 routes.")
+@click.option("--model", default=DEFAULT_MODEL, help="The model name served.")
+@click.option(
+    "--policy",
+    type=click.Choice([p.value for p in Policy]),
+    default=None,
+    help="Scheduling policy [default: priority; fifo with the queue-hol fault].",
+)
+@click.option(
+    "--batch-window-ms",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Dynamic batching window, ms [default: 0; 50 with the batching-window fault].",
+)
+@click.option(
+    "--batch-trigger",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Waiting requests that close the batching window early [default: 1; 8 with batching-window].",
+)
+@click.option("--zero-cost", is_flag=True, help="No simulated GPU time at all (throughput tests).")
+@click.option("--prefill-base-ms", type=click.FloatRange(min=0), default=None, help="Cost model: per prefill step, ms.")
+@click.option(
+    "--prefill-ms-per-token", type=click.FloatRange(min=0), default=None, help="Cost model: per prompt token, ms."
+)
+@click.option(
+    "--prefill-quadratic-ms",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Cost model: per prompt token squared, ms.",
+)
+@click.option("--decode-base-ms", type=click.FloatRange(min=0), default=None, help="Cost model: per decode step, ms.")
+@click.option(
+    "--decode-ms-per-seq",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Cost model: per sequence in a decode step, ms.",
+)
+@click.option("--kv-blocks", type=click.IntRange(min=1), default=None, help="Cost model: KV-cache blocks.")
+@click.option("--kv-block-tokens", type=click.IntRange(min=1), default=None, help="Cost model: tokens per KV block.")
+@click.option("--max-batch", type=click.IntRange(min=1), default=None, help="Cost model: most running sequences.")
+@click.option(
+    "--chunk-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cost model: chunked-prefill token budget per step.",
+)
+@click.option(
+    "--max-batched-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cost model: prompt tokens per unchunked prefill step.",
+)
+@click.option("--seed", type=int, default=0, help="Base seed of the generated token text.")
+@click.option(
+    "--metrics-names",
+    type=click.Choice(["lab", "vllm"]),
+    default="lab",
+    help="Metric names on /metrics: the lab's own or vLLM's.",
+)
+@click.option(
+    "--batch-log",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append the engine's batch records (JSON lines) to this file.",
+)
+@click.option(
+    "--max-body-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_BODY_BYTES,
+    help="Larger request bodies get 413.",
+)
+@click.option(
+    "--max-header-bytes",
+    type=click.IntRange(min=1024),
+    default=DEFAULT_MAX_HEADER_BYTES,
+    help="Larger request heads get 431.",
+)
+@click.option(
+    "--header-timeout-s",
+    type=click.FloatRange(min=0.01),
+    default=DEFAULT_HEADER_TIMEOUT_S,
+    help="Time a client gets to send a request head (slowloris protection).",
+)
+@click.option(
+    "--keepalive-timeout-s",
+    type=click.FloatRange(min=0.01),
+    default=DEFAULT_KEEPALIVE_TIMEOUT_S,
+    help="Idle keep-alive connections close after this long.",
+)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Once serving, write the URL here (and the certificate path on a second line with --tls).",
+)
+@click.option("--list-faults", is_flag=True, help="Print the fault catalogue and exit.")
+def command(
+    host: str,
+    port: int,
+    profile: str,
+    faults: tuple[str, ...],
+    no_faults: tuple[str, ...],
+    tls: bool,
+    http2: bool,
+    truth: bool,
+    api_key: str | None,
+    model: str,
+    policy: str | None,
+    batch_window_ms: float | None,
+    batch_trigger: int | None,
+    zero_cost: bool,
+    seed: int,
+    metrics_names: str,
+    batch_log: Path | None,
+    max_body_bytes: int,
+    max_header_bytes: int,
+    header_timeout_s: float,
+    keepalive_timeout_s: float,
+    ready_file: Path | None,
+    list_faults: bool,
+    **cost_options: Any,
+) -> None:
+    """Run the reference OpenAI-compatible server, with any catalogued bottleneck switched on or off.
+
+    \b
+    Examples:
+      latscope lab                                  tuned: what a well-configured server looks like
+      latscope lab --profile naive                  the four hidden bottlenecks at once
+      latscope lab --fault proxy-buffering --tls    one fault on top of the tuned profile
+      latscope lab --list-faults                    every fault and the finding it should trigger
+    """
+    console = Console(stderr=True)
+    if list_faults:
+        Console().print(faults_table())
+        return
+    cost = CostModel.zero() if zero_cost else CostModel.default()
+    overrides = {COST_OPTIONS[name]: value for name, value in cost_options.items() if value is not None}
+    try:
+        cost = cost.with_overrides(**overrides) if overrides else cost
+        settings = LabSettings(
+            profile=profile,
+            faults=faults,
+            no_faults=no_faults,
+            host=host,
+            port=port,
+            tls=tls,
+            http2=http2,
+            truth=truth,
+            api_key=api_key,
+            model=model,
+            metrics_names="vllm" if metrics_names == "vllm" else "lab",
+            cost=cost,
+            policy=Policy(policy) if policy is not None else None,
+            batch_window_ms=batch_window_ms,
+            batch_trigger=batch_trigger,
+            seed=seed,
+            batch_log=batch_log,
+            max_body_bytes=max_body_bytes,
+            max_header_bytes=max_header_bytes,
+            header_timeout_s=header_timeout_s,
+            keepalive_timeout_s=keepalive_timeout_s,
+        )
+        settings.active_faults  # noqa: B018 — validates the fault names before anything starts
+    except (UnknownFaultError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        run(settings, ready_file, console)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    except KeyboardInterrupt:
+        pass  # Ctrl-C before the signal handlers were installed: nothing was serving yet

@@ -1,0 +1,200 @@
+"""The :class:`Lab`: the reference OpenAI-compatible server, in-process.
+
+Usage::
+
+    async with Lab(profile="naive", truth=True) as lab:
+        ...  # point a client at lab.url ("http://127.0.0.1:PORT/v1")
+        lab.records[-1].queue_ms  # what the lab injected for the latest request
+
+It runs on the caller's event loop (the CLI runs it on uvloop). Stages: edge (:mod:`latscope.lab.http`, with
+keep-alive, TLS, ALPN and socket faults), gateway (:mod:`latscope.lab.gateway`), scheduler and engine
+(:mod:`latscope.lab.scheduler`), stream writer (:mod:`latscope.lab.writer`).
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from types import TracebackType
+
+from latscope.lab.batchlog import BatchLog
+from latscope.lab.certs import CertFiles, generate_self_signed, remove_cert_files
+from latscope.lab.costmodel import CostModel
+from latscope.lab.gateway import Gateway
+from latscope.lab.handlers import LabService
+from latscope.lab.http.limits import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
+)
+from latscope.lab.http.server import HttpServer, ServerOptions
+from latscope.lab.metrics import LabMetrics
+from latscope.lab.records import DEFAULT_RECORDS_MAX, RequestRecord, new_record_log
+from latscope.lab.scheduler import Policy, Scheduler
+from latscope.lab.settings import DEFAULT_MODEL, LabSettings, MetricsNames
+from latscope.lab.tls import ServerTls
+
+
+class Lab:
+    """The lab server. Construct with keyword settings (see :class:`LabSettings`), then ``async with`` or
+    :meth:`start` / :meth:`stop`.
+
+    Attributes once started: :attr:`url` (``http[s]://HOST:PORT/v1``), :attr:`origin` (without ``/v1``),
+    :attr:`port`, :attr:`cert_path` (TLS only: the certificate a client must trust), :attr:`records` (per-request
+    ground truth, newest last), :attr:`scheduler`, :attr:`metrics`, :attr:`faults`.
+    """
+
+    def __init__(
+        self,
+        *,
+        profile: str = "tuned",
+        faults: tuple[str, ...] | list[str] = (),
+        no_faults: tuple[str, ...] | list[str] = (),
+        tls: bool = False,
+        http2: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        cost: CostModel | None = None,
+        truth: bool = False,
+        api_key: str | None = None,
+        model: str = DEFAULT_MODEL,
+        metrics_names: MetricsNames = "lab",
+        policy: Policy | None = None,
+        batch_window_ms: float | None = None,
+        batch_trigger: int | None = None,
+        seed: int = 0,
+        batch_log: str | Path | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+        header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+        keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S,
+        records_max: int = DEFAULT_RECORDS_MAX,
+    ) -> None:
+        """Every keyword is a :class:`LabSettings` field (``cost`` None: :meth:`CostModel.default`)."""
+        self._init(
+            LabSettings(
+                profile=profile,
+                faults=tuple(faults),
+                no_faults=tuple(no_faults),
+                tls=tls,
+                http2=http2,
+                host=host,
+                port=port,
+                cost=cost if cost is not None else CostModel.default(),
+                truth=truth,
+                api_key=api_key,
+                model=model,
+                metrics_names=metrics_names,
+                policy=policy,
+                batch_window_ms=batch_window_ms,
+                batch_trigger=batch_trigger,
+                seed=seed,
+                batch_log=Path(batch_log) if batch_log is not None else None,
+                max_body_bytes=max_body_bytes,
+                max_header_bytes=max_header_bytes,
+                header_timeout_s=header_timeout_s,
+                keepalive_timeout_s=keepalive_timeout_s,
+                records_max=records_max,
+            )
+        )
+
+    @classmethod
+    def from_settings(cls, settings: LabSettings) -> Lab:
+        """A lab configured by a ready-made :class:`LabSettings` (the CLI's path)."""
+        lab = cls.__new__(cls)
+        lab._init(settings)
+        return lab
+
+    def _init(self, settings: LabSettings) -> None:
+        self.settings = settings
+        self.faults: frozenset[str] = settings.active_faults  # validates the fault names now, not at start
+        self.records: collections.deque[RequestRecord] = new_record_log(settings.records_max)
+        self.metrics = LabMetrics(names=settings.metrics_names, model_name=settings.model)
+        self.batch_log = BatchLog(settings.batch_log) if settings.batch_log is not None else None
+        self.scheduler = Scheduler(settings.scheduler_config(), metrics=self.metrics, batch_log=self.batch_log)
+        self.host = settings.host
+        self.port = 0
+        self._cert: CertFiles | None = None
+        self._server: HttpServer | None = None
+
+    # -- addresses -------------------------------------------------------------------------------------------------
+    @property
+    def origin(self) -> str:
+        """``scheme://host:port`` (IPv6 hosts in brackets)."""
+        scheme = "https" if self.settings.tls else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-style base URL: ``origin + "/v1"``."""
+        return self.origin + "/v1"
+
+    @property
+    def cert_path(self) -> Path | None:
+        """The generated certificate (PEM) to trust, or None without TLS / before start."""
+        return self._cert.cert_path if self._cert is not None else None
+
+    @property
+    def connections_accepted(self) -> int:
+        """TCP connections accepted so far."""
+        return self._server.connections_accepted if self._server is not None else 0
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Generate the certificate (TLS), start the engine loop, bind and listen."""
+        if self._server is not None:
+            return
+        settings = self.settings
+        tls = None
+        if settings.tls:
+            self._cert = generate_self_signed()
+            tls = ServerTls(self._cert, http2=settings.http2_enabled, resumption=settings.tls_resumption)
+        gateway = Gateway(
+            model=settings.model,
+            api_key=settings.api_key,
+            slow_parse=settings.slow_parse,
+            max_context_tokens=settings.cost.kv_capacity_tokens,
+        )
+        service = LabService(
+            settings, gateway=gateway, scheduler=self.scheduler, metrics=self.metrics, records=self.records
+        )
+        options = ServerOptions(
+            limits=settings.limits(),
+            keep_alive=settings.keep_alive,
+            nodelay=settings.nodelay,
+            http2=settings.http2_enabled,
+            tls=tls,
+        )
+        await self.scheduler.start()
+        server = HttpServer(service, options)
+        try:
+            self.host, self.port = await server.start(settings.host, settings.port)
+        except BaseException:
+            await self.scheduler.stop()
+            self._remove_cert()
+            raise
+        self._server = server
+
+    async def stop(self) -> None:
+        """Close every connection (in-flight handlers are cancelled), stop the engine, delete the certificate."""
+        server, self._server = self._server, None
+        if server is not None:
+            await server.close()
+        await self.scheduler.stop()
+        self._remove_cert()
+
+    def _remove_cert(self) -> None:
+        if self._cert is not None:
+            remove_cert_files(self._cert)
+            self._cert = None
+
+    async def __aenter__(self) -> Lab:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

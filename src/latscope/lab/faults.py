@@ -1,0 +1,143 @@
+"""The lab's fault switches: one per catalogued bottleneck, and the profiles that bundle them.
+
+Each :class:`Fault` names the finding id (reference/bottlenecks.md) that ``latscope diagnose`` should report when the
+fault is on, and the stage of the lab that injects it, so a test can switch one fault on and check that exactly that
+finding comes back.
+
+Profiles:
+
+- ``tuned`` — no faults: keep-alive, TLS session tickets, HTTP/2 over ALPN, orjson with one validation pass,
+  shortest-prompt-first scheduling with chunked prefill, TCP_NODELAY and one write per event, no buffering.
+- ``naive`` — the four hidden bottlenecks, one per layer: connection (``no-keepalive``), parsing (``slow-parse``),
+  queue (``queue-hol``) and streaming (``nagle``). ``nagle`` stands for the streaming layer because it lives in the
+  server itself; ``proxy-buffering`` is what a reverse proxy in front adds, so it is left to ``--fault``.
+  Note the interplay this profile carries on purpose: Nagle's coalescing shows on *reused* connections
+  (reference/network-timing.md), and ``no-keepalive`` prevents reuse, so on this profile the streaming fault is
+  masked until the connection fault is fixed — as it would be on a real server with both problems.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Stage(StrEnum):
+    """Where on the lab's request path a fault is injected (DESIGN.md, the lab's stages)."""
+
+    EDGE = "edge"  #: connection handling: keep-alive, TLS, ALPN, socket options, buffering on the way out
+    GATEWAY = "gateway"  #: body parsing and validation
+    SCHEDULER = "scheduler"  #: queueing and batching policy
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One switchable bottleneck.
+
+    ``name`` is what ``--fault`` takes; ``finding_id`` is the id diagnose should report for it; ``description`` says
+    what the lab does differently when it is on.
+    """
+
+    name: str
+    description: str
+    finding_id: str
+    stage: Stage
+
+
+NO_KEEPALIVE = "no-keepalive"
+TLS_NO_TICKETS = "tls-no-tickets"
+NO_H2 = "no-h2"
+SLOW_PARSE = "slow-parse"
+QUEUE_HOL = "queue-hol"
+NAGLE = "nagle"
+PROXY_BUFFERING = "proxy-buffering"
+BATCHING_WINDOW = "batching-window"
+
+#: Every fault, by name, in request-path order.
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        Fault(
+            NO_KEEPALIVE,
+            "answers every response with 'Connection: close' (HTTP/2: GOAWAY) and closes the connection",
+            "no-connection-reuse",
+            Stage.EDGE,
+        ),
+        Fault(
+            TLS_NO_TICKETS,
+            "TLS without session tickets or a session cache: every handshake is a full one",
+            "tls-no-resumption",
+            Stage.EDGE,
+        ),
+        Fault(
+            NO_H2,
+            "ALPN offers only http/1.1 (no HTTP/2, also no cleartext h2 prior knowledge)",
+            "http2-not-negotiated",
+            Stage.EDGE,
+        ),
+        Fault(
+            SLOW_PARSE,
+            "stdlib json, a naive validation walk over the whole document and a regex safety filter over every string",
+            "slow-request-parsing",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            QUEUE_HOL,
+            "FIFO scheduling without chunked prefill: short prompts wait behind long prefills",
+            "queue-head-of-line",
+            Stage.SCHEDULER,
+        ),
+        Fault(
+            NAGLE,
+            "TCP_NODELAY off on the streaming socket: small event writes wait for the client's delayed ACK",
+            "stream-coalescing-nagle",
+            Stage.EDGE,
+        ),
+        Fault(
+            PROXY_BUFFERING,
+            "holds the stream body until 16 KB have accumulated or it ends, like a buffering reverse proxy",
+            "stream-proxy-buffering",
+            Stage.EDGE,
+        ),
+        Fault(
+            BATCHING_WINDOW,
+            "the batcher waits up to 50 ms for 8 requests before it schedules anything",
+            "batching-window",
+            Stage.SCHEDULER,
+        ),
+    )
+}
+
+#: Profile name → the faults it switches on.
+PROFILES: dict[str, frozenset[str]] = {
+    "tuned": frozenset(),
+    "naive": frozenset({NO_KEEPALIVE, SLOW_PARSE, QUEUE_HOL, NAGLE}),
+}
+
+#: What the ``batching-window`` fault sets when the caller does not choose a window itself.
+BATCHING_WINDOW_MS = 50.0  # long enough to dominate a small prompt's TTFT, short enough to look like a "tuning" value
+BATCHING_TRIGGER = 8  # a typical "wait for a full batch" size
+
+#: The buffering threshold of the ``proxy-buffering`` fault: nginx's default ``ssl_buffer_size`` (16 KB), the burst
+#: size measured through a real nginx (reference/network-timing.md).
+PROXY_BUFFER_BYTES = 16 * 1024
+
+
+class UnknownFaultError(ValueError):
+    """A fault or profile name that the lab does not know; the message lists the known ones."""
+
+
+def resolve_faults(profile: str, faults: Iterable[str] = (), no_faults: Iterable[str] = ()) -> frozenset[str]:
+    """The faults that are on: the profile's, plus ``faults``, minus ``no_faults`` (removal wins).
+
+    Raises :class:`UnknownFaultError` for a name that is neither a profile nor a fault.
+    """
+    if profile not in PROFILES:
+        raise UnknownFaultError(f"unknown profile {profile!r}; known profiles: {', '.join(PROFILES)}")
+    added = frozenset(faults)
+    removed = frozenset(no_faults)
+    unknown = sorted((added | removed) - FAULTS.keys())
+    if unknown:
+        raise UnknownFaultError(f"unknown fault {', '.join(unknown)}; known faults: {', '.join(FAULTS)}")
+    return (PROFILES[profile] | added) - removed

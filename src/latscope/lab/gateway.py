@@ -1,0 +1,312 @@
+"""The gateway stage: authentication, body parsing, validation and prompt token counting.
+
+Two parsing paths, chosen by the ``slow-parse`` fault:
+
+- tuned: ``orjson.loads`` and one validation pass over the fields the API defines; nothing else is looked at
+  (a ``user`` string of any length costs its memcpy and nothing more);
+- naive (``slow-parse``): :mod:`latscope.lab.slowparse` — stdlib ``json``, a whole-document walk with a regex
+  safety filter over every string, an audit re-serialisation.
+
+Both measure what they spend: ``parse_ns`` (bytes → document) and ``validate_ns`` (document → accepted request,
+prompt tokenisation included), reported in ``Server-Timing`` and the ``latscope`` object of the final chunk.
+Validation errors follow OpenAI's shapes: 400 ``invalid_request_error`` with ``param`` and ``code``, 404
+``model_not_found``, 401 ``invalid_api_key``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from latscope.lab import tokenizer
+from latscope.lab.errors import ErrorResponse, invalid_request, model_not_found, unauthorized
+from latscope.lab.slowparse import naive_inspect, naive_parse
+
+#: max_tokens when the request names none. Chat: OpenAI generates up to the context limit; the lab stops earlier so an
+#: omitted limit cannot tie the simulated engine up for minutes (256 tokens ≈ 3 s with the default cost model).
+DEFAULT_MAX_TOKENS_CHAT = 256
+#: The legacy completions API's documented default.
+DEFAULT_MAX_TOKENS_COMPLETIONS = 16
+
+#: Integer fields (``seed``, ``n``) are 64-bit, as in OpenAI's API.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+class Endpoint(StrEnum):
+    """Which generation API a request came through."""
+
+    CHAT = "chat.completions"  #: POST /v1/chat/completions
+    COMPLETIONS = "completions"  #: POST /v1/completions
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    """An accepted generation request, with what the gateway spent on it."""
+
+    endpoint: Endpoint
+    model: str
+    prompt_tokens: int  #: counted with the lab tokenizer (``user`` and other metadata are not tokenised)
+    max_tokens: int
+    stream: bool
+    include_usage: bool  #: ``stream_options.include_usage``
+    seed: int | None
+    body_bytes: int
+    parse_ns: int  #: bytes → document
+    validate_ns: int  #: document → this object (validation, safety filter on the naive path, tokenisation)
+
+
+class Gateway:
+    """Authenticates and parses generation requests for one served model."""
+
+    def __init__(self, *, model: str, api_key: str | None, slow_parse: bool, max_context_tokens: int) -> None:
+        self.model = model
+        self.slow_parse = slow_parse
+        self.max_context_tokens = max_context_tokens
+        self._expected_auth = f"Bearer {api_key}".encode() if api_key is not None else None
+
+    def authorize(self, authorization: bytes | None) -> None:
+        """Check ``Authorization: Bearer KEY`` when the lab has a key; raise a 401 :class:`ErrorResponse` if wrong."""
+        expected = self._expected_auth
+        if expected is None:
+            return
+        if authorization is None or not authorization.startswith(b"Bearer "):
+            raise unauthorized(provided=False)
+        if not hmac.compare_digest(authorization.strip(), expected):  # constant time: no key oracle
+            raise unauthorized(provided=True)
+
+    def parse(self, endpoint: Endpoint, body: bytes) -> CompletionRequest:
+        """Parse and validate a request body; raise :class:`ErrorResponse` (400/404) when it is not acceptable."""
+        if self.slow_parse:
+            document, parse_ns = naive_parse(body)
+            started = time.monotonic_ns()
+            naive_inspect(document)
+        else:
+            started = time.monotonic_ns()
+            try:
+                document = orjson.loads(body)
+            except orjson.JSONDecodeError as exc:
+                raise invalid_request(f"We could not parse the JSON body of your request: {exc}.") from None
+            parse_ns = time.monotonic_ns() - started
+            started = time.monotonic_ns()
+        fields = self._validate(endpoint, document)
+        validate_ns = time.monotonic_ns() - started
+        return CompletionRequest(
+            endpoint=endpoint, body_bytes=len(body), parse_ns=parse_ns, validate_ns=validate_ns, **fields
+        )
+
+    # -- validation (one pass over the fields the API defines) -----------------------------------------------------
+    def _validate(self, endpoint: Endpoint, document: Any) -> dict[str, Any]:
+        if not isinstance(document, dict):
+            raise _invalid_type("the request body", "an object", document, with_param=False)
+        model = document.get("model")
+        if model is None:
+            raise invalid_request(
+                "You must provide a model parameter.", param="model", code="missing_required_parameter"
+            )
+        if not isinstance(model, str):
+            raise _invalid_type("model", "a string", model)
+        if model != self.model:
+            raise model_not_found(model)
+
+        if endpoint is Endpoint.CHAT:
+            prompt_tokens = self._chat_prompt_tokens(document)
+            default_max = DEFAULT_MAX_TOKENS_CHAT
+        else:
+            prompt_tokens = self._completion_prompt_tokens(document)
+            default_max = DEFAULT_MAX_TOKENS_COMPLETIONS
+        max_tokens = _max_tokens(document, default_max)
+        if prompt_tokens + max_tokens > self.max_context_tokens:
+            raise invalid_request(
+                f"This model's maximum context length is {self.max_context_tokens} tokens. However, you requested "
+                f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} for the "
+                "completion). Please reduce the prompt or the completion length.",
+                param="messages" if endpoint is Endpoint.CHAT else "prompt",
+                code="context_length_exceeded",
+            )
+
+        stream = _optional(document, "stream", bool, "a boolean", False)
+        include_usage = False
+        options = document.get("stream_options")
+        if options is not None:
+            if not isinstance(options, dict):
+                raise _invalid_type("stream_options", "an object", options)
+            include_usage = _optional(options, "include_usage", bool, "a boolean", False, prefix="stream_options.")
+        seed = _optional_int(document, "seed")
+        n = _optional_int(document, "n")
+        if n is not None and n != 1:
+            raise invalid_request(
+                f"Invalid 'n': the lab generates one choice per request, got {n}.", param="n", code="invalid_value"
+            )
+        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+            value = document.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise _invalid_type(name, "a number", value)
+        user = document.get("user")
+        if user is not None and not isinstance(user, str):
+            raise _invalid_type("user", "a string", user)  # accepted at any length; never tokenised
+        return {
+            "model": model,
+            "prompt_tokens": prompt_tokens,
+            "max_tokens": max_tokens,
+            "stream": stream,
+            "include_usage": include_usage,
+            "seed": seed,
+        }
+
+    @staticmethod
+    def _chat_prompt_tokens(document: Mapping[str, Any]) -> int:
+        messages = document.get("messages")
+        if messages is None:
+            raise invalid_request(
+                "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
+            )
+        if not isinstance(messages, list):
+            raise _invalid_type("messages", "an array", messages)
+        if not messages:
+            raise invalid_request(
+                "Invalid 'messages': empty array. Expected an array with minimum length 1.",
+                param="messages",
+                code="empty_array",
+            )
+        for index, message in enumerate(messages):
+            where = f"messages[{index}]"
+            if not isinstance(message, dict):
+                raise _invalid_type(where, "an object", message)
+            role = message.get("role")
+            if role is None:
+                raise invalid_request(
+                    f"Missing required parameter: '{where}.role'.",
+                    param=f"{where}.role",
+                    code="missing_required_parameter",
+                )
+            if role not in CHAT_ROLES:
+                raise invalid_request(
+                    f"Invalid value: {_short(role)}. Supported values are: "
+                    + ", ".join(f"'{r}'" for r in CHAT_ROLES)
+                    + ".",
+                    param=f"{where}.role",
+                    code="invalid_value",
+                )
+            content = message.get("content")
+            if content is None:
+                if role != "assistant":  # an assistant turn may carry only tool calls
+                    raise invalid_request(
+                        f"Missing required parameter: '{where}.content'.",
+                        param=f"{where}.content",
+                        code="missing_required_parameter",
+                    )
+            elif isinstance(content, list):
+                for part_index, part in enumerate(content):
+                    if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                        raise _invalid_type(f"{where}.content[{part_index}]", "an object with a 'type'", part)
+            elif not isinstance(content, str):
+                raise _invalid_type(f"{where}.content", "a string or an array of content parts", content)
+            name = message.get("name")
+            if name is not None and not isinstance(name, str):
+                raise _invalid_type(f"{where}.name", "a string", name)
+        return tokenizer.count_message_tokens(messages)
+
+    @staticmethod
+    def _completion_prompt_tokens(document: Mapping[str, Any]) -> int:
+        prompt = document.get("prompt")
+        if prompt is None:
+            raise invalid_request(
+                "Missing required parameter: 'prompt'.", param="prompt", code="missing_required_parameter"
+            )
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            tokens = tokenizer.count_tokens(prompt)
+        elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            tokens = len(prompt)  # already token ids
+        elif isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
+            raise invalid_request(
+                "The lab serves one prompt per request; send the prompts separately.",
+                param="prompt",
+                code="invalid_value",
+            )
+        else:
+            raise _invalid_type("prompt", "a string, an array of token ids, or an array of one of these", prompt)
+        # A model always sees at least its begin-of-sequence token, so even an empty prompt is one token of prefill.
+        return max(1, tokens)
+
+
+def _max_tokens(document: Mapping[str, Any], default: int) -> int:
+    value = document.get("max_completion_tokens")
+    name = "max_completion_tokens"
+    if value is None:
+        value = document.get("max_tokens")
+        name = "max_tokens"
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid_type(name, "an integer", value)
+    if value < 1:
+        raise invalid_request(
+            f"Invalid '{name}': integer below minimum value. Expected a value >= 1, but got {value} instead.",
+            param=name,
+            code="integer_below_min_value",
+        )
+    return value
+
+
+def _optional(
+    document: Mapping[str, Any], name: str, kind: type, kind_name: str, default: Any, *, prefix: str = ""
+) -> Any:
+    value = document.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise _invalid_type(prefix + name, kind_name, value)
+    return value
+
+
+def _optional_int(document: Mapping[str, Any], name: str) -> int | None:
+    value = document.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid_type(name, "an integer", value)
+    if not INT64_MIN <= value <= INT64_MAX:
+        # orjson turns such numbers into floats (rejected above); stdlib json keeps them as ints: same answer for both.
+        raise invalid_request(f"Invalid '{name}': {name} must be a 64-bit integer.", param=name, code="invalid_value")
+    return value
+
+
+def _invalid_type(where: str, expected: str, got: Any, *, with_param: bool = True) -> ErrorResponse:
+    """400 ``invalid_type``, worded like OpenAI's ("expected an array, but got a string instead")."""
+    return invalid_request(
+        f"Invalid type for '{where}': expected {expected}, but got {_json_type(got)} instead.",
+        param=where if with_param else None,
+        code="invalid_type",
+    )
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a decimal"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

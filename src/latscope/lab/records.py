@@ -1,0 +1,65 @@
+"""Per-request ground truth: what the lab did and injected for each request it answered.
+
+In-process callers read :attr:`latscope.lab.Lab.records` (a bounded deque, newest last) to compare a diagnosis's
+measured costs with the injected ones: connection reuse (``index_on_connection``), TLS resumption, gateway parse
+and validate time, queue and prefill time, how many events went out in how many writes.
+
+Every request that reaches the lab's routes leaves a record, whatever its status. Requests the HTTP layer refuses
+before they are complete (malformed, head or body too large, too slow) leave none: they never became requests.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+#: Records kept in memory: enough for a diagnose run or a bench sweep, bounded so a long-running lab stays small.
+DEFAULT_RECORDS_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One answered (or abandoned) request. Times are monotonic ns; durations are ms; None = did not apply."""
+
+    method: str
+    path: str
+    status: int  #: HTTP status sent (499 when the client went away before the response head)
+    request_id: str | None  #: ``x-request-id`` of generation requests
+    endpoint: str | None  #: "chat.completions" or "completions" for generation requests
+    stream: bool
+    # -- connection (edge stage) --
+    connection_id: int  #: 1-based, in accept order
+    index_on_connection: int  #: 1 = first request on its connection; > 1 = the client reused it
+    http_version: str  #: "1.1", "1.0" or "2"
+    tls_version: str | None
+    tls_resumed: bool  #: the TLS handshake of this request's connection resumed a session
+    alpn: str | None
+    nodelay: bool  #: TCP_NODELAY on the connection (False under the ``nagle`` fault)
+    faults: frozenset[str]
+    # -- timeline --
+    body_bytes: int  #: request body size
+    started_ns: int  #: first byte of the request read
+    received_ns: int  #: last byte of the request read
+    headers_sent_ns: int | None  #: response head written
+    finished_ns: int  #: response complete, or the moment it was abandoned
+    # -- gateway and engine --
+    parse_ms: float | None
+    validate_ms: float | None
+    queue_ms: float | None  #: includes ``window_wait_ms``
+    window_wait_ms: float | None
+    prefill_ms: float | None
+    decode_ms: float | None
+    ttft_ms: float | None  #: first token ready − request received (server side)
+    prompt_tokens: int | None
+    completion_tokens: int  #: tokens sent to the client
+    preemptions: int
+    # -- stream writer --
+    events_written: int  #: SSE events produced (role, tokens, finish, usage, [DONE])
+    write_calls: int  #: body writes to the transport (fewer than events when buffered)
+    cancelled: bool  #: the client went away before the response was complete
+    error: str | None  #: the error message sent, or why the response was cut short
+
+
+def new_record_log(maxlen: int = DEFAULT_RECORDS_MAX) -> collections.deque[RequestRecord]:
+    """An empty, bounded record log."""
+    return collections.deque(maxlen=maxlen)

@@ -1,0 +1,118 @@
+"""Everything a lab is configured with, in one frozen value shared by the Python API and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from latscope.lab.costmodel import CostModel
+from latscope.lab.faults import (
+    BATCHING_TRIGGER,
+    BATCHING_WINDOW,
+    BATCHING_WINDOW_MS,
+    NAGLE,
+    NO_H2,
+    NO_KEEPALIVE,
+    PROXY_BUFFER_BYTES,
+    PROXY_BUFFERING,
+    QUEUE_HOL,
+    SLOW_PARSE,
+    TLS_NO_TICKETS,
+    resolve_faults,
+)
+from latscope.lab.http.limits import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_HEADER_BYTES,
+    ConnectionLimits,
+)
+from latscope.lab.records import DEFAULT_RECORDS_MAX
+from latscope.lab.scheduler import Policy, SchedulerConfig
+
+MetricsNames = Literal["lab", "vllm"]
+DEFAULT_MODEL = "lab-model"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabSettings:
+    """A lab's configuration. Faults come from ``profile`` plus ``faults`` minus ``no_faults``.
+
+    Explicit scheduler settings (``policy``, ``batch_window_ms``, ``batch_trigger``) win over what a fault implies:
+    ``queue-hol`` means FIFO unless ``policy`` says otherwise; ``batching-window`` means a 50 ms window with a
+    trigger of 8 unless the window or the trigger is given.
+    """
+
+    profile: str = "tuned"
+    faults: tuple[str, ...] = ()
+    no_faults: tuple[str, ...] = ()
+    host: str = "127.0.0.1"  #: loopback by default: the lab is a test server, not a public one
+    port: int = 0  #: 0 binds an ephemeral port
+    tls: bool = False  #: serve HTTPS with a self-signed certificate generated on start
+    http2: bool = True  #: offer HTTP/2 (ALPN h2 over TLS, prior knowledge over cleartext) unless ``no-h2``
+    truth: bool = False  #: stamp every stream event with the lab's send time (``latscope.sent_ns``)
+    api_key: str | None = None  #: require ``Authorization: Bearer KEY`` on /v1 routes
+    model: str = DEFAULT_MODEL
+    metrics_names: MetricsNames = "lab"
+    cost: CostModel = field(default_factory=CostModel.default)
+    policy: Policy | None = None
+    batch_window_ms: float | None = None
+    batch_trigger: int | None = None
+    seed: int = 0  #: base seed of generated token text
+    batch_log: Path | None = None  #: append the engine's batch records to this JSON-lines file
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
+    records_max: int = DEFAULT_RECORDS_MAX
+
+    @property
+    def active_faults(self) -> frozenset[str]:
+        """The faults that are on (raises :class:`~latscope.lab.faults.UnknownFaultError` for unknown names)."""
+        return resolve_faults(self.profile, self.faults, self.no_faults)
+
+    @property
+    def keep_alive(self) -> bool:
+        return NO_KEEPALIVE not in self.active_faults
+
+    @property
+    def tls_resumption(self) -> bool:
+        return TLS_NO_TICKETS not in self.active_faults
+
+    @property
+    def http2_enabled(self) -> bool:
+        return self.http2 and NO_H2 not in self.active_faults
+
+    @property
+    def nodelay(self) -> bool:
+        return NAGLE not in self.active_faults
+
+    @property
+    def slow_parse(self) -> bool:
+        return SLOW_PARSE in self.active_faults
+
+    @property
+    def proxy_buffer_bytes(self) -> int | None:
+        """Bytes the stream writer holds back before writing, None when it writes every event at once."""
+        return PROXY_BUFFER_BYTES if PROXY_BUFFERING in self.active_faults else None
+
+    def limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            header_timeout_s=self.header_timeout_s,
+            keepalive_timeout_s=self.keepalive_timeout_s,
+            max_header_bytes=self.max_header_bytes,
+            max_body_bytes=self.max_body_bytes,
+        )
+
+    def scheduler_config(self) -> SchedulerConfig:
+        faults = self.active_faults
+        policy = self.policy or (Policy.FIFO if QUEUE_HOL in faults else Policy.PRIORITY)
+        window_fault = BATCHING_WINDOW in faults
+        window = (
+            self.batch_window_ms if self.batch_window_ms is not None else (BATCHING_WINDOW_MS if window_fault else 0.0)
+        )
+        trigger = self.batch_trigger if self.batch_trigger is not None else (BATCHING_TRIGGER if window_fault else 1)
+        return SchedulerConfig(
+            policy=policy, cost=self.cost, batch_window_ms=window, batch_trigger=trigger, seed=self.seed
+        )

@@ -58,6 +58,7 @@ def test_the_tuned_edge_streams_unbuffered_keeps_connections_and_resumes_tls() -
         ("tls-no-tickets", ["ssl_session_tickets off;", "ssl_session_cache off;"], "ssl_session_tickets on;"),
         ("no-h2", ["listen 127.0.0.1:8443 ssl;"], "listen 127.0.0.1:8443 ssl http2;"),
         ("no-keepalive", ["keepalive_timeout 0;"], "keepalive_timeout 75000ms;"),
+        ("short-keepalive", ["keepalive_timeout 200ms;"], "keepalive_timeout 75000ms;"),
         ("nagle", ["tcp_nodelay off;"], "tcp_nodelay on;"),
     ],
 )

@@ -19,7 +19,7 @@ from latscope.cli.lab import command as lab_command
 from latscope.dialects.openai import chat_request
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
-from latscope.lab.faults import FAULTS, PROFILES, Stage, UnknownFaultError, resolve_faults
+from latscope.lab.faults import FAULTS, PROFILES, SHORT_KEEPALIVE_TIMEOUT_S, Stage, UnknownFaultError, resolve_faults
 from latscope.lab.scheduler import Policy
 from latscope.lab.settings import LabSettings
 from latscope.timeline.model import Timeline
@@ -38,6 +38,7 @@ def paced(step_ms: float) -> CostModel:
 def test_every_fault_names_the_finding_it_should_trigger() -> None:
     assert {name: fault.finding_id for name, fault in FAULTS.items()} == {
         "no-keepalive": "no-connection-reuse",
+        "short-keepalive": "no-connection-reuse",
         "tls-no-tickets": "tls-no-resumption",
         "no-h2": "http2-not-negotiated",
         "slow-parse": "slow-request-parsing",
@@ -51,11 +52,11 @@ def test_every_fault_names_the_finding_it_should_trigger() -> None:
 
 def test_profiles_tuned_has_none_and_naive_has_the_four_hidden_bottlenecks() -> None:
     assert PROFILES["tuned"] == frozenset()
-    assert PROFILES["naive"] == {"no-keepalive", "slow-parse", "queue-hol", "nagle"}
+    assert PROFILES["naive"] == {"short-keepalive", "slow-parse", "queue-hol", "nagle"}
 
 
 def test_faults_toggle_on_top_of_a_profile() -> None:
-    assert resolve_faults("naive", no_faults=["nagle"]) == {"no-keepalive", "slow-parse", "queue-hol"}
+    assert resolve_faults("naive", no_faults=["nagle"]) == {"short-keepalive", "slow-parse", "queue-hol"}
     assert resolve_faults("tuned", faults=["proxy-buffering"]) == {"proxy-buffering"}
     assert resolve_faults("tuned", faults=["nagle"], no_faults=["nagle"]) == frozenset()
     with pytest.raises(UnknownFaultError, match="known faults"):
@@ -102,6 +103,26 @@ async def test_no_keepalive_makes_every_request_open_a_new_connection() -> None:
     assert [t.connection.reused for t in faulty if t.connection] == [False, False, False]
     assert all(t.response_headers.get("connection") == "close" for t in faulty)
     assert all(t.error is None for t in faulty)
+
+
+async def test_short_keepalive_reuses_back_to_back_but_not_after_a_pause() -> None:
+    # The control is the same lab and client: back to back the connection is reused; after a pause longer than the
+    # fault's idle timeout (but far shorter than any stock keep-alive timeout) the next request needs a new one.
+    pause_s = 4 * SHORT_KEEPALIVE_TIMEOUT_S
+    async with Lab(cost=paced(1.0), faults=("short-keepalive",)) as lab, Client() as client:
+        back_to_back = await _sequential(lab, client, 2)
+        await asyncio.sleep(pause_s)
+        after_pause = await client.request(chat_request("lab-model", "hello", 3), lab.url)
+        accepted = lab.connections_accepted
+    async with Lab(cost=paced(1.0)) as tuned, Client() as client:
+        await _sequential(tuned, client, 1)
+        await asyncio.sleep(pause_s)
+        control = await client.request(chat_request("lab-model", "hello", 3), tuned.url)
+    assert [t.connection.reused for t in back_to_back if t.connection] == [False, True]
+    assert after_pause.error is None and after_pause.connection is not None
+    assert not after_pause.connection.reused
+    assert accepted == 2
+    assert control.connection is not None and control.connection.reused
 
 
 async def test_no_keepalive_over_http2_sends_goaway_after_each_response() -> None:

@@ -20,7 +20,7 @@ def test_lab_process_serves_until_stopped_and_exits_cleanly() -> None:
             json={"model": "lab-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
         )
         assert response.status_code == 200
-        assert response.headers["connection"] == "close"  # the naive profile's no-keepalive
+        assert response.headers["server"] == "latscope-lab"
     finally:
         code = lab.stop()
     assert code == 0  # SIGINT is the lab's Ctrl-C: a clean exit, not a traceback

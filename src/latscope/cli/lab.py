@@ -112,7 +112,7 @@ def run(settings: LabSettings, ready_file: Path | None, console: Console) -> Non
     "--profile",
     type=click.Choice(sorted(PROFILES)),
     default="tuned",
-    help="Fault bundle: tuned (none) or naive (no-keepalive, slow-parse, queue-hol, nagle).",
+    help="Fault bundle: tuned (none) or naive (short-keepalive, slow-parse, queue-hol, nagle).",
 )
 @click.option(
     "--fault",

@@ -8,12 +8,14 @@ Profiles:
 
 - ``tuned`` — no faults: keep-alive, TLS session tickets, HTTP/2 over ALPN, orjson with one validation pass,
   shortest-prompt-first scheduling with chunked prefill, TCP_NODELAY and one write per event, no buffering.
-- ``naive`` — the four hidden bottlenecks, one per layer: connection (``no-keepalive``), parsing (``slow-parse``),
-  queue (``queue-hol``) and streaming (``nagle``). ``nagle`` stands for the streaming layer because it lives in the
-  server itself; ``proxy-buffering`` is what a reverse proxy in front adds, so it is left to ``--fault``.
-  Note the interplay this profile carries on purpose: Nagle's coalescing shows on *reused* connections
-  (reference/network-timing.md), and ``no-keepalive`` prevents reuse, so on this profile the streaming fault is
-  masked until the connection fault is fixed — as it would be on a real server with both problems.
+- ``naive`` — the four hidden bottlenecks, one per layer: connection (``short-keepalive``), parsing
+  (``slow-parse``), queue (``queue-hol``) and streaming (``nagle``). ``nagle`` stands for the streaming layer because
+  it lives in the server itself; ``proxy-buffering`` is what a reverse proxy in front adds, so it is left to
+  ``--fault``. The connection fault is the short idle timeout rather than ``no-keepalive`` because Nagle's coalescing
+  shows only on *reused* connections (reference/network-timing.md): with ``Connection: close`` on every response the
+  streaming fault would be masked, while a keep-alive that dies between a client's requests is just as common in
+  production (idle timeouts of a second or less behind a client that thinks for several) and leaves back-to-back
+  requests reusing the connection.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Fault:
 
 
 NO_KEEPALIVE = "no-keepalive"
+SHORT_KEEPALIVE = "short-keepalive"
 TLS_NO_TICKETS = "tls-no-tickets"
 NO_H2 = "no-h2"
 SLOW_PARSE = "slow-parse"
@@ -61,6 +64,12 @@ FAULTS: dict[str, Fault] = {
         Fault(
             NO_KEEPALIVE,
             "answers every response with 'Connection: close' (HTTP/2: GOAWAY) and closes the connection",
+            "no-connection-reuse",
+            Stage.EDGE,
+        ),
+        Fault(
+            SHORT_KEEPALIVE,
+            "closes a connection after 200 ms idle: back-to-back requests reuse it, a client that pauses reconnects",
             "no-connection-reuse",
             Stage.EDGE,
         ),
@@ -112,8 +121,12 @@ FAULTS: dict[str, Fault] = {
 #: Profile name → the faults it switches on.
 PROFILES: dict[str, frozenset[str]] = {
     "tuned": frozenset(),
-    "naive": frozenset({NO_KEEPALIVE, SLOW_PARSE, QUEUE_HOL, NAGLE}),
+    "naive": frozenset({SHORT_KEEPALIVE, SLOW_PARSE, QUEUE_HOL, NAGLE}),
 }
+
+#: The idle keep-alive timeout of the ``short-keepalive`` fault, s: far below any client's pause between requests
+#: (people read answers for seconds), yet long enough that requests sent back to back still share the connection.
+SHORT_KEEPALIVE_TIMEOUT_S = 0.2
 
 #: What the ``batching-window`` fault sets when the caller does not choose a window itself.
 BATCHING_WINDOW_MS = 50.0  # long enough to dominate a small prompt's TTFT, short enough to look like a "tuning" value

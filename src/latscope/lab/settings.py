@@ -17,6 +17,8 @@ from latscope.lab.faults import (
     PROXY_BUFFER_BYTES,
     PROXY_BUFFERING,
     QUEUE_HOL,
+    SHORT_KEEPALIVE,
+    SHORT_KEEPALIVE_TIMEOUT_S,
     SLOW_PARSE,
     TLS_NO_TICKETS,
     resolve_faults,
@@ -97,10 +99,17 @@ class LabSettings:
         """Bytes the stream writer holds back before writing, None when it writes every event at once."""
         return PROXY_BUFFER_BYTES if PROXY_BUFFERING in self.active_faults else None
 
+    @property
+    def idle_timeout_s(self) -> float:
+        """Seconds an idle keep-alive connection stays open (``short-keepalive`` caps it)."""
+        if SHORT_KEEPALIVE in self.active_faults:
+            return min(self.keepalive_timeout_s, SHORT_KEEPALIVE_TIMEOUT_S)
+        return self.keepalive_timeout_s
+
     def limits(self) -> ConnectionLimits:
         return ConnectionLimits(
             header_timeout_s=self.header_timeout_s,
-            keepalive_timeout_s=self.keepalive_timeout_s,
+            keepalive_timeout_s=self.idle_timeout_s,
             max_header_bytes=self.max_header_bytes,
             max_body_bytes=self.max_body_bytes,
         )

@@ -13,6 +13,7 @@ fault                nginx
 ``tls-no-tickets``   ``ssl_session_tickets off; ssl_session_cache off;`` (both: OpenSSL resumes by ticket *and*
                      by session id, see :mod:`latscope.lab.tls`)
 ``no-h2``            ``listen ... ssl`` without ``http2``: ALPN offers only http/1.1
+``short-keepalive``  ``keepalive_timeout 200ms;``
 ``no-keepalive``     ``keepalive_timeout 0;`` (HTTP/1.1: ``Connection: close`` on every response; HTTP/2: nginx
                      sends GOAWAY naming the request's stream as soon as the request arrives, answers it, then closes)
 ``nagle``            ``tcp_nodelay off;``
@@ -32,13 +33,15 @@ from latscope.lab.faults import (
     NO_H2,
     NO_KEEPALIVE,
     PROXY_BUFFERING,
+    SHORT_KEEPALIVE,
+    SHORT_KEEPALIVE_TIMEOUT_S,
     TLS_NO_TICKETS,
     Stage,
     UnknownFaultError,
 )
 
 #: The lab faults an nginx edge reproduces with its own directives (what :meth:`EdgeConfig.from_faults` maps).
-EDGE_FAULTS: frozenset[str] = frozenset({PROXY_BUFFERING, TLS_NO_TICKETS, NO_H2, NO_KEEPALIVE, NAGLE})
+EDGE_FAULTS: frozenset[str] = frozenset({PROXY_BUFFERING, TLS_NO_TICKETS, NO_H2, NO_KEEPALIVE, SHORT_KEEPALIVE, NAGLE})
 
 #: nginx's own default ``keepalive_timeout`` (75 s), s: the tuned edge behaves like a stock nginx here.
 DEFAULT_KEEPALIVE_TIMEOUT_S = 75.0
@@ -151,7 +154,13 @@ class EdgeConfig:
             proxy_buffering=PROXY_BUFFERING in edge_faults,
             session_tickets=TLS_NO_TICKETS not in edge_faults,
             session_cache=TLS_NO_TICKETS not in edge_faults,
-            keepalive_timeout_s=0.0 if NO_KEEPALIVE in edge_faults else DEFAULT_KEEPALIVE_TIMEOUT_S,
+            keepalive_timeout_s=(
+                0.0
+                if NO_KEEPALIVE in edge_faults
+                else SHORT_KEEPALIVE_TIMEOUT_S
+                if SHORT_KEEPALIVE in edge_faults
+                else DEFAULT_KEEPALIVE_TIMEOUT_S
+            ),
             tcp_nodelay=NAGLE not in edge_faults,
             faults=edge_faults,
         )

@@ -96,7 +96,7 @@ class EdgeLab:
         self.edge_config = dataclasses.replace(
             EdgeConfig.from_faults(self.edge_faults, tls=settings.tls),
             http2=settings.http2_enabled,
-            keepalive_timeout_s=settings.keepalive_timeout_s if settings.keep_alive else 0.0,
+            keepalive_timeout_s=settings.idle_timeout_s if settings.keep_alive else 0.0,
             client_max_body_bytes=settings.max_body_bytes,
         )
         # The origin only ever talks to nginx: plain HTTP/1.1 (nginx proxies with HTTP/1.1), tuned network settings.

@@ -227,6 +227,12 @@ def run(settings: LabSettings, ready_file: Path | None, console: Console) -> Non
     default=None,
     help="Once serving, write the URL here (and the certificate path on a second line with --tls).",
 )
+@click.option(
+    "--edge",
+    type=click.Choice(["none", "nginx"]),
+    default="none",
+    help="Serve through a real nginx (needs nginx): edge faults become nginx directives.",
+)
 @click.option("--list-faults", is_flag=True, help="Print the fault catalogue and exit.")
 def command(
     host: str,
@@ -251,6 +257,7 @@ def command(
     header_timeout_s: float,
     keepalive_timeout_s: float,
     ready_file: Path | None,
+    edge: str,
     list_faults: bool,
     **cost_options: Any,
 ) -> None:
@@ -262,6 +269,7 @@ def command(
       latscope lab --profile naive                  the four hidden bottlenecks at once
       latscope lab --fault proxy-buffering --tls    one fault on top of the tuned profile
       latscope lab --list-faults                    every fault and the finding it should trigger
+      latscope lab --tls --edge nginx --fault proxy-buffering   a real nginx in front, buffering the stream
     """
     console = Console(stderr=True)
     if list_faults:

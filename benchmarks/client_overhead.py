@@ -1,22 +1,35 @@
 """Client CPU cost per SSE event: latscope.wire (full recording) next to httpx and aiohttp, on the same stream.
 
-A server process sends one pre-built OpenAI-style chat stream (``--events`` chunk events, one HTTP chunk per event
-as real servers frame them, or one Content-Length body with ``--framing length``) as fast as the socket takes it.
-Each client reads the whole stream in this process; the cost is this process's CPU time (user + system, from
-``time.process_time``) divided by the number of events, best of ``--repeat`` runs. The server's CPU is not counted.
+A server process sends one pre-built OpenAI-style chat stream (``--events`` chunk events) as fast as the socket
+takes it, framed two ways on two ports: one HTTP chunk per event, as real servers frame them, and one Content-Length
+body. Each client reads the whole stream in this process; the cost is this process's CPU time (user + system, from
+``time.process_time``) divided by the number of events, best of ``--repeat`` runs, the rows interleaved. The
+server's CPU is not counted.
 
-- ``wire``: :class:`latscope.wire.Client` with the OpenAI decoder: every read stamped, every event decoded and
-  recorded (``Read`` and ``StreamEvent`` records, first/last token marks, usage).
-- ``wire framing only``: the same client with a decoder that decodes nothing: stamps, reads and HTTP framing.
+- ``wire (full recording)``: :class:`latscope.wire.Client` with the OpenAI decoder: every read stamped, every event
+  decoded and recorded (``Read`` and ``StreamEvent`` records, first/last token marks, usage). Python's garbage
+  collector as it comes.
+- ``wire (full, gc.freeze())``: the same after ``gc.freeze()``: the objects that existed before the request (modules,
+  functions, the event loop) are no longer walked by the full collections that the recorded events trigger. What a
+  load runner can do once its set-up is done.
+- ``wire (full, GC off: reference)``: the same with the collector disabled, to show what it costs. Not a way to run:
+  the recorded events are what makes it collect.
+- ``wire (full, Content-Length body)``: the full recording on the Content-Length framing.
+- ``wire (framing only)``: the client with a decoder that decodes nothing: stamps, reads and HTTP framing.
 - ``httpx aiter_raw`` and ``aiohttp iter_any``: the bytes only, no SSE parsing, no JSON, no recording.
 
-Run: ``.venv/bin/python benchmarks/client_overhead.py [--events 200000] [--repeat 3] [--framing chunked|length]``.
+The stream arrives much faster than any server writes tokens, so reads are large (hundreds of events each): this
+measures the cost per event, not per read. Numbers from a machine shared with other work are noisy; compare rows of
+one run.
+
+Run: ``.venv/bin/python benchmarks/client_overhead.py [--events 200000] [--repeat 3] [--only NAME ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import multiprocessing as mp
 import socket
 import sys
@@ -24,6 +37,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import orjson
 
@@ -94,14 +108,23 @@ def _serve_one(conn: socket.socket, payload: bytes) -> None:
             pass
 
 
-def serve(port_queue: mp.Queue[int], events: int, framing: str) -> None:
-    """The server process: one thread per connection, each sends the whole response in one sendall."""
-    payload = build_stream(events, framing)
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    port_queue.put(listener.getsockname()[1])
+def serve(port_queue: mp.Queue[dict[str, int]], events: int) -> None:
+    """The server process: one listener per framing, one thread per connection, each sends the whole response in
+    one sendall."""
+    ports: dict[str, int] = {}
+    for framing in FRAMINGS:
+        payload = build_stream(events, framing)
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        ports[framing] = listener.getsockname()[1]
+        threading.Thread(target=_accept, args=(listener, payload), daemon=True).start()
+    port_queue.put(ports)
+    threading.Event().wait()  # until terminated
+
+
+def _accept(listener: socket.socket, payload: bytes) -> None:
     while True:
         conn, _ = listener.accept()
         threading.Thread(target=_serve_one, args=(conn, payload), daemon=True).start()
@@ -167,11 +190,26 @@ async def run_aiohttp(url: str, events: int) -> int:
     return events
 
 
-CLIENTS: dict[str, Callable[[str, int], Awaitable[int]]] = {
-    "wire (full recording)": run_wire,
-    "wire (framing only)": run_wire_framing,
-    "httpx aiter_raw": run_httpx,
-    "aiohttp iter_any": run_aiohttp,
+FRAMINGS = ("chunked", "length")
+
+GcMode = Literal["default", "freeze", "off"]
+
+
+@dataclass(frozen=True)
+class Row:
+    run: Callable[[str, int], Awaitable[int]]
+    framing: str = "chunked"
+    gc_mode: GcMode = "default"
+
+
+ROWS: dict[str, Row] = {
+    "wire (full recording)": Row(run_wire),
+    "wire (full, gc.freeze())": Row(run_wire, gc_mode="freeze"),
+    "wire (full, GC off: reference)": Row(run_wire, gc_mode="off"),
+    "wire (full, Content-Length body)": Row(run_wire, framing="length"),
+    "wire (framing only)": Row(run_wire_framing),
+    "httpx aiter_raw": Row(run_httpx),
+    "aiohttp iter_any": Row(run_aiohttp),
 }
 
 
@@ -182,12 +220,21 @@ class Measure:
     events: int
 
 
-def measure(name: str, url: str, events: int, loop_name: str) -> Measure:
+def measure(row: Row, url: str, events: int, loop_name: str) -> Measure:
     factory = new_event_loop if loop_name == "uvloop" else asyncio.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        runner.run(asyncio.wait_for(CLIENTS[name](url, events), RUN_TIMEOUT_S))
-        cpu1, wall1 = time.process_time(), time.perf_counter()
+        gc.collect()  # every row starts from the same heap, not the last row's garbage
+        if row.gc_mode == "freeze":
+            gc.freeze()
+        elif row.gc_mode == "off":
+            gc.disable()
+        try:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            runner.run(asyncio.wait_for(row.run(url, events), RUN_TIMEOUT_S))
+            cpu1, wall1 = time.process_time(), time.perf_counter()
+        finally:
+            gc.enable()
+            gc.unfreeze()
     return Measure(cpu1 - cpu0, wall1 - wall0, events)
 
 
@@ -195,39 +242,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--framing", choices=["chunked", "length"], default="chunked")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
-    parser.add_argument("--only", action="append", choices=list(CLIENTS), help="run only these clients")
+    parser.add_argument("--only", action="append", choices=list(ROWS), help="run only these rows")
     args = parser.parse_args()
 
     ctx = mp.get_context("spawn")
-    port_queue: mp.Queue[int] = ctx.Queue()
-    server = ctx.Process(target=serve, args=(port_queue, args.events, args.framing), daemon=True)
+    port_queue: mp.Queue[dict[str, int]] = ctx.Queue()
+    server = ctx.Process(target=serve, args=(port_queue, args.events), daemon=True)
     server.start()
     try:
-        port = port_queue.get(timeout=60)
-        url = f"http://127.0.0.1:{port}/v1"
-        names = args.only or list(CLIENTS)
+        ports = port_queue.get(timeout=60)
+        urls = {framing: f"http://127.0.0.1:{port}/v1" for framing, port in ports.items()}
+        names = args.only or list(ROWS)
         for name in names:  # warm-up: imports, first connection, caches
-            measure(name, url, args.events, args.loop)
+            measure(ROWS[name], urls[ROWS[name].framing], args.events, args.loop)
         best: dict[str, Measure] = {}
         for _ in range(args.repeat):
-            for name in names:  # interleaved, so a noisy moment on the machine hits every client alike
-                m = measure(name, url, args.events, args.loop)
+            for name in names:  # interleaved, so a noisy moment on the machine hits every row alike
+                row = ROWS[name]
+                m = measure(row, urls[row.framing], args.events, args.loop)
                 if name not in best or m.cpu_s < best[name].cpu_s:
                     best[name] = m
     finally:
         server.terminate()
         server.join(5)
 
-    print(f"{args.events} events, {args.framing} framing, {args.loop}, best of {args.repeat}, client CPU only")
-    print(f"{'client':<24} {'CPU µs/event':>13} {'events/s (1 core)':>18} {'wall s':>8}")
+    print(f"{args.events} events, {args.loop}, best of {args.repeat}, client CPU only (noisy on a shared machine)")
+    print(f"{'client':<34} {'CPU µs/event':>13} {'events/s (1 core)':>18} {'wall s':>8}")
     for name, m in best.items():
         per_event_us = m.cpu_s / m.events * 1e6
-        print(f"{name:<24} {per_event_us:>13.2f} {m.events / m.cpu_s:>18,.0f} {m.wall_s:>8.2f}")
+        print(f"{name:<34} {per_event_us:>13.2f} {m.events / m.cpu_s:>18,.0f} {m.wall_s:>8.2f}")
     if "wire (full recording)" in best and "httpx aiter_raw" in best:
         ratio = best["httpx aiter_raw"].cpu_s / best["wire (full recording)"].cpu_s
-        print(f"httpx / wire CPU: {ratio:.1f}x")
+        print(f"httpx aiter_raw / wire (full recording) CPU: {ratio:.1f}x")
     sys.stdout.flush()
 
 

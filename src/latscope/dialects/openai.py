@@ -17,7 +17,8 @@ Reference: OpenAI API reference, "Chat Completions" (the chat completion chunk o
 "Completions" (legacy).
 
 The stream decoder runs once per event of every stream a load generator reads, so its common case — a content
-chunk — is a handful of dict look-ups after ``orjson.loads``; no validation layer.
+chunk — is a handful of dict look-ups after ``orjson.loads``, no validation layer; and once a stream's content chunks
+are seen to differ only in their text, they are decoded by comparing strings, without parsing JSON (``_Template``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping, Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -60,6 +63,36 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _DONE_CHUNK = Chunk(EventKind.DONE)
 _UNPARSED = object()  # _decode_event's "the data has not been parsed yet"
+_FIVE_NONES = (repeat(None),) * 5  # zip arguments for the five empty fields of a plain text chunk (repeat is stateless)
+
+_Template = tuple[str, str, int, int, EventKind, str | None]
+"""A stream's text-chunk shape: ``(prefix, suffix, start, stop, kind, finish_reason)``.
+
+Servers write every text chunk of a stream with the same fields (id, model, created, index ...) and only the text
+changing, so an event whose data is ``prefix + text + suffix`` decodes to ``Chunk(kind, text, 1, finish_reason)``
+without parsing JSON, provided ``text`` is non-empty and needs no escaping in JSON (no ``"``, no ``\\``, no control
+character: ``str.isprintable`` is stricter, which only sends more events the parsing way).
+
+Why that is exact: a template is learnt from an event whose text (itself needing no escaping) stood verbatim between
+``prefix`` and ``suffix`` as a string value, not an object key, and is confirmed by decoding ``prefix + _PROBE +
+suffix`` into the same chunk with the probe as its text. Characters that need no escaping cannot end a JSON string
+early, so every such document lexes like those two but for that one string value (RFC 8259 §7); changing that value
+changed the decoded text, so the text is that value, exactly the characters in between, and nothing else in the
+chunk depends on it.
+"""
+
+_JSON_SPACE = " \t\n\r"  # insignificant whitespace (RFC 8259 §2)
+
+_PROBE = "latscope-template-probe-7Qx"
+"""The stand-in text used to confirm a template (printable, nothing to escape, unlikely in real data)."""
+
+_TEMPLATE_TRIES = 2
+"""Templates tried at the start of a stream (each try costs one more parse). A stream whose chunks differ in more than
+their text (OpenAI's random ``obfuscation`` field) defeats them and stops trying after these."""
+
+_EVENTS_PER_TEMPLATE_TRY = 32
+"""One more try is allowed for every this many events decoded without parsing JSON: llama.cpp's ``created`` changes
+every second, so a stream it serves fast keeps earning new templates."""
 
 
 # -- requests ----------------------------------------------------------------------------------------------------
@@ -221,7 +254,11 @@ class OpenAIStreamDecoder:
         "_closed",
         "_decode_text_chunk",
         "_done",
+        "_parsed",
+        "_plain",
         "_sse",
+        "_template",
+        "_template_builds",
         "_unknown_warned",
         "_utf8_seen",
         "_warnings",
@@ -233,10 +270,11 @@ class OpenAIStreamDecoder:
             raise ValueError(f"unknown OpenAI mode {mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
         self._chat = mode == "chat"
-        # The mode's hot path, kept as a plain function: a bound method stored on self would be a reference cycle.
+        # The mode's hot paths, kept as plain functions: a bound method stored on self would be a reference cycle.
         self._decode_text_chunk = (
             OpenAIStreamDecoder._decode_chat if self._chat else OpenAIStreamDecoder._decode_completions
         )
+        self._plain = _plain_chat if self._chat else _plain_completions
         self._sse = SSEParser()
         self._warnings: list[str] = []
         self._done = False
@@ -244,7 +282,11 @@ class OpenAIStreamDecoder:
         self._unknown_warned = False
         self._after_done_warned = False
         self._utf8_seen = 0  # invalid UTF-8 offsets already looked at
-        self._batch: list[SSEEvent] = []  # the events of the current feed, to number them in messages
+        # the events of the current feed, to number them in messages; None until an event needs them (built lazily)
+        self._batch: list[SSEEvent] | None = []
+        self._template: _Template | None = None
+        self._template_builds = 0
+        self._parsed = 0  # text chunks whose JSON was parsed (the others were decoded by templates, mostly)
 
     @property
     def warnings(self) -> list[str]:
@@ -264,16 +306,26 @@ class OpenAIStreamDecoder:
     def feed(self, data: bytes) -> list[Chunk]:
         """Consume the next body bytes; return one chunk per SSE event they completed."""
         sse = self._sse
-        events = sse.feed(data)
+        values = sse.feed_values(data)
         if len(sse.invalid_utf8_offsets) != self._utf8_seen:
             self._report_invalid_utf8()
-        if not events:
+        if values is None:
+            # an event with an SSE type of its own (`event: error`) among them: the general way, event by event
+            events = sse.last_events()
+            self._batch = events
+            decode = self._decode_text_chunk
+            return [decode(self, event) for event in events]
+        if not values:
             return []
-        self._batch = events
-        decode = self._decode_text_chunk
-        if len(events) == 1:
-            return [decode(self, events[0])]  # the common case when tokens arrive one per read
-        return [decode(self, event) for event in events]
+        self._batch = None
+        if len(values) == 1:
+            return [self._decode_value(values[0], 0)]  # the common case when tokens arrive one per read
+        if self._template is not None:
+            chunks = self._decode_run(values)
+            if chunks is not None:
+                return chunks
+        decode_value = self._decode_value
+        return [decode_value(value, index) for index, value in enumerate(values)]
 
     def close(self) -> list[Chunk]:
         """The body ended: add the end-of-stream warnings (no ``[DONE]``, a truncated event). Returns no chunk."""
@@ -292,8 +344,97 @@ class OpenAIStreamDecoder:
             self._warnings.append(f"stream ended without [DONE] after {sse.events} events")
         return []
 
-    # The two hot paths: one per mode, for a text chunk with nothing else attached (and, with the lab's --truth, its
-    # send stamp). Anything else goes to _decode_event, which handles every shape.
+    # -- the fast paths ------------------------------------------------------------------------------------------
+    #
+    # A `message` event arrives as its data string (SSEParser.feed_values). A text chunk with nothing else attached
+    # (and, with the lab's --truth, its send stamp) is decoded by _plain_chat / _plain_completions after one
+    # orjson.loads; a stream's text chunks usually differ only in their text, and once a template of that shape is
+    # known (see _Template) they are decoded without parsing JSON at all. Anything else goes to _decode_event, which
+    # handles every shape.
+
+    def _decode_value(self, value: str, index: int) -> Chunk:
+        """The chunk of the ``index``-th event of this feed, a ``message`` event with data ``value``."""
+        template = self._template
+        fits = False
+        if template is not None and value.startswith(template[0]) and value.endswith(template[1]):
+            fits = True
+            text = value[template[2] : template[3]]
+            if text and '"' not in text and "\\" not in text and text.isprintable():
+                return _new_chunk(Chunk, (template[4], text, 1, template[5], None, None, None, None, None))
+        if value == DONE or self._done:
+            return self._decode_event(self._event(index), _UNPARSED)
+        try:
+            obj = _loads(value)
+        except _JSONDecodeError:
+            return self._decode_event(self._event(index), _UNPARSED)
+        chunk = self._plain(obj)
+        if chunk is None:
+            return self._decode_event(self._event(index), obj)
+        self._parsed += 1
+        if not fits and chunk[8] is None:
+            # No template yet, or the stream's text chunks changed shape (llama.cpp's `created` moved on a second):
+            # learn this one while the budget allows; a template that no longer fits is dropped either way, so it
+            # costs nothing on the events that follow. (A text that needs escaping fits and is only parsed.)
+            self._template = None
+            unparsed = self._sse.events - self._parsed  # about the events templates decoded (not counted there)
+            if self._template_builds < _TEMPLATE_TRIES + unparsed // _EVENTS_PER_TEMPLATE_TRY:
+                self._learn_template(value, chunk)
+        return chunk
+
+    def _decode_run(self, values: list[str]) -> list[Chunk] | None:
+        """The chunks of a run of events that all fit the template, or None when one does not. C-level iteration
+        only: no bytecode per event."""
+        template = self._template
+        assert template is not None  # the caller checked
+        prefix, suffix, start, stop, kind, finish = template
+        texts: list[str] = list(map(itemgetter(slice(start, stop)), values))
+        if "" in texts:
+            return None  # a value too short to hold the template, or an empty text (not a text chunk)
+        # Every value is prefix + its text + suffix exactly when the concatenations agree: the texts were cut from
+        # the values, so the two sides have their pieces at the same places. (Two joins and one compare cost less
+        # than a startswith and an endswith call per value.)
+        if "".join(values) != prefix + (suffix + prefix).join(texts) + suffix:
+            return None
+        joined = "".join(texts)
+        if '"' in joined or "\\" in joined or not joined.isprintable():
+            return None  # _decode_value's checks, on all the texts at once
+        fields = zip(repeat(kind), texts, repeat(1), repeat(finish), *_FIVE_NONES)
+        return list(map(_new_chunk, repeat(Chunk), fields))
+
+    def _learn_template(self, value: str, chunk: Chunk) -> None:
+        """Make ``value`` (just decoded into ``chunk``, a text chunk with nothing else attached) the template, when
+        its text appears in it verbatim once and a probe proves that position is where the text comes from."""
+        self._template_builds += 1
+        text = chunk[1]
+        if '"' in text or "\\" in text or not text.isprintable() or _PROBE in value:
+            return  # the text must need no escaping, like every text the template will take
+        quoted = '"' + text + '"'
+        at = value.find(quoted)
+        if at < 0 or value.find(quoted, at + 1) >= 0:
+            return  # not written verbatim, or ambiguous
+        prefix = value[: at + 1]
+        suffix = value[at + 1 + len(text) :]
+        if suffix[1:].lstrip(_JSON_SPACE)[:1] == ":":
+            return  # an object key (RFC 8259 §4), not a value
+        try:
+            probe = self._plain(_loads(prefix + _PROBE + suffix))
+        except _JSONDecodeError:
+            return
+        # Both documents lex alike but for one string value, between prefix and suffix; the decoded text differs
+        # (text vs probe), so it is read from that value, which is exactly the characters in between. The rest of the
+        # chunk (kind, finish_reason, no usage / timings / stamp) is then the same for any text that needs no
+        # escaping.
+        if probe != (chunk[0], _PROBE, 1, chunk[3], None, None, None, None, None):
+            return
+        self._template = (prefix, suffix, len(prefix), -len(suffix), chunk[0], chunk[3])
+
+    def _event(self, index: int) -> SSEEvent:
+        """The ``index``-th event of this feed as an SSEEvent (for the general path and its messages)."""
+        if self._batch is None:
+            self._batch = self._sse.last_events()
+        return self._batch[index]
+
+    # The two per-event paths of SSEEvent input: one per mode. (Kept for events that come with an SSE type.)
 
     def _decode_chat(self, event: SSEEvent) -> Chunk:
         data = event[1]
@@ -303,34 +444,8 @@ class OpenAIStreamDecoder:
             obj = _loads(data)
         except _JSONDecodeError:
             return self._decode_event(event, _UNPARSED)
-        try:
-            choice = obj["choices"][0]
-            delta = choice["delta"]
-            kind = _CONTENT
-            text = delta.get("content")
-            if not text:
-                kind = _REASONING
-                text = delta.get("reasoning_content") or delta.get("reasoning")
-            finish = choice.get("finish_reason")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            return self._decode_event(event, obj)
-        if (
-            not text
-            or text.__class__ is not str
-            or (finish is not None and finish.__class__ is not str)
-            or obj.get("usage") is not None
-            or "timings" in obj
-        ):
-            return self._decode_event(event, obj)
-        lab = obj.get("latscope")
-        if lab is None:
-            return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, None, None))
-        if lab.__class__ is not dict:
-            return self._decode_event(event, obj)
-        sent_ns = lab.get("sent_ns")
-        if sent_ns.__class__ is not int:
-            sent_ns = None
-        return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, sent_ns, {"latscope": lab}))
+        chunk = _plain_chat(obj)
+        return chunk if chunk is not None else self._decode_event(event, obj)
 
     def _decode_completions(self, event: SSEEvent) -> Chunk:
         data = event[1]
@@ -340,29 +455,8 @@ class OpenAIStreamDecoder:
             obj = _loads(data)
         except _JSONDecodeError:
             return self._decode_event(event, _UNPARSED)
-        try:
-            choice = obj["choices"][0]
-            text = choice["text"]
-            finish = choice.get("finish_reason")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            return self._decode_event(event, obj)
-        if (
-            not text
-            or text.__class__ is not str
-            or (finish is not None and finish.__class__ is not str)
-            or obj.get("usage") is not None
-            or "timings" in obj
-        ):
-            return self._decode_event(event, obj)
-        lab = obj.get("latscope")
-        if lab is None:
-            return _new_chunk(Chunk, (_CONTENT, text, 1, finish, None, None, None, None, None))
-        if lab.__class__ is not dict:
-            return self._decode_event(event, obj)
-        sent_ns = lab.get("sent_ns")
-        if sent_ns.__class__ is not int:
-            sent_ns = None
-        return _new_chunk(Chunk, (_CONTENT, text, 1, finish, None, None, None, sent_ns, {"latscope": lab}))
+        chunk = _plain_completions(obj)
+        return chunk if chunk is not None else self._decode_event(event, obj)
 
     def _decode_event(self, event: SSEEvent, obj: Any) -> Chunk:
         """One SSE event → one chunk, whatever its shape (``obj``: the parsed data, or ``_UNPARSED``)."""
@@ -371,6 +465,7 @@ class OpenAIStreamDecoder:
             return _error_chunk(_api_error_from_text(data))
         if data == DONE:
             self._done = True
+            self._template = None  # after [DONE] every event takes this path (its warning)
             return _DONE_CHUNK
         if obj is _UNPARSED:
             try:
@@ -466,6 +561,8 @@ class OpenAIStreamDecoder:
 
     def _number(self, event: SSEEvent) -> int:
         """The 1-based position of ``event`` in the stream (for messages)."""
+        if self._batch is None:
+            self._batch = self._sse.last_events()
         batch = self._batch
         for index, candidate in enumerate(batch):
             if candidate is event:
@@ -477,6 +574,66 @@ class OpenAIStreamDecoder:
         for offset in offsets[self._utf8_seen : MAX_UTF8_WARNINGS]:
             self._warnings.append(f"invalid UTF-8 at stream byte {offset} (replaced by U+FFFD)")
         self._utf8_seen = len(offsets)
+
+
+def _plain_chat(obj: Any) -> Chunk | None:
+    """The chunk of a parsed chat chunk that carries text and nothing else (no usage, no timings; the lab's stamp
+    allowed), or None for any other shape (then the general decoding applies)."""
+    try:
+        choice = obj["choices"][0]
+        delta = choice["delta"]
+        kind = _CONTENT
+        text = delta.get("content")
+        if not text:
+            kind = _REASONING
+            text = delta.get("reasoning_content") or delta.get("reasoning")
+        finish = choice.get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    if (
+        not text
+        or text.__class__ is not str
+        or (finish is not None and finish.__class__ is not str)
+        or obj.get("usage") is not None
+        or "timings" in obj
+    ):
+        return None
+    lab = obj.get("latscope")
+    if lab is None:
+        return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, None, None))
+    if lab.__class__ is not dict:
+        return None
+    sent_ns = lab.get("sent_ns")
+    if sent_ns.__class__ is not int:
+        sent_ns = None
+    return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, sent_ns, {"latscope": lab}))
+
+
+def _plain_completions(obj: Any) -> Chunk | None:
+    """:func:`_plain_chat` for legacy completions (text in ``choices[0].text``)."""
+    try:
+        choice = obj["choices"][0]
+        text = choice["text"]
+        finish = choice.get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    if (
+        not text
+        or text.__class__ is not str
+        or (finish is not None and finish.__class__ is not str)
+        or obj.get("usage") is not None
+        or "timings" in obj
+    ):
+        return None
+    lab = obj.get("latscope")
+    if lab is None:
+        return _new_chunk(Chunk, (_CONTENT, text, 1, finish, None, None, None, None, None))
+    if lab.__class__ is not dict:
+        return None
+    sent_ns = lab.get("sent_ns")
+    if sent_ns.__class__ is not int:
+        sent_ns = None
+    return _new_chunk(Chunk, (_CONTENT, text, 1, finish, None, None, None, sent_ns, {"latscope": lab}))
 
 
 def _error_chunk(error: ApiError) -> Chunk:

@@ -19,11 +19,17 @@ It follows the WHATWG HTML Standard, §9.2.6 "Interpreting an event stream"
 
 The parser never sees a socket: it is fed bytes and returns events (the h11 style). It runs for every event of every
 stream a load generator reads, so the shape nearly every LLM server writes — ``data: {...}`` then a blank line, LF or
-CRLF endings — has two fast paths: a read holding exactly one such event is recognised with two ``memchr`` scans,
-and a run of such events in a large read is turned into events by C-level iteration (``split``, ``map``,
-``accumulate``) with no Python bytecode per event. Anything else (comments, several fields per event, bare CRs,
-mixed endings) takes the general line-by-line path. All paths give the same events for any split of the stream
-into reads; the tests check that on generated streams.
+CRLF endings — has fast paths: a read holding exactly one such event is recognised with two ``memchr`` scans; a read
+made only of such events (plus the start of the next) is decoded once and cut into the events' data with one
+``str.split``; a run of such events inside a read with other lines is turned into events by C-level iteration
+(``split``, ``map``, ``accumulate``). None of them runs Python bytecode per event. Anything else (comments, several
+fields per event, bare CRs, mixed endings) takes the general line-by-line path. All paths give the same events for
+any split of the stream into reads; the tests check that on generated streams.
+
+A consumer that needs only the data of ``message`` events (a dialect decoder) calls :meth:`SSEParser.feed_values`,
+which returns those strings without building an :class:`SSEEvent` per event; the events of that feed, with their
+offsets, can still be had afterwards (:meth:`SSEParser.last_events`, :meth:`SSEParser.last_end_offset`) for the rare
+event the consumer cannot handle on its fast path.
 
 UTF-8 is decoded per field value, after splitting on ASCII bytes. That equals decoding the whole stream first:
 CR, LF, ``:`` and space are ASCII, so they never sit inside a multi-byte sequence, and a sequence cut short by one of
@@ -34,7 +40,7 @@ from __future__ import annotations
 
 from itertools import accumulate, compress, count, repeat
 from operator import add, itemgetter, ne, not_
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 _BOM = b"\xef\xbb\xbf"
 _LF = 0x0A
@@ -46,6 +52,26 @@ _removeprefix = bytes.removeprefix
 _new_event = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (about 2x cheaper per event)
 _startswith = bytes.startswith
 _decode_utf8 = bytes.decode
+_encode_utf8 = str.encode
+_isascii = str.isascii
+# A clean run of events, decoded: `data: v1<blank>data: v2<blank>...`, cut at each "<blank>data: " (LF / CRLF endings).
+_RUN_SEPARATOR = ("\n\ndata: ", "\r\n\r\ndata: ")
+_BLANK = (b"\n\n", b"\r\n\r\n")
+
+
+class _Span(NamedTuple):
+    """Events of one feed that are held as their data strings (a fast path made them): ``size`` of them from
+    ``first`` in the feed's batch, all of type ``message`` with the same ``id`` / ``retry``. Their end offsets are
+    ``ends`` when known, else computed on demand from the values' UTF-8 lengths: each event is ``data: `` + value +
+    two line endings of ``eol`` bytes, the first event starting at stream offset ``start``."""
+
+    first: int
+    size: int
+    start: int
+    eol: int
+    id: str | None
+    retry: int | None
+    ends: list[int] | None
 
 
 class SSEEvent(NamedTuple):
@@ -82,15 +108,20 @@ class SSEParser:
     """
 
     __slots__ = (
+        "_batch",
         "_bom_head",
         "_closed",
         "_cr_pending",
         "_data",
+        "_general",
         "_pending_start",
         "_plain",
+        "_single_end",
+        "_spans",
         "_tail",
         "_tail_offset",
         "_type",
+        "_typed",
         "bytes_fed",
         "comments",
         "discarded_bytes",
@@ -117,6 +148,13 @@ class SSEParser:
         self._pending_start: int | None = None  # offset of the first field line of the unfinished event
         self._plain = False  # between events with nothing pending: the single-event fast path applies
         self._closed = False
+        # What the last feed completed, in order: data strings (from the fast paths, which _spans or _single_end
+        # describe) and SSEEvents (from the general path). Typed Any: it is both, and casts would cost a call each.
+        self._batch: list[Any] = []
+        self._single_end = -1  # the end offset when the last feed was one event alone (no span then)
+        self._spans: list[_Span] = []
+        self._general = False  # the batch holds SSEEvents
+        self._typed = False  # ... and one of them is not of type `message`
 
     @property
     def ended_mid_event(self) -> bool:
@@ -125,6 +163,17 @@ class SSEParser:
 
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Consume the next bytes of the stream; return the events they completed, in order (possibly none)."""
+        self.feed_values(data)
+        return self.last_events()
+
+    def feed_values(self, data: bytes) -> list[str] | None:
+        """Consume the next bytes of the stream, for a consumer that needs only the data of ``message`` events.
+
+        Returns the ``data`` of each event the bytes completed, in order, when every one of them has the type
+        ``message``; None when one has another type (an ``event:`` field), and then :meth:`last_events` gives them
+        all. The list belongs to the parser: read it, do not change it. The events' ``id`` / ``retry`` /
+        ``end_offset`` are those :meth:`last_events` would give.
+        """
         size = len(data)
         if (
             self._plain
@@ -134,6 +183,7 @@ class SSEParser:
             and _CR not in data  # an int operand makes `in` a bare memchr, about 10x faster than a bytes one
         ):
             # Exactly one `data: ...\n\n` event, read on its own: what a client sees when tokens arrive one by one.
+            # Nothing but the value and its end is kept: this runs once per read of every stream.
             start = self._tail_offset
             end = start + size
             self._tail_offset = end
@@ -143,54 +193,69 @@ class SSEParser:
                 value = data[6:-2].decode()
             except UnicodeDecodeError:
                 value = self._decode(data[6:-2], start + 6)
-            return [_new_event(SSEEvent, ("message", value, self.last_event_id, self.retry_ms, end))]
+            batch = [value]
+            self._batch = batch
+            self._single_end = end
+            return batch
         if self._closed:
             raise RuntimeError("SSEParser.feed() called after close()")
-        if not size:
-            return []
-        self.bytes_fed += size
-        self._plain = False
-        if self._bom_head is not None:
-            # The BOM may arrive split over several reads: hold the first bytes until it is decided.
-            head = self._bom_head + data
-            if len(head) < 3 and _BOM.startswith(head):
-                self._bom_head = head
-                return []
-            self._bom_head = None
-            if head.startswith(_BOM):
-                data = head[3:]
-                self._tail_offset = 3
-            else:
-                data = head
-            if not data:
-                return []
-        if self._cr_pending:
-            self._cr_pending = False
-            if data[0] == _LF:
-                data = data[1:]
-                self._tail_offset += 1
-                if not data:
-                    return []
-        tail = self._tail
-        if _LF not in data and _CR not in data:
-            tail.append(data)  # no line ended: keep the pieces and join once (linear for long lines read slowly)
-            return []
-        if tail:
-            tail.append(data)
-            chunk = b"".join(tail)
-            tail.clear()
-        else:
-            chunk = data
-        out: list[SSEEvent] = []
-        if _CR not in chunk:
-            self._feed_split(chunk.split(b"\n"), False, out)
-        elif chunk.count(b"\r\n") == chunk.count(b"\r") == chunk.count(b"\n"):
-            self._feed_split(chunk.split(b"\n"), True, out)  # CRLF only (sse-starlette's default separator)
-        else:
-            self._feed_lines(chunk, out)
-        self.events += len(out)
-        self._plain = not (self._tail or self._data or self._type or self._cr_pending) and self._pending_start is None
+        batch = []
+        self._batch = batch
+        self._single_end = -1
+        self._spans.clear()
+        self._general = self._typed = False
+        if self._feed(data, batch):
+            self.events += len(batch)
+            self._plain = (
+                not (self._tail or self._data or self._type or self._cr_pending) and self._pending_start is None
+            )
+        if not self._general:
+            return batch
+        if self._typed:
+            return None
+        return [item if item.__class__ is str else item[1] for item in batch]
+
+    def last_events(self) -> list[SSEEvent]:
+        """The events the last :meth:`feed` / :meth:`feed_values` call completed, as :class:`SSEEvent`."""
+        batch = self._batch
+        if self._single_end >= 0:
+            return [_new_event(SSEEvent, ("message", batch[0], self.last_event_id, self.retry_ms, self._single_end))]
+        if not self._spans:
+            return batch  # general events only
+        out = list(batch)
+        for span in self._spans:
+            first, n = span[0], span[1]
+            ends = span.ends if span.ends is not None else self._span_ends(span)
+            values = batch[first : first + n]
+            out[first : first + n] = map(
+                _new_event, repeat(SSEEvent), zip(repeat("message"), values, repeat(span.id), repeat(span.retry), ends)
+            )
         return out
+
+    def last_end_offset(self, index: int) -> int:
+        """``end_offset`` of the ``index``-th event the last feed completed (what :meth:`last_events` would give),
+        without building the events."""
+        item = self._batch[index]
+        if item.__class__ is not str:
+            end: int = item.end_offset
+            return end
+        if self._single_end >= 0:
+            return self._single_end
+        for span in self._spans:
+            if span.first <= index < span.first + span.size:
+                ends = span.ends if span.ends is not None else self._span_ends(span)
+                return ends[index - span.first]
+        raise IndexError(index)  # unreachable: every string of the batch belongs to a span
+
+    def _span_ends(self, span: _Span) -> list[int]:
+        values: list[str] = self._batch[span.first : span.first + span.size]
+        # The values were decoded strictly (a replaced sequence makes the path record `ends`), so re-encoding gives
+        # the raw lengths back.
+        lengths = map(len, values) if all(map(_isascii, values)) else map(len, map(_encode_utf8, values))
+        per_event = 6 + 2 * span.eol  # `data: `, the line ending, the blank line
+        # The end is just past the first byte of the blank line's ending (see SSEEvent).
+        first_end = span.start + per_event - (span.eol - 1)
+        return list(map(add, accumulate(lengths), count(first_end, per_event)))
 
     def close(self) -> list[SSEEvent]:
         """The stream ended. An unfinished event is discarded (spec); returns no event.
@@ -216,7 +281,93 @@ class SSEParser:
 
     # -- the paths ---------------------------------------------------------------------------------------------
 
-    def _feed_split(self, lines: list[bytes], crlf: bool, out: list[SSEEvent]) -> None:
+    def _feed(self, data: bytes, batch: list[Any]) -> bool:
+        """Consume ``data`` into ``batch``; False when the bytes only went to the buffers (no line ended)."""
+        size = len(data)
+        if not size:
+            return False
+        self.bytes_fed += size
+        self._plain = False
+        if self._bom_head is not None:
+            # The BOM may arrive split over several reads: hold the first bytes until it is decided.
+            head = self._bom_head + data
+            if len(head) < 3 and _BOM.startswith(head):
+                self._bom_head = head
+                return False
+            self._bom_head = None
+            if head.startswith(_BOM):
+                data = head[3:]
+                self._tail_offset = 3
+            else:
+                data = head
+            if not data:
+                return False
+        if self._cr_pending:
+            self._cr_pending = False
+            if data[0] == _LF:
+                data = data[1:]
+                self._tail_offset += 1
+                if not data:
+                    return True
+        tail = self._tail
+        if _LF not in data and _CR not in data:
+            tail.append(data)  # no line ended: keep the pieces and join once (linear for long lines read slowly)
+            return False
+        if tail:
+            tail.append(data)
+            chunk = b"".join(tail)
+            tail.clear()
+        else:
+            chunk = data
+        if _CR not in chunk:
+            self._feed_chunk(chunk, False, batch)
+        elif chunk.count(b"\r\n") == chunk.count(b"\r") == chunk.count(b"\n"):
+            self._feed_chunk(chunk, True, batch)  # CRLF only (sse-starlette's default separator)
+        else:
+            self._feed_lines(chunk, batch)
+        return True
+
+    def _feed_chunk(self, chunk: bytes, crlf: bool, batch: list[Any]) -> None:
+        """Parse a chunk (whole lines, then an incomplete last line) whose line endings are all LF or all CRLF.
+
+        When no event is under way and the chunk starts with events that are each one ``data: `` line and a blank
+        line, they are taken as a clean run: the run is decoded in one call and cut into the data values at every
+        "blank line + ``data: ``" (one ``str.split``). A value holding another line ending means the run was not
+        clean after all (a comment, a second field): the chunk then goes the line-by-line way.
+        """
+        blank = _BLANK[crlf]
+        if (
+            not (self._data or self._type)
+            and chunk.startswith(_DATA_PREFIX)
+            # the first event is one line and a blank line: so, most likely, are the others (a stream whose events
+            # have more lines would otherwise pay for the decoding and the split on every read, for nothing)
+            and chunk.find(blank) == chunk.find(blank[: len(blank) // 2])
+        ):
+            end = chunk.rfind(blank)
+            if end > 0:
+                end += len(blank)
+                region = chunk if end == len(chunk) else chunk[:end]
+                try:
+                    text = region.decode()
+                except UnicodeDecodeError:
+                    text = None  # the line-by-line way records where the invalid sequences are
+                if text is not None:
+                    values = text[6 : -len(blank)].split(_RUN_SEPARATOR[crlf])
+                    # No line ending left inside a value: each is the whole of one `data: ` line. (`in` is a memchr;
+                    # counting the LFs of the text instead looks at every character.)
+                    if "\n" not in "".join(values):
+                        pos = self._tail_offset
+                        span = (len(batch), len(values), pos, 2 if crlf else 1, self.last_event_id, self.retry_ms, None)
+                        self._spans.append(_new_event(_Span, span))
+                        batch.extend(values)
+                        self._tail_offset = pos + end
+                        self._pending_start = None
+                        if end == len(chunk):
+                            return
+                        chunk = chunk[end:]
+        self._feed_split(chunk.split(b"\n"), crlf, batch)
+
+    def _feed_split(self, lines: list[bytes], crlf: bool, out: list[Any]) -> None:
         """Parse a chunk split at LF whose line endings are all LF, or all CRLF (``crlf``: each line keeps its CR).
 
         ``lines[-1]`` is the incomplete last line (``b""`` when the chunk ends with a line ending).
@@ -251,11 +402,10 @@ class SSEParser:
             self._tail.append(lines[last])
         self._tail_offset = pos
 
-    def _fast_run(
-        self, lines: list[bytes], i: int, last: int, crlf: bool, pos: int, out: list[SSEEvent]
-    ) -> tuple[int, int]:
-        """Turn the run of `data: ` line + blank line pairs starting at ``lines[i]`` into events, without Python
-        bytecode per event. Returns the index of the first line after the run and its stream offset."""
+    def _fast_run(self, lines: list[bytes], i: int, last: int, crlf: bool, pos: int, out: list[Any]) -> tuple[int, int]:
+        """Turn the run of `data: ` line + blank line pairs starting at ``lines[i]`` into events (their data values,
+        and a span that describes them), without Python bytecode per event. Returns the index of the first line after
+        the run and its stream offset."""
         blank = b"\r" if crlf else b""
         pairs = (last - i) // 2
         stop = i + 2 * pairs
@@ -275,21 +425,17 @@ class SSEParser:
         # dispatches; with CRLF endings the blank line's LF comes after that.
         step = 3 if crlf else 2
         ends = list(map(add, accumulate(map(len, data_lines)), count(pos + 2, step)))
-        last_id = self.last_event_id
-        retry = self.retry_ms
         first = len(out)
         try:
-            text = map(_decode_utf8, map(_drop_cr, values) if crlf else values)
-            out.extend(
-                map(_new_event, repeat(SSEEvent), zip(repeat("message"), text, repeat(last_id), repeat(retry), ends))
-            )
+            out.extend(map(_decode_utf8, map(_drop_cr, values) if crlf else values))
         except UnicodeDecodeError:
             # Decode again one by one, recording where each invalid sequence is.
             del out[first:]
             for value, end in zip(values, ends, strict=True):
                 raw = value[:-1] if crlf else value
-                text_one = self._decode(raw, end - 2 - len(value))
-                out.append(_new_event(SSEEvent, ("message", text_one, last_id, retry, end)))
+                out.append(self._decode(raw, end - 2 - len(value)))
+        span = (first, len(values), pos, 2 if crlf else 1, self.last_event_id, self.retry_ms, ends)
+        self._spans.append(_new_event(_Span, span))
         self._pending_start = None
         return i + 2 * len(data_lines), ends[-1] + step - 2
 
@@ -304,7 +450,7 @@ class SSEParser:
         bad_blank = next(compress(count(i, 2), blank_bad), stop)
         return min(bad_data, bad_blank)
 
-    def _feed_lines(self, chunk: bytes, out: list[SSEEvent]) -> None:
+    def _feed_lines(self, chunk: bytes, out: list[Any]) -> None:
         """Parse ``chunk`` line by line, whatever its line endings (the general path)."""
         pos = self._tail_offset
         lines = chunk.splitlines(keepends=True)  # bytes.splitlines splits on exactly CRLF, LF and CR
@@ -354,14 +500,17 @@ class SSEParser:
             self.retry_ms = int(raw)
         # Any other field name is ignored (spec).
 
-    def _dispatch(self, end: int, out: list[SSEEvent]) -> None:
+    def _dispatch(self, end: int, out: list[Any]) -> None:
         """A blank line whose first line-ending byte ends at stream offset ``end`` (spec: "dispatch the event")."""
         self._pending_start = None
         if not self._data:
             self._type = ""
             return
-        event = (self._type or "message", "\n".join(self._data), self.last_event_id, self.retry_ms, end)
-        out.append(_new_event(SSEEvent, event))
+        kind = self._type or "message"
+        out.append(_new_event(SSEEvent, (kind, "\n".join(self._data), self.last_event_id, self.retry_ms, end)))
+        self._general = True
+        if kind != "message":
+            self._typed = True
         self._data = []
         self._type = ""
 

@@ -75,9 +75,7 @@ def timeline_to_dict(t: Timeline) -> dict[str, Any]:
     else:
         out["connection"] = None
     out["reads"] = [[r.at_ns, r.nbytes] for r in t.reads]
-    out["events"] = [
-        [e.at_ns, e.read_index, str(e.kind), e.text_chars, e.tokens, e.server_sent_ns] for e in t.events
-    ]
+    out["events"] = [[e.at_ns, e.read_index, str(e.kind), e.text_chars, e.tokens, e.server_sent_ns] for e in t.events]
     out["usage"] = None if t.usage is None else {f.name: getattr(t.usage, f.name) for f in fields(Usage)}
     out["server"] = [{"name": m.name, "ms": m.ms, "source": m.source} for m in t.server]
     out["server_fields"] = t.server_fields

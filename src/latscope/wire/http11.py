@@ -1,7 +1,19 @@
-"""HTTP/1.1 over one connection, framed by h11: one request at a time, keep-alive as the server allows.
+"""HTTP/1.1 over one connection: one request at a time, keep-alive as the server allows.
 
-The read path (:meth:`HTTP11Connection.data_received`) is the client's hot loop: record the read, hand the bytes to
-h11, pass each ``Data`` event straight to the exchange with the read's stamp and index.
+Requests are serialised by h11 (a fresh ``h11.Connection`` per request, used for nothing else). Responses are parsed
+by llhttp through ``httptools.HttpResponseParser``, the C parser uvicorn uses: the receive path is the client's hot
+loop, and h11's pure-Python chunked reader cost about 7 µs per HTTP chunk, i.e. per event, since servers frame each
+event as one chunk.
+
+The read path (:meth:`HTTP11Connection.data_received`): record the read, hand all its bytes to llhttp in one
+``feed_data`` call, then give the exchange the head (if it completed in this read), the body bytes of the read
+joined into one piece (one decoder call per read, whatever the number of chunks), and the end of the message.
+llhttp reports body pieces through ``on_body``, which is bound straight to ``list.append``: no Python code runs
+per chunk.
+
+llhttp has no end-of-input call in httptools, so the end of a body delimited by the connection closing
+(RFC 9112 §6.3, rule 8: no Content-Length, no chunked coding) is decided here from the head: see
+:meth:`HTTP11Connection.eof_received`.
 """
 
 from __future__ import annotations
@@ -11,6 +23,7 @@ from collections.abc import Callable
 from time import monotonic_ns
 
 import h11
+import httptools
 
 from latscope.timeline.model import ConnectionInfo, Phase, Read
 from latscope.wire.errors import WireError, lost_error, make_error, timeout_error
@@ -19,19 +32,124 @@ from latscope.wire.models import Origin
 from latscope.wire.tcpinfo import read_tcp_info
 from latscope.wire.transport import WireProtocol
 
-_Data = h11.Data
-_Response = h11.Response
-_EndOfMessage = h11.EndOfMessage
-_NEED_DATA = h11.NEED_DATA
-_PAUSED = h11.PAUSED
 _new_tuple = tuple.__new__  # builds a Read without NamedTuple's Python-level __new__ (hot path)
+_ParserError = httptools.HttpParserError  # every httptools parse error derives from it
 
-#: largest response head h11 accepts (its default is 16 KiB; some gateways send long header sets).
+#: largest response head accepted (status line and headers; some gateways send long header sets). llhttp itself
+#: has no limit, and a server that never ends its head must not grow the client's memory without bound.
 MAX_RESPONSE_HEAD_BYTES = 256 * 1024
 
 
-def _version(raw: bytes) -> str:
-    return "HTTP/" + raw.decode("ascii", "replace")
+class _BeyondResponse(Exception):
+    """Raised from a parser callback to stop llhttp at bytes that follow the complete response (nothing was asked
+    for them: the connection is then closed rather than reused)."""
+
+
+class _UnusableStatus(Exception):
+    """Raised from a parser callback on a status the client cannot go on from: ``101 Switching Protocols`` (it never
+    asks for an upgrade) or one below 100 (RFC 9110 §15: status codes are 100-599; llhttp reads any three digits)."""
+
+
+class _ResponseReader:
+    """The callback object llhttp reports one response to (httptools looks the ``on_*`` names up once).
+
+    One per connection; :meth:`start` installs a fresh parser for each request. The connection reads the fields
+    after each ``feed_data`` call:
+
+    * ``body`` — the body pieces (HTTP framing removed) of the current read, in order; the connection empties it;
+    * ``head_done`` — the final response head is complete; ``head_ready`` — and not yet handed on; ``status``,
+      ``headers`` (raw names and values, as sent), ``http_version`` (``"1.1"``) describe it;
+    * ``complete`` — the final response ended; ``keep_alive`` says whether the connection may carry another
+      request (llhttp's verdict: HTTP version, ``Connection`` header, and whether the body was delimited by the
+      close);
+    * ``head_bytes`` — bytes fed before the head completed (for :data:`MAX_RESPONSE_HEAD_BYTES`).
+
+    Interim ``1xx`` responses (RFC 9110 §15.2) are parsed and forgotten.
+    """
+
+    __slots__ = (
+        "body",
+        "complete",
+        "head_bytes",
+        "head_done",
+        "head_ready",
+        "headers",
+        "http_version",
+        "informational",
+        "keep_alive",
+        "on_body",
+        "parser",
+        "status",
+    )
+
+    def __init__(self) -> None:
+        self.body: list[bytes] = []
+        # Called by llhttp once per body piece (per HTTP chunk): a bound C method, so no bytecode runs per chunk.
+        self.on_body: Callable[[bytes], None] = self.body.append
+        self.parser: httptools.HttpResponseParser | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.status = 0
+        self.http_version = ""
+        self.head_done = False
+        self.head_ready = False
+        self.informational = False
+        self.complete = False
+        self.keep_alive = False
+        self.head_bytes = 0
+
+    def start(self) -> None:
+        """Expect a new response (a request was just sent): fresh parser, fresh state."""
+        # A new parser per response: llhttp's state after a message that ended the connection's usefulness (an
+        # error, a HEAD response whose body it would still wait for) must not leak into the next one.
+        self.parser = httptools.HttpResponseParser(self)
+        # Chunked framing wins over a Content-Length sent along with it, as RFC 9112 §6.3 rule 3 says and h11 did;
+        # llhttp refuses the pair unless told (a guard against request smuggling, which is a proxy's concern).
+        self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
+        self.body.clear()
+        self.headers = []
+        self.status = 0
+        self.http_version = ""
+        self.head_done = False
+        self.head_ready = False
+        self.informational = False
+        self.complete = False
+        self.keep_alive = False
+        self.head_bytes = 0
+
+    # --- httptools callbacks ------------------------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self.complete:
+            raise _BeyondResponse
+        self.headers = []  # an interim response's headers are not the final one's
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        assert parser is not None
+        status = parser.get_status_code()
+        if status < 200:
+            if status == 101 or status < 100:
+                raise _UnusableStatus(status)
+            self.informational = True
+            return
+        self.status = status
+        self.http_version = parser.get_http_version()
+        self.keep_alive = parser.should_keep_alive()
+        self.head_done = True
+        self.head_ready = True
+
+    def on_message_complete(self) -> None:
+        if self.informational:
+            self.informational = False
+            return
+        parser = self.parser
+        assert parser is not None
+        # asked here: llhttp clears the message's flags right after this callback returns
+        self.keep_alive = self.keep_alive and parser.should_keep_alive()
+        self.complete = True
 
 
 class HTTP11Connection:
@@ -46,8 +164,14 @@ class HTTP11Connection:
         self.info = info
         self.requests = 0
         self.on_release: Callable[[HTTP11Connection], None] | None = None
-        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_RESPONSE_HEAD_BYTES)
+        self._reader = _ResponseReader()
         self._exchange: Exchange | None = None
+        self._idle = True  # at a message boundary with no request out: may send the next one
+        self._sending = False  # the request is still being written
+        self._reuse_allowed = True  # False once our own request said `Connection: close`
+        self._head_request = False  # the response to a HEAD has no body, whatever its head says (RFC 9110 §9.3.2)
+        self._framing = "close"  # how the response body ends: "chunked", "length" or "close" (RFC 9112 §6.3)
+        self._content_length: int | None = None
         self._reserved = False
         self._closed = False
         protocol.attach(self)
@@ -60,7 +184,7 @@ class HTTP11Connection:
 
     @property
     def usable(self) -> bool:
-        return not self._closed and self.protocol.usable and self._h11.our_state is h11.IDLE
+        return not self._closed and self.protocol.usable and self._idle
 
     @property
     def available(self) -> bool:
@@ -80,8 +204,13 @@ class HTTP11Connection:
         send_timeout_s: float,
     ) -> None:
         t = exchange.timeline
+        self._idle = False
+        self._sending = True
         self._exchange = exchange
-        conn = self._h11
+        self._head_request = method.upper() == "HEAD"
+        self._reader.start()
+        # h11 only serialises (and validates) the request; its receive side is never used.
+        conn = h11.Connection(h11.CLIENT)
         try:
             head = conn.send(h11.Request(method=method, target=target, headers=headers))
             t.send_start_ns = monotonic_ns()
@@ -91,6 +220,8 @@ class HTTP11Connection:
             tail += conn.send(h11.EndOfMessage())
             if tail:
                 self.protocol.write(tail)
+            # a `Connection: close` among the caller's headers: this connection ends with the response
+            self._reuse_allowed = conn.our_state is not h11.MUST_CLOSE
             if self.protocol.write_pending:  # skip the await (a loop iteration) when everything went out at once
                 await asyncio.wait_for(self.protocol.drain(), send_timeout_s)
         except TimeoutError:
@@ -102,6 +233,7 @@ class HTTP11Connection:
         except OSError as exc:
             raise lost_error(exc, Phase.SEND, "while sending the request") from None
         finally:
+            self._sending = False
             t.send_end_ns = monotonic_ns()
 
     def abandon(self, exchange: Exchange) -> None:
@@ -125,11 +257,26 @@ class HTTP11Connection:
         reads.append(_new_tuple(Read, (at_ns, len(data))))
         if read_index == 0:
             ex.timeline.first_byte_ns = at_ns
+        reader = self._reader
+        parser = reader.parser
+        if parser is None:  # closed under us: nothing is expected any more
+            return
         try:
-            self._h11.receive_data(data)
-            self._process(ex, at_ns, read_index)
-        except h11.RemoteProtocolError as exc:
-            self._protocol_error(ex, exc, at_ns, eof=False)
+            try:
+                parser.feed_data(data)
+            except _ParserError as exc:
+                self._parse_failed(ex, exc, at_ns, read_index)
+                return
+            if reader.head_ready or reader.complete or not reader.head_done:
+                self._milestones(ex, data, at_ns, read_index)
+                return
+            # The common read in a stream: body bytes only.
+            body = reader.body
+            if body:
+                ex.body(body[0] if len(body) == 1 else b"".join(body), at_ns, read_index)
+                body.clear()
+                if ex.finished:
+                    self._failed_mid_body(ex)
         except Exception as exc:  # a bug must fail the request with a message, not kill the transport silently
             self._internal_error(ex, exc, at_ns)
 
@@ -139,11 +286,15 @@ class HTTP11Connection:
             self._close()
             return
         at_ns = monotonic_ns()
+        reader = self._reader
         try:
-            self._h11.receive_data(b"")
-            self._process(ex, at_ns, len(ex.reads) - 1)
-        except h11.RemoteProtocolError as exc:
-            self._protocol_error(ex, exc, at_ns, eof=True)
+            if reader.head_done and self._framing == "close":
+                # RFC 9112 §6.3 rule 8: the close is the end of this body (HTTP/1.0 servers, some proxies)
+                self._on_end(ex, at_ns, keep_alive=False)
+            elif reader.head_done:
+                self._protocol_error(ex, self._truncation(), at_ns, eof=True)
+            else:
+                self._protocol_error(ex, "no complete response head", at_ns, eof=True)
         except Exception as exc:
             self._internal_error(ex, exc, at_ns)
 
@@ -156,61 +307,112 @@ class HTTP11Connection:
 
     # --- internals ----------------------------------------------------------------------------------------------
 
-    def _process(self, ex: Exchange, at_ns: int, read_index: int) -> None:
-        next_event = self._h11.next_event
-        # The body pieces of one read (one per HTTP chunk: servers frame each event as a chunk) go to the exchange
-        # joined: they share the read's stamp anyway, and one decoder call per read instead of one per event is
-        # most of what the decoding costs.
-        pieces: list[bytes] = []
-        while True:
-            event = next_event()
-            if isinstance(event, _Data):
-                pieces.append(event.data)
-                continue
-            if pieces:
-                ex.body(pieces[0] if len(pieces) == 1 else b"".join(pieces), at_ns, read_index)
-                pieces = []
-            if event is _NEED_DATA or event is _PAUSED:
-                break
-            if isinstance(event, _Response):
-                self._on_response(ex, event, at_ns)
-            elif isinstance(event, (_EndOfMessage, h11.ConnectionClosed)):
-                # ConnectionClosed comes after a message delimited by the close; an unfinished one raises instead
-                self._on_end(ex, at_ns)
+    def _milestones(self, ex: Exchange, data: bytes, at_ns: int, read_index: int) -> None:
+        """The slower part of a read: the head arrived, the message ended, or the head is still incomplete."""
+        reader = self._reader
+        if not reader.head_done:
+            reader.head_bytes += len(data)
+            if reader.head_bytes > MAX_RESPONSE_HEAD_BYTES:
+                self._protocol_error(
+                    ex, f"the response head is larger than {MAX_RESPONSE_HEAD_BYTES} bytes", at_ns, eof=False
+                )
+            return
+        if reader.head_ready:
+            reader.head_ready = False
+            self._on_response(ex, at_ns)
+            if self._head_request:
+                reader.body.clear()
+                self._on_end(ex, at_ns, keep_alive=reader.keep_alive)
                 return
-            # InformationalResponse (1xx): nothing to record
-        if ex.finished and self._exchange is ex:
-            # the exchange failed while the body was still coming (e.g. invalid JSON): this connection is not
-            # at a message boundary, so it cannot carry another request
-            self._exchange = None
-            self._close()
+        body = reader.body
+        if body:
+            ex.body(body[0] if len(body) == 1 else b"".join(body), at_ns, read_index)
+            body.clear()
+        if reader.complete:
+            self._on_end(ex, at_ns, keep_alive=reader.keep_alive)
+        elif ex.finished:
+            self._failed_mid_body(ex)
 
-    def _on_response(self, ex: Exchange, event: h11.Response, at_ns: int) -> None:
-        self.info.http_version = _version(event.http_version)
+    def _parse_failed(self, ex: Exchange, exc: httptools.HttpParserError, at_ns: int, read_index: int) -> None:
+        """llhttp stopped: a malformed response, bytes after the response, or a 101. What parsed before the bad byte
+        is delivered first, so the events read before a broken chunk are kept."""
+        reader = self._reader
+        cause = exc.__context__  # httptools chains the exception a callback raised
+        if reader.head_ready:
+            reader.head_ready = False
+            self._on_response(ex, at_ns)
+        body = reader.body
+        if body and not self._head_request:
+            ex.body(b"".join(body), at_ns, read_index)
+        body.clear()
+        if reader.complete or (self._head_request and reader.head_done):
+            # The response itself was fine: what followed it (unasked-for bytes, or data after `Connection:
+            # close`) only means this connection must not carry another request.
+            self._on_end(ex, at_ns, keep_alive=False)
+            return
+        if isinstance(cause, _UnusableStatus):
+            status = cause.args[0]
+            message = (
+                "101 Switching Protocols without an upgrade being asked for"
+                if status == 101
+                else f"status code {status} is not a valid HTTP status"
+            )
+        else:
+            reason = str(exc) or type(exc).__name__
+            message = reason if cause is None else f"{reason} ({cause!r})"
+        self._protocol_error(ex, message, at_ns, eof=False)
+
+    def _on_response(self, ex: Exchange, at_ns: int) -> None:
+        reader = self._reader
+        version = "HTTP/" + reader.http_version
+        self.info.http_version = version
         if ex.timeline.connection is not None:
-            ex.timeline.connection.http_version = self.info.http_version
+            ex.timeline.connection.http_version = version
             ex.timeline.connection.tcp_info_at_headers = read_tcp_info(self.protocol.sock)
-        headers = [(k.decode("ascii", "replace"), v.decode("latin-1")) for k, v in event.headers]
-        ex.response(event.status_code, headers, at_ns)
+        # lower-case names, as h11 gave them and as Exchange and the signal parsers expect
+        headers = [(k.decode("ascii", "replace").lower(), v.decode("latin-1")) for k, v in reader.headers]
+        content_length: int | None = None
+        chunked = False
+        for name, value in headers:
+            if name == "content-length" and value.strip().isdigit():
+                content_length = int(value)
+            elif name == "transfer-encoding":
+                # the final transfer coding decides the framing (RFC 9112 §6.3 rule 4)
+                chunked = value.rsplit(",", 1)[-1].strip().lower() == "chunked"
+        self._content_length = content_length
+        self._framing = "chunked" if chunked else "length" if content_length is not None else "close"
+        ex.response(reader.status, headers, at_ns)
 
-    def _on_end(self, ex: Exchange, at_ns: int) -> None:
+    def _on_end(self, ex: Exchange, at_ns: int, *, keep_alive: bool) -> None:
         if ex.timeline.connection is not None:
             ex.timeline.connection.tcp_info_at_end = read_tcp_info(self.protocol.sock)
         ex.end(at_ns)
         self._exchange = None
-        conn = self._h11
-        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
-            conn.start_next_cycle()  # keep-alive: ready for the next request
+        if keep_alive and self._reuse_allowed and not self._sending:
+            self._idle = True  # keep-alive: ready for the next request
             self._reserved = False
             if self.on_release is not None:
                 self.on_release(self)
         else:
-            self._close()  # Connection: close, HTTP/1.0, or a body delimited by EOF
+            self._close()  # Connection: close, HTTP/1.0, a body delimited by EOF, or the request still going out
 
-    def _protocol_error(self, ex: Exchange, exc: h11.RemoteProtocolError, at_ns: int, *, eof: bool) -> None:
+    def _failed_mid_body(self, ex: Exchange) -> None:
+        """The exchange failed while the body was still coming (e.g. invalid JSON): this connection is not at a
+        message boundary, so it cannot carry another request."""
+        if self._exchange is ex:
+            self._exchange = None
+            self._close()
+
+    def _truncation(self) -> str:
+        """Why the body is incomplete, for the message of a close in mid-body."""
+        if self._framing == "chunked":
+            return "chunked body without its terminating zero-size chunk"
+        return f"{self._content_length}-byte Content-Length body cut short"
+
+    def _protocol_error(self, ex: Exchange, reason: str, at_ns: int, *, eof: bool) -> None:
         if eof and ex.timeline.status is not None:
             err = make_error(
-                f"the server closed the connection before the response body ended ({exc}); "
+                f"the server closed the connection before the response body ended ({reason}); "
                 f"{len(ex.events)} events, {ex.body_bytes} body bytes received",
                 phase=Phase.STREAM,
                 kind="truncated",
@@ -219,7 +421,7 @@ class HTTP11Connection:
             err = lost_error(None, Phase.HEADERS, "before sending a complete response head")
         else:
             phase = Phase.HEADERS if ex.timeline.status is None else Phase.STREAM
-            err = make_error(f"invalid HTTP/1.1 response: {exc}", phase=phase, kind="protocol")
+            err = make_error(f"invalid HTTP/1.1 response: {reason}", phase=phase, kind="protocol")
         ex.fail(err, at_ns)
         self._exchange = None
         self._close()
@@ -250,5 +452,7 @@ class HTTP11Connection:
             return
         self._closed = True
         self._reserved = False
+        self._idle = False
+        self._reader.parser = None  # the parser refers back to the reader: do not keep the pair alive
         if self.on_release is not None:
             self.on_release(self)

@@ -1,0 +1,474 @@
+"""How late does each client stamp a stream event? latscope bench vs an httpx-style and an aiohttp-style loop.
+
+The lab runs in its own process with ``--truth``: every SSE event carries ``latscope.sent_ns``, the lab's
+``time.monotonic_ns()`` just before it wrote the event. On one machine CLOCK_MONOTONIC is shared, so
+``client stamp − server send stamp`` is exactly the delay the client adds (kernel + loop + parsing + stamping).
+
+Offered load: ``streams`` concurrent streams; the lab's engine emits one token per stream every ``decode step`` ms
+(cost model: decode_base_ms = step, everything else 0), so the total event rate is streams × 1000 / step.
+
+Clients (each in this process, one after the other, while the lab runs on the other core):
+
+* ``latscope`` — ``latscope bench`` itself (bench_async on uvloop: wire client, OpenAI decoder, Parquet recording);
+* ``httpx`` — a loop in the style of httpx-based tools: ``client.stream(...)`` + ``aiter_lines()``, stamp each
+  ``data:`` line as it is yielded, on the default asyncio loop;
+* ``aiohttp`` — a loop in the style of aiohttp-based tools: ``async for line in resp.content``, stamp each line, on
+  the default asyncio loop;
+* ``raw`` — the floor of this machine at this moment: a bare ``asyncio.Protocol`` on uvloop that stamps in
+  ``data_received`` and only scans the bytes for the send stamps (no HTTP parsing, no decoding, no recording).
+  Nothing that parses the stream can do better, so the gap between ``raw`` and a client is that client's own cost,
+  and ``raw``'s own tail is the scheduling noise of the machine.
+
+Both reference loops stamp *before* parsing the JSON (the most favourable place for them).
+
+Max sustained event rate, two ways:
+
+* lab flood — the lab with ``--zero-cost`` streams as fast as its loop allows to many streams; each client's received
+  events/s and its CPU per event. The received rate is bounded by the lab (one Python process) as much as by the
+  client, so ``capacity`` = events per CPU-second of the client is the comparable number: what one core sustains;
+* blast — a minimal server process writes pre-built responses (4,000 events each, one HTTP chunk per event, as the
+  lab frames them) in one write per response, so the server costs next to nothing and the client is the
+  bottleneck: received events/s is then the client's own ceiling on this machine.
+
+Usage::
+
+    .venv/bin/python benchmarks/fidelity.py                 # ~2 minutes
+    .venv/bin/python benchmarks/fidelity.py --seconds 2 --levels 1000,5000 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from latscope.dialects.prompts import synthetic_prompt
+from latscope.lab.process import LabProcess
+from latscope.load.arrivals import ClosedLoop
+from latscope.load.bench import bench_async
+from latscope.load.config import BenchConfig
+from latscope.load.lengths import LengthDist
+from latscope.load.workload import Workload
+from latscope.wire.loop import run as run_uvloop
+
+#: (total events/s, streams, decode step ms). Steps of ≥ 1 ms: the lab's engine sleeps on a ms-granular timer.
+LEVELS: dict[int, tuple[int, float]] = {
+    1_000: (10, 10.0),
+    5_000: (25, 5.0),
+    10_000: (20, 2.0),
+    50_000: (50, 1.0),
+}
+WARMUP_S = 0.5
+PROMPT_TOKENS = 16
+FLOOD_STREAMS = 32
+FLOOD_TOKENS = 2_000
+BLAST_STREAMS = 8
+BLAST_EVENTS = 4_000
+
+CLIENTS = ("latscope", "httpx", "aiohttp", "raw")
+
+
+@dataclass
+class ClientRun:
+    """One client against one lab configuration."""
+
+    client: str
+    events: int  #: events stamped in the measured window
+    window_s: float
+    cpu_s: float  #: this process's CPU time over the whole run (warm-up included)
+    wall_s: float
+    delays_ms: npt.NDArray[np.float64]
+    lab_cpu: float  #: the lab process's CPU use over the run, fraction of one core
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.window_s if self.window_s > 0 else 0.0
+
+    def pct(self, q: float) -> float:
+        return float(np.percentile(self.delays_ms, q)) if self.delays_ms.size else float("nan")
+
+    @property
+    def client_cpu(self) -> float:
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def body(max_tokens: int, n: int) -> dict[str, Any]:
+    return {
+        "model": "lab-model",
+        "messages": [{"role": "user", "content": synthetic_prompt(PROMPT_TOKENS, seed=n)}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+    }
+
+
+# --- the reference loops -------------------------------------------------------------------------------------------
+
+
+async def httpx_loop(url: str, streams: int, seconds: float, max_tokens: int) -> list[tuple[int, int]]:
+    import httpx
+
+    stamps: list[tuple[int, int]] = []
+    end = time.monotonic() + seconds
+    limits = httpx.Limits(max_connections=streams + 8, max_keepalive_connections=streams + 8)
+    async with httpx.AsyncClient(timeout=None, limits=limits) as client:
+
+        async def user(u: int) -> None:
+            n = 0
+            while time.monotonic() < end:
+                payload = body(max_tokens, u * 100_000 + n)
+                async with client.stream("POST", url + "/chat/completions", json=payload) as r:
+                    async for line in r.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        now = time.monotonic_ns()
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            break
+                        sent = orjson.loads(data).get("latscope", {}).get("sent_ns")
+                        if sent is not None:
+                            stamps.append((now, sent))
+                n += 1
+
+        await asyncio.gather(*(user(u) for u in range(streams)))
+    return stamps
+
+
+async def aiohttp_loop(url: str, streams: int, seconds: float, max_tokens: int) -> list[tuple[int, int]]:
+    import aiohttp
+
+    stamps: list[tuple[int, int]] = []
+    end = time.monotonic() + seconds
+    connector = aiohttp.TCPConnector(limit=streams + 8)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
+
+        async def user(u: int) -> None:
+            n = 0
+            while time.monotonic() < end:
+                async with session.post(url + "/chat/completions", json=body(max_tokens, u * 100_000 + n)) as r:
+                    async for raw in r.content:
+                        line = raw.strip()
+                        if not line.startswith(b"data:"):
+                            continue
+                        now = time.monotonic_ns()
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            break
+                        sent = orjson.loads(data).get("latscope", {}).get("sent_ns")
+                        if sent is not None:
+                            stamps.append((now, sent))
+                n += 1
+
+        await asyncio.gather(*(user(u) for u in range(streams)))
+    return stamps
+
+
+class RawStream(asyncio.Protocol):
+    """One request over its own connection (``Connection: close``); stamps every read, scans it for send stamps."""
+
+    def __init__(self, request: bytes, stamps: list[tuple[int, int]], done: asyncio.Future[None]) -> None:
+        self.request, self.stamps, self.done = request, stamps, done
+        self.tail = b""
+        self.transport: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # uvloop's transports are not asyncio.Transport subclasses: duck-typed
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic_ns()
+        buf = self.tail + data
+        pos = 0
+        while (i := buf.find(b'"sent_ns":', pos)) >= 0:
+            end = buf.find(b"}", i)
+            if end < 0:
+                break
+            self.stamps.append((now, int(buf[i + 10 : end])))
+            pos = end
+        self.tail = buf[pos:][-64:]
+        if b"data: [DONE]" in buf:  # in case the server keeps the connection open despite Connection: close
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def raw_loop(url: str, streams: int, seconds: float, max_tokens: int) -> list[tuple[int, int]]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    stamps: list[tuple[int, int]] = []
+    end = time.monotonic() + seconds
+    loop = asyncio.get_running_loop()
+
+    async def user(u: int) -> None:
+        n = 0
+        while time.monotonic() < end:
+            payload = orjson.dumps(body(max_tokens, u * 100_000 + n))
+            request = (
+                f"POST {parts.path}/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+            ).encode() + payload
+            done: asyncio.Future[None] = loop.create_future()
+            await loop.create_connection(lambda r=request, d=done: RawStream(r, stamps, d), host, port)
+            await done
+            n += 1
+
+    await asyncio.gather(*(user(u) for u in range(streams)))
+    return stamps
+
+
+def run_reference(
+    name: str,
+    loop_fn: Callable[[str, int, float, int], Coroutine[Any, Any, list[tuple[int, int]]]],
+    url: str,
+    streams: int,
+    seconds: float,
+    max_tokens: int,
+    lab_pid: int,
+) -> ClientRun:
+    lab0, cpu0, wall0 = proc_cpu_s(lab_pid), time.process_time(), time.monotonic()
+    start_ns = time.monotonic_ns()
+    coro = loop_fn(url, streams, WARMUP_S + seconds, max_tokens)
+    # the tools' loops run on the default asyncio loop, as those tools do; the raw floor on uvloop
+    stamps = run_uvloop(coro) if name == "raw" else asyncio.run(coro)
+    wall = time.monotonic() - wall0
+    cpu, lab = time.process_time() - cpu0, proc_cpu_s(lab_pid) - lab0
+    arr = np.array(stamps, dtype=np.int64).reshape(-1, 2)
+    window_start = start_ns + int(WARMUP_S * 1e9)
+    window_end = start_ns + int((WARMUP_S + seconds) * 1e9)
+    keep = (arr[:, 0] >= window_start) & (arr[:, 0] < window_end)
+    delays = (arr[keep, 0] - arr[keep, 1]) / 1e6
+    return ClientRun(name, int(keep.sum()), seconds, cpu, wall, delays, lab / wall)
+
+
+# --- latscope bench --------------------------------------------------------------------------------------------------
+
+
+def run_latscope(
+    url: str, streams: int, seconds: float, max_tokens: int, lab_pid: int, busy_poll: bool = False
+) -> ClientRun:
+    config = BenchConfig(
+        url=url,
+        model="lab-model",
+        steps=(ClosedLoop(streams),),
+        workload=Workload.single(LengthDist.fixed(PROMPT_TOKENS), LengthDist.fixed(max_tokens), ignore_eos=True),
+        duration_s=seconds,
+        warmup_s=WARMUP_S,
+        drain_s=1.0,
+        workers=1,
+        busy_poll=busy_poll,
+    )
+    with tempfile.TemporaryDirectory(prefix="latscope-fidelity-") as tmp:
+        run_dir = Path(tmp)
+        lab0, cpu0, wall0 = proc_cpu_s(lab_pid), time.process_time(), time.monotonic()
+        result = run_uvloop(bench_async(config, run_dir))
+        wall = time.monotonic() - wall0
+        cpu, lab = time.process_time() - cpu0, proc_cpu_s(lab_pid) - lab0
+        # Every event whose arrival falls in the measured window, whichever request carried it.
+        requests = pq.read_table(run_dir / "requests.parquet", columns=["request_id", "started_at_ms"])
+        events = pq.read_table(run_dir / "events.parquet", columns=["request_id", "at_ms", "delay_ms"])
+        started = np.zeros(int(pc.max(requests["request_id"]).as_py()) + 1)
+        started[requests["request_id"].to_numpy()] = requests["started_at_ms"].to_numpy()
+        at = started[events["request_id"].to_numpy()] + events["at_ms"].to_numpy()
+        delay = events["delay_ms"].to_numpy(zero_copy_only=False)
+        keep = (at >= WARMUP_S * 1000) & (at < (WARMUP_S + seconds) * 1000) & ~np.isnan(delay)
+    del result
+    name = "latscope --busy-poll" if busy_poll else "latscope"
+    return ClientRun(name, int(keep.sum()), seconds, cpu, wall, delay[keep], lab / wall)
+
+
+def run_client(name: str, url: str, streams: int, seconds: float, max_tokens: int, lab_pid: int) -> ClientRun:
+    if name.startswith("latscope"):
+        return run_latscope(url, streams, seconds, max_tokens, lab_pid, busy_poll=name.endswith("busy-poll"))
+    fn = {"httpx": httpx_loop, "aiohttp": aiohttp_loop, "raw": raw_loop}[name]
+    return run_reference(name, fn, url, streams, seconds, max_tokens, lab_pid)
+
+
+# --- the blast server --------------------------------------------------------------------------------------------
+
+
+def blast_response(events: int) -> bytes:
+    """A whole streamed chat response, chunked one event per chunk (stamps are fake: capacity only)."""
+    event = (
+        b'data: {"id":"b","object":"chat.completion.chunk","model":"lab-model","choices":[{"index":0,'
+        b'"delta":{"content":" tok"},"finish_reason":null}],"latscope":{"sent_ns":1}}\n\n'
+    )
+    done = b"data: [DONE]\n\n"
+    chunk = b"%x\r\n%b\r\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    return head + (chunk % (len(event), event)) * events + chunk % (len(done), done) + b"0\r\n\r\n"
+
+
+class BlastProtocol(asyncio.Protocol):
+    """Answers every request on a keep-alive connection with the same pre-built response, in one write."""
+
+    def __init__(self, response: bytes) -> None:
+        self.response = response
+        self.buf = b""
+        self.transport: Any = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+            head = self.buf[:end].lower()
+            i = head.find(b"content-length:")
+            length = int(head[i + 15 :].split(b"\r\n", 1)[0]) if i >= 0 else 0
+            if len(self.buf) < end + 4 + length:
+                return
+            self.buf = self.buf[end + 4 + length :]
+            self.transport.write(self.response)
+
+
+def blast_main(conn: Any, events: int) -> None:
+    """Child process: serve blast responses on an ephemeral port; send the port; run until killed."""
+
+    async def serve() -> None:
+        response = blast_response(events)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: BlastProtocol(response), "127.0.0.1", 0, backlog=1024)
+        conn.send(server.sockets[0].getsockname()[1])
+        await asyncio.Event().wait()
+
+    run_uvloop(serve())
+
+
+def lab_args(step_ms: float | None, streams: int) -> list[str]:
+    """Cost-model options: only a decode step of ``step_ms`` (None: ``--zero-cost``)."""
+    common = ["--max-batch", str(max(256, streams * 2)), "--kv-blocks", "200000"]
+    if step_ms is None:
+        return ["--zero-cost", *common]
+    zeros = ["--prefill-base-ms", "0", "--prefill-ms-per-token", "0", "--prefill-quadratic-ms", "0"]
+    return [*zeros, "--decode-base-ms", f"{step_ms:g}", "--decode-ms-per-seq", "0", *common]
+
+
+def fmt(v: float) -> str:
+    return "–" if v != v else (f"{v:.3f}" if v < 10 else f"{v:.1f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per client and level")
+    parser.add_argument("--levels", default=",".join(str(k) for k in LEVELS), help="events/s levels to run")
+    parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--no-flood", action="store_true", help="skip the max-rate measurement")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    clients = [c for c in args.clients.split(",") if c]
+    levels = [int(x) for x in args.levels.split(",") if x]
+    rows: list[dict[str, Any]] = []
+
+    print(f"# client event-stamp fidelity vs lab truth ({os.cpu_count()} cores, {args.seconds:g} s per run)\n")
+    print("| offered ev/s | streams × step | client | received ev/s | delay p50 ms | p99 ms | max ms "
+          "| client CPU | lab CPU |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
+    for level in levels:
+        streams, step_ms = LEVELS[level]
+        max_tokens = int(1000 / step_ms)  # each request streams for about a second, then the user sends the next
+        with LabProcess(truth=True, args=lab_args(step_ms, streams)) as lab:
+            assert lab.url is not None and lab.pid is not None
+            for name in clients:
+                r = run_client(name, lab.url, streams, args.seconds, max_tokens, lab.pid)
+                rows.append({"level": level, "streams": streams, "step_ms": step_ms, "client": name,
+                             "rate": r.rate, "p50": r.pct(50), "p99": r.pct(99), "max": r.pct(100),
+                             "client_cpu": r.client_cpu, "lab_cpu": r.lab_cpu, "events": r.events})
+                print(f"| {level:,} | {streams} × {step_ms:g} ms | {name} | {r.rate:,.0f} | {fmt(r.pct(50))} | "
+                      f"{fmt(r.pct(99))} | {fmt(r.pct(100))} | {r.client_cpu:.0%} | {r.lab_cpu:.0%} |", flush=True)
+
+    flood: list[dict[str, Any]] = []
+    if not args.no_flood:
+        print("\n# max sustained event rate (lab --zero-cost, "
+              f"{FLOOD_STREAMS} streams × {FLOOD_TOKENS} tokens)\n")
+        print("| client | received ev/s | client CPU | CPU µs/event | capacity ev/s per core | lab CPU |")
+        print("|---|---:|---:|---:|---:|---:|")
+        with LabProcess(truth=True, args=lab_args(None, FLOOD_STREAMS)) as lab:
+            assert lab.url is not None and lab.pid is not None
+            for name in clients:
+                r = run_client(name, lab.url, FLOOD_STREAMS, args.seconds, FLOOD_TOKENS, lab.pid)
+                us = r.cpu_s / max(1, r.events) * 1e6 * (r.window_s / r.wall_s)  # CPU of the measured share
+                capacity = 1e6 / us if us > 0 else float("nan")
+                flood.append({"client": name, "rate": r.rate, "client_cpu": r.client_cpu, "cpu_us_per_event": us,
+                              "capacity": capacity, "lab_cpu": r.lab_cpu})
+                print(f"| {name} | {r.rate:,.0f} | {r.client_cpu:.0%} | {us:.1f} | {capacity:,.0f} | "
+                      f"{r.lab_cpu:.0%} |", flush=True)
+
+    blast: list[dict[str, Any]] = []
+    if not args.no_flood:
+        import multiprocessing
+
+        print(f"\n# client ceiling (blast server: pre-built responses, {BLAST_STREAMS} streams × "
+              f"{BLAST_EVENTS} events)\n")
+        print("| client | received ev/s | client CPU | CPU µs/event | capacity ev/s per core |")
+        print("|---|---:|---:|---:|---:|")
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        server = ctx.Process(target=blast_main, args=(child, BLAST_EVENTS), daemon=True)
+        server.start()
+        try:
+            url = f"http://127.0.0.1:{parent.recv()}/v1"
+            assert server.pid is not None
+            for name in clients:
+                r = run_client(name, url, BLAST_STREAMS, args.seconds, BLAST_EVENTS, server.pid)
+                us = r.cpu_s / max(1, r.events) * 1e6 * (r.window_s / r.wall_s)
+                capacity = 1e6 / us if us > 0 else float("nan")
+                blast.append({"client": name, "rate": r.rate, "client_cpu": r.client_cpu, "cpu_us_per_event": us,
+                              "capacity": capacity})
+                print(f"| {name} | {r.rate:,.0f} | {r.client_cpu:.0%} | {us:.1f} | {capacity:,.0f} |", flush=True)
+        finally:
+            server.kill()
+            server.join(5)
+
+    print()
+    for target_level, bound in ((1_000, 0.5), (5_000, 1.0)):
+        hit = [r for r in rows if r["client"] == "latscope" and r["level"] == target_level]
+        floor = [r for r in rows if r["client"] == "raw" and r["level"] == target_level]
+        if hit:
+            verdict = "met" if hit[0]["p99"] < bound else "MISSED"
+            noise = f"; the raw floor's p99 at this level: {floor[0]['p99']:.3f} ms" if floor else ""
+            print(f"- latscope p99 at {target_level:,} ev/s: {hit[0]['p99']:.3f} ms (target < {bound} ms): {verdict}"
+                  f"{noise}")
+    for label, table in (("lab flood", flood), ("blast", blast)):
+        by_client = {f["client"]: f for f in table}
+        if "latscope" in by_client and "httpx" in by_client:
+            ratio = by_client["latscope"]["capacity"] / by_client["httpx"]["capacity"]
+            rate_ratio = by_client["latscope"]["rate"] / max(1.0, by_client["httpx"]["rate"])
+            print(f"- {label}: sustained capacity latscope / httpx-style {ratio:.1f}× per core (received-rate ratio "
+                  f"{rate_ratio:.1f}×; target ≥ 3×): {'met' if ratio >= 3 else 'MISSED'}")
+    saturated = [r for r in rows if r["lab_cpu"] > 0.9 or r["client_cpu"] > 0.9 or r["rate"] < 0.9 * r["level"]]
+    if saturated:
+        first = min(saturated, key=lambda r: r["level"])
+        print(f"- saturation: from {first['level']:,} ev/s offered ({first['client']}: received {first['rate']:,.0f}, "
+              f"client CPU {first['client_cpu']:.0%}, lab CPU {first['lab_cpu']:.0%})")
+    if args.json:
+        args.json.write_bytes(
+            orjson.dumps({"levels": rows, "flood": flood, "blast": blast}, option=orjson.OPT_INDENT_2)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,289 @@
+"""``latscope bench URL``: load-test an OpenAI-compatible endpoint and save a run directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import orjson
+from rich.console import Console
+
+from latscope.load.arrivals import ArrivalSpecError, ClosedLoop, InterArrival, OpenLoop, parse_numbers
+from latscope.load.config import (
+    BenchConfig,
+    BenchConfigError,
+    parse_duration_s,
+    parse_warmup,
+)
+from latscope.load.lengths import LengthSpecError, parse_length
+from latscope.load.slo import SloSpecError, parse_slo
+from latscope.load.workload import Workload, WorkloadSpecError, parse_class
+
+_SPEC_ERRORS = (ArrivalSpecError, BenchConfigError, LengthSpecError, SloSpecError, WorkloadSpecError)
+
+
+def _headers(values: tuple[str, ...], api_key: str | None) -> tuple[tuple[str, str], ...]:
+    out: list[tuple[str, str]] = []
+    for value in values:
+        name, sep, rest = value.partition(":")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected 'Name: value', got {value!r}", param_hint="--header")
+        out.append((name.strip(), rest.strip()))
+    if api_key:
+        out.append(("Authorization", f"Bearer {api_key}"))
+    return tuple(out)
+
+
+def build_config(
+    url: str,
+    *,
+    model: str | None,
+    api: str,
+    concurrency: str | None,
+    rate: str | None,
+    arrival: str,
+    burstiness: float,
+    max_concurrency: int | None,
+    requests: int | None,
+    duration: str | None,
+    warmup: str | None,
+    prompt_tokens: str,
+    output_tokens: str,
+    ignore_eos: bool,
+    classes: tuple[str, ...],
+    prompts: str | None,
+    seed: int,
+    slo: str | None,
+    workers: str,
+    headers: tuple[tuple[str, str], ...],
+    insecure: bool,
+    ca_file: str | None,
+    http2: bool,
+    no_reuse: bool,
+    temperature: float | None,
+    drain: str | None,
+    timeout: str,
+    spin_us: int,
+    busy_poll: bool = False,
+) -> BenchConfig:
+    """The :class:`BenchConfig` the command-line options describe (raises the spec errors on bad input)."""
+    if concurrency and rate:
+        raise BenchConfigError("give --concurrency or --rate, not both")
+    steps: tuple[ClosedLoop | OpenLoop, ...]
+    if rate:
+        process = InterArrival(arrival)
+        steps = tuple(OpenLoop(r, process, burstiness, max_concurrency) for r in parse_numbers(rate))
+    else:
+        values = parse_numbers(concurrency or "1")
+        if any(v != int(v) for v in values):
+            raise BenchConfigError(f"--concurrency takes whole numbers, got {concurrency!r}")
+        steps = tuple(ClosedLoop(int(v)) for v in values)
+    if classes:
+        if prompts:
+            raise BenchConfigError("--prompts applies to a single-class workload; use file=PATH inside --class")
+        workload = Workload(tuple(parse_class(c) for c in classes), seed=seed)
+    else:
+        workload = Workload.single(
+            parse_length(prompt_tokens),
+            parse_length(output_tokens),
+            ignore_eos=ignore_eos,
+            prompt_file=prompts,
+            seed=seed,
+            name=Path(prompts).stem if prompts else "default",
+        )
+    warmup_requests, warmup_s = parse_warmup(warmup) if warmup else (0, 0.0)
+    return BenchConfig(
+        url=url,
+        steps=steps,
+        workload=workload,
+        model=model,
+        api="completions" if api == "completions" else "chat",
+        requests=requests,
+        duration_s=parse_duration_s(duration) if duration else None,
+        warmup_requests=warmup_requests,
+        warmup_s=warmup_s,
+        drain_s=parse_duration_s(drain) if drain else None,
+        workers=None if workers == "auto" else int(workers),
+        slo=parse_slo(slo) if slo else None,
+        temperature=temperature,
+        headers=headers,
+        verify=not insecure,
+        ca_file=ca_file,
+        http2=http2,
+        new_connection_per_request=no_reuse,
+        read_timeout_s=parse_duration_s(timeout),
+        spin_us=spin_us,
+        busy_poll=busy_poll,
+    )
+
+
+@click.command("bench")
+@click.argument("url")
+@click.option("--model", "-m", help="Model name (default: the first one the server lists at /models).")
+@click.option("--api", type=click.Choice(["chat", "completions"]), default="chat", show_default=True)
+@click.option("--concurrency", "-c", help="Closed loop: users in flight; a list sweeps (1,8,64). Default 1.")
+@click.option("--rate", "-r", help="Open loop: arrivals per second; a list sweeps (10,50,100).")
+@click.option(
+    "--arrival",
+    type=click.Choice([p.value for p in InterArrival]),
+    default="poisson",
+    show_default=True,
+    help="Open-loop inter-arrival distribution.",
+)
+@click.option(
+    "--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape k (<1 bursty, 1 = Poisson)."
+)
+@click.option("--max-concurrency", type=int, help="Open loop: cap on requests in flight (excess waits, measured).")
+@click.option("--requests", "-n", type=int, help="Measured requests per step (default 100 without --duration).")
+@click.option("--duration", "-d", help="Measured time per step: 60, 60s, 2m.")
+@click.option("--warmup", help="Excluded warm-up per step: N requests, or a time such as 10s.")
+@click.option(
+    "--prompt-tokens", default="256", show_default=True, help="N, uniform(a,b), normal(m,sd), lognormal(m,s)."
+)
+@click.option("--output-tokens", default="128", show_default=True, help="max_tokens per request, same forms.")
+@click.option("--ignore-eos", is_flag=True, help="Ask the server to generate exactly max_tokens (vLLM, SGLang, lab).")
+@click.option(
+    "--class",
+    "classes",
+    multiple=True,
+    help="A workload class NAME:weight=W,prompt=LEN,output=LEN[,ignore_eos][,file=F.jsonl]; repeat to mix.",
+)
+@click.option("--prompts", type=click.Path(exists=True, dir_okay=False), help="JSONL file of prompts to replay.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload and the arrivals.")
+@click.option("--slo", help="Goodput objectives, e.g. ttft=500ms,tpot=50ms,e2e=10s.")
+@click.option("--workers", default="auto", show_default=True, help="Worker processes (one event loop each), or auto.")
+@click.option("--out", "-o", type=click.Path(file_okay=False), help="Run directory (default runs/bench-<time>).")
+@click.option("--header", "-H", "header_values", multiple=True, help="Extra request header 'Name: value'.")
+@click.option("--api-key", envvar="LATSCOPE_API_KEY", help="Bearer token (env LATSCOPE_API_KEY); never saved.")
+@click.option("--insecure", "-k", is_flag=True, help="Do not verify TLS certificates.")
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="CA bundle for TLS verification.")
+@click.option("--http2/--no-http2", default=True, show_default=True, help="Offer HTTP/2 over TLS.")
+@click.option("--no-reuse", is_flag=True, help="Open a new connection for every request.")
+@click.option("--temperature", type=float)
+@click.option("--drain", help="After a step's last dispatch, wait at most this long for in-flight requests.")
+@click.option("--timeout", default="120s", show_default=True, help="Longest wait for the head or between reads.")
+@click.option("--spin-us", type=int, default=1500, show_default=True, help="Pacing spin before each arrival (µs).")
+@click.option(
+    "--busy-poll", is_flag=True, help="Keep each worker's loop polling (one core each): stamps reads sooner."
+)
+@click.option("--inline", is_flag=True, help="Run in this process (one worker, no live display).")
+@click.option("--no-progress", is_flag=True, help="No live display.")
+@click.option("--json", "as_json", is_flag=True, help="Print run.json to stdout instead of the tables.")
+def command(
+    url: str,
+    model: str | None,
+    api: str,
+    concurrency: str | None,
+    rate: str | None,
+    arrival: str,
+    burstiness: float,
+    max_concurrency: int | None,
+    requests: int | None,
+    duration: str | None,
+    warmup: str | None,
+    prompt_tokens: str,
+    output_tokens: str,
+    ignore_eos: bool,
+    classes: tuple[str, ...],
+    prompts: str | None,
+    seed: int,
+    slo: str | None,
+    workers: str,
+    out: str | None,
+    header_values: tuple[str, ...],
+    api_key: str | None,
+    insecure: bool,
+    ca_file: str | None,
+    http2: bool,
+    no_reuse: bool,
+    temperature: float | None,
+    drain: str | None,
+    timeout: str,
+    spin_us: int,
+    busy_poll: bool,
+    inline: bool,
+    no_progress: bool,
+    as_json: bool,
+) -> None:
+    """Load-test URL (an OpenAI-style base URL such as http://127.0.0.1:8000/v1).
+
+    Closed loop (--concurrency) or open loop (--rate, Poisson/constant/gamma), sweeps, workload mixes; per-request
+    TTFT, every inter-token gap, TPOT, E2E, client queue time; goodput under --slo. Saves run.json,
+    requests.parquet and events.parquet (pandas and DuckDB read them directly).
+
+    \b
+    Examples:
+      latscope bench http://127.0.0.1:8000/v1 -c 1,8,32 -n 200 --warmup 20
+      latscope bench URL -r 5 -d 60s --slo ttft=500ms,tpot=50ms
+      latscope bench URL -c 16 --class 'chat:weight=0.8,prompt=normal(200,50),output=128' \\
+                               --class 'rag:weight=0.2,prompt=4000,output=256'
+    """
+    from latscope.load.bench import ModelDiscoveryError, default_run_dir, load_summaries, run_bench
+    from latscope.load.progress import LiveProgress
+    from latscope.load.render import render_run
+    from latscope.load.workers import WorkerFailed
+
+    if workers != "auto" and not workers.isdigit():
+        raise click.BadParameter("a number or 'auto'", param_hint="--workers")
+    if inline and workers not in ("auto", "1"):
+        raise click.UsageError("--inline runs one worker in this process; drop --workers or --inline")
+    try:
+        config = build_config(
+            url,
+            model=model,
+            api=api,
+            concurrency=concurrency,
+            rate=rate,
+            arrival=arrival,
+            burstiness=burstiness,
+            max_concurrency=max_concurrency,
+            requests=requests,
+            duration=duration,
+            warmup=warmup,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            ignore_eos=ignore_eos,
+            classes=classes,
+            prompts=prompts,
+            seed=seed,
+            slo=slo,
+            workers=workers,
+            headers=_headers(header_values, api_key),
+            insecure=insecure,
+            ca_file=ca_file,
+            http2=http2,
+            no_reuse=no_reuse,
+            temperature=temperature,
+            drain=drain,
+            timeout=timeout,
+            spin_us=spin_us,
+            busy_poll=busy_poll,
+        )
+    except _SPEC_ERRORS as exc:
+        raise click.UsageError(str(exc)) from None
+
+    run_dir = Path(out) if out else default_run_dir()
+    console = Console(stderr=as_json)
+    show_progress = not (no_progress or inline or as_json) and console.is_terminal
+    try:
+        if show_progress:
+            with LiveProgress(console, len(config.steps), config.measured_requests, config.duration_s) as live:
+                result = run_bench(config, run_dir, on_step=live.start_step, on_progress=live.update)
+        else:
+            result = run_bench(config, run_dir, inline=inline)
+    except ModelDiscoveryError as exc:
+        raise click.ClickException(str(exc)) from None
+    except _SPEC_ERRORS as exc:
+        raise click.UsageError(str(exc)) from None
+    except WorkerFailed as exc:
+        raise click.ClickException(f"a worker process failed; partial files are in {run_dir}\n{exc}") from None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted before the first step started; nothing saved[/]")
+        sys.exit(130)
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(result.data, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        render_run(console, result.data, load_summaries(result.data), str(run_dir))
+    if result.interrupted:
+        sys.exit(130)

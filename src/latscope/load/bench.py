@@ -1,0 +1,306 @@
+"""``latscope bench`` as a Python API: run every step of a :class:`~latscope.load.config.BenchConfig`, save the run
+directory, return the summaries.
+
+* :func:`run_bench` — from synchronous code (the CLI): each step on worker processes (see
+  :mod:`latscope.load.workers`), or in this process with ``inline=True``.
+* :func:`bench_async` — from a running event loop (pytest, notebooks): every step in this loop, one worker.
+
+Either way the run directory holds ``run.json``, ``requests.parquet`` and ``events.parquet``
+(:mod:`latscope.load.storage`), and :func:`summarize_dir` recomputes the summaries from the tables (another SLO,
+say) without re-running anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import importlib.metadata
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from latscope import __version__
+from latscope.load.config import BenchConfig, BenchConfigError, auto_workers
+from latscope.load.health import ClientHealth, available_cores
+from latscope.load.runner import Assignment, StepWorker, WorkerCounters, WorkerResult
+from latscope.load.slo import Slo
+from latscope.load.storage import (
+    iter_event_batches,
+    merge_parts,
+    read_requests,
+    read_run_json,
+    write_run_json,
+)
+from latscope.load.summary import StepSummary, summarize_run
+from latscope.load.workload import Plan
+
+#: Seconds between "ready" and the start of an in-process step (lets the loop settle after setup).
+INLINE_START_DELAY_S = 0.05
+
+
+class ModelDiscoveryError(RuntimeError):
+    """No ``--model`` was given and the server's ``/models`` did not name one."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """How one step ran: its workers' results (counters, health, pool statistics)."""
+
+    step: int
+    label: str
+    workers: int
+    results: list[WorkerResult] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def health(self) -> ClientHealth:
+        """The workers' health samples merged."""
+        return ClientHealth.merge([r.health for r in self.results])
+
+    def pool_totals(self) -> dict[str, int]:
+        """Pool statistics summed over workers and origins."""
+        totals: dict[str, int] = {}
+        for r in self.results:
+            for stats in r.pool.values():
+                for k, v in stats.items():
+                    totals[k] = totals.get(k, 0) + int(v)
+        return totals
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """A finished (or interrupted) run: where it is saved and what it measured."""
+
+    run_dir: Path
+    model: str
+    steps: list[StepSummary]
+    interrupted: bool
+    data: dict[str, Any]  #: the content of ``run.json``
+
+
+def environment() -> dict[str, Any]:
+    """Facts about the machine and software that produced the numbers."""
+    import numpy
+    import pyarrow
+
+    try:
+        uvloop_version: str | None = importlib.metadata.version("uvloop")
+    except importlib.metadata.PackageNotFoundError:
+        uvloop_version = None
+    return {
+        "latscope": __version__,
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cores": available_cores(),
+        "uvloop": uvloop_version,
+        "numpy": numpy.__version__,
+        "pyarrow": pyarrow.__version__,
+    }
+
+
+def default_run_dir(base: Path = Path("runs")) -> Path:
+    """``runs/bench-YYYYmmdd-HHMMSS`` (a suffix is added when it exists)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = base / f"bench-{stamp}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"bench-{stamp}-{n}"
+    return path
+
+
+async def resolve_model(config: BenchConfig) -> str:
+    """``config.model``, or the first model the server lists at ``/models``."""
+    if config.model:
+        return config.model
+    from latscope.dialects.openai import parse_models
+    from latscope.wire import Client, WireError
+    from latscope.wire.models import join_url
+
+    async with Client(verify=config.verify, ca_file=config.ca_file, headers=config.headers) as client:
+        try:
+            response = await client.get(join_url(config.url, "/models"))
+        except WireError as exc:
+            raise ModelDiscoveryError(f"could not list models at {config.url}/models: {exc}; pass --model") from None
+    if response.status >= 400:
+        raise ModelDiscoveryError(f"{config.url}/models answered HTTP {response.status}; pass --model")
+    models = parse_models(response.body)
+    if not models:
+        raise ModelDiscoveryError(f"{config.url}/models lists no model; pass --model")
+    return str(models[0])
+
+
+def validate(config: BenchConfig) -> Plan:
+    """Fail before anything starts: read the prompt files (a bad line is reported with its number) and check that
+    every prompt suits the API. Returns the plan, ready to use."""
+    plan = Plan(config.workload)
+    if config.api == "completions":
+        for cls in config.workload.classes:
+            if cls.prompt_file and any(r.messages is not None for r in plan.prompt_records(cls.name)):
+                raise BenchConfigError(
+                    f"class {cls.name!r}: {cls.prompt_file} has 'messages' lines; the completions API needs 'prompt'"
+                )
+    return plan
+
+
+def _step_workers(config: BenchConfig, step: int) -> int:
+    return config.workers or auto_workers(config.steps[step], config.url)
+
+
+async def bench_async(
+    config: BenchConfig,
+    run_dir: Path,
+    *,
+    on_progress: Callable[[int, WorkerCounters], None] | None = None,
+) -> RunResult:
+    """Run every step in the running event loop (one worker; ``config.workers`` must be None or 1)."""
+    if config.workers not in (None, 1):
+        raise ValueError("bench_async runs one worker in this loop; use run_bench for several worker processes")
+    plan = validate(config)
+    model = await resolve_model(config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = _dt.datetime.now(_dt.UTC)
+    records: list[StepRecord] = []
+    for step, arrival in enumerate(config.steps):
+
+        def progress(counters: WorkerCounters, step: int = step) -> None:
+            if on_progress is not None:
+                on_progress(step, counters)
+
+        worker = StepWorker(config, model, Assignment(step, 0, 1), run_dir, on_progress=progress, plan=plan)
+        await worker.prepare()
+        start_ns = time.monotonic_ns() + int(INLINE_START_DELAY_S * 1e9)
+        task = asyncio.ensure_future(worker.run(start_ns))
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            worker.stop()
+            result = await task
+            records.append(StepRecord(step, arrival.label, 1, [result], interrupted=True))
+            break
+        records.append(StepRecord(step, arrival.label, 1, [result]))
+    return finish_run(config, model, run_dir, records, started)
+
+
+def run_bench(
+    config: BenchConfig,
+    run_dir: Path,
+    *,
+    inline: bool = False,
+    on_step: Callable[[int, str, int], None] | None = None,
+    on_progress: Callable[[int, dict[int, dict[str, Any]]], None] | None = None,
+) -> RunResult:
+    """Run every step (worker processes, or this process with ``inline=True``), save, summarise.
+
+    ``on_step(step, label, workers)`` is called as each step starts; ``on_progress(step, snapshots)`` with the
+    workers' latest counters (about twice a second). Ctrl-C ends the current step early and saves the run.
+    """
+    from latscope.load.workers import StepProcesses
+    from latscope.wire.loop import run as run_loop
+
+    if inline:
+
+        def inline_progress(step: int, counters: WorkerCounters) -> None:
+            if on_progress is not None:
+                on_progress(step, {0: counters.snapshot()})
+
+        return run_loop(bench_async(config, run_dir, on_progress=inline_progress))
+
+    validate(config)
+    model = run_loop(resolve_model(config))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = _dt.datetime.now(_dt.UTC)
+    records: list[StepRecord] = []
+    for step, arrival in enumerate(config.steps):
+        workers = _step_workers(config, step)
+        if on_step is not None:
+            on_step(step, arrival.label, workers)
+        procs = StepProcesses(config, model, step, workers, run_dir)
+
+        def progress(snapshots: dict[int, dict[str, Any]], step: int = step) -> None:
+            if on_progress is not None:
+                on_progress(step, snapshots)
+
+        results = procs.run(progress)
+        records.append(StepRecord(step, arrival.label, workers, results, interrupted=procs.interrupted))
+        if procs.interrupted:
+            break
+    return finish_run(config, model, run_dir, records, started)
+
+
+def finish_run(
+    config: BenchConfig,
+    model: str,
+    run_dir: Path,
+    records: list[StepRecord],
+    started: _dt.datetime,
+) -> RunResult:
+    """Merge the workers' part files, summarise every step that ran, write ``run.json``."""
+    n_requests, n_events = merge_parts(run_dir)
+    steps_meta = [(r.step, r.label, config.steps[r.step].to_dict()) for r in records]
+    clients = {r.step: r.health for r in records if r.results}
+    requests = read_requests(run_dir)
+    summaries = summarize_run(
+        requests,
+        iter_event_batches(run_dir, ["step", "request_id", "gap_ms", "delay_ms", "coalesced"]),
+        steps_meta,
+        slo=config.slo,
+        clients=clients,
+    )
+    interrupted = any(r.interrupted for r in records) or len(records) < len(config.steps)
+    data: dict[str, Any] = {
+        "created": started.isoformat(timespec="seconds"),
+        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "interrupted": interrupted,
+        "model": model,
+        "config": config.to_dict(),
+        "environment": environment(),
+        "files": {
+            "requests": "requests.parquet",
+            "events": "events.parquet",
+            "requests_rows": n_requests,
+            "events_rows": n_events,
+        },
+        "steps": [
+            {
+                "step": r.step,
+                "label": r.label,
+                "workers": r.workers,
+                "interrupted": r.interrupted,
+                "pool": r.pool_totals(),
+                "summary": s.to_dict(),
+            }
+            for r, s in zip(records, summaries, strict=True)
+        ],
+    }
+    write_run_json(run_dir, data)
+    return RunResult(run_dir=run_dir, model=model, steps=summaries, interrupted=interrupted, data=data)
+
+
+def load_summaries(data: dict[str, Any]) -> list[StepSummary]:
+    """The step summaries stored in a ``run.json`` dict."""
+    return [StepSummary.from_dict(s["summary"]) for s in data.get("steps", [])]
+
+
+def summarize_dir(run_dir: Path, slo: Slo | None = None) -> list[StepSummary]:
+    """Recompute a saved run's summaries from its tables (e.g. with another ``slo``); client health comes from
+    ``run.json``."""
+    data = read_run_json(run_dir)
+    old = load_summaries(data)
+    if slo is None and data["config"].get("slo"):
+        slo = Slo.from_dict(data["config"]["slo"])
+    steps_meta = [(s.step, s.label, s.arrival) for s in old]
+    clients = {s.step: s.client for s in old if s.client is not None}
+    return summarize_run(
+        read_requests(run_dir),
+        iter_event_batches(run_dir, ["step", "request_id", "gap_ms", "delay_ms", "coalesced"]),
+        steps_meta,
+        slo=slo,
+        clients=clients,
+    )

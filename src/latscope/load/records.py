@@ -1,0 +1,376 @@
+"""Timelines → rows of the run's two tables, buffered column by column.
+
+``requests`` has one row per request (:data:`REQUEST_SCHEMA`), ``events`` one row per stream event
+(:data:`EVENT_SCHEMA`). Join them on ``(step, request_id)``. Times are milliseconds (float64); ``*_at_ms`` columns
+are offsets from the step's common start (requests) or from the request's own start (events); a missing metric is
+NULL, never 0.
+
+Recording is split so the event loop pays almost nothing: :func:`digest` reads the few O(1) numbers a live display
+needs, and :func:`build_tables` converts a whole batch of finished timelines at once — every event of the batch in one
+transposition, per-request statistics (gaps, coalescing, counted tokens) as grouped numpy reductions — in the
+writer's background thread. Its cost is about a microsecond per event and a few per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from latscope.timeline import metrics
+from latscope.timeline.model import TOKEN_KINDS, EventKind, Read, StreamEvent, Timeline
+
+NS_PER_MS = 1_000_000
+
+#: Every EventKind, in a fixed order: the dictionary of the ``kind`` column (events store the int8 code).
+EVENT_KINDS: tuple[EventKind, ...] = tuple(EventKind)
+_KIND_CODE: dict[EventKind, int] = {k: i for i, k in enumerate(EVENT_KINDS)}
+_TOKEN_CODES = frozenset(_KIND_CODE[k] for k in TOKEN_KINDS)
+
+REQUEST_SCHEMA = pa.schema(
+    [
+        pa.field("step", pa.int32(), nullable=False),  # index of the step (sweep point), 0 without a sweep
+        pa.field("request_id", pa.int64(), nullable=False),  # global index in the step, same in every worker
+        pa.field("worker", pa.int32(), nullable=False),
+        pa.field("class", pa.string(), nullable=False),  # workload class (or a prompt file line's "class")
+        pa.field("warmup", pa.bool_(), nullable=False),  # warm-up requests are kept here but excluded from summaries
+        pa.field("ok", pa.bool_(), nullable=False),
+        pa.field("scheduled_at_ms", pa.float64()),  # when it was meant to start, since the step's start
+        pa.field("started_at_ms", pa.float64()),  # when the client started it, since the step's start
+        pa.field("ended_at_ms", pa.float64()),
+        pa.field("schedule_lag_ms", pa.float64()),  # open loop: how late the dispatcher woke for it
+        pa.field("client_queue_ms", pa.float64()),  # scheduled → started (dispatch lag + concurrency-cap wait)
+        pa.field("setup_ms", pa.float64()),  # started → connection ready (pool wait + dns + connect + tls)
+        pa.field("pool_ms", pa.float64()),
+        pa.field("dns_ms", pa.float64()),
+        pa.field("connect_ms", pa.float64()),
+        pa.field("tls_ms", pa.float64()),
+        pa.field("send_ms", pa.float64()),
+        pa.field("wait_ms", pa.float64()),
+        pa.field("ttfb_ms", pa.float64()),
+        pa.field("ttft_ms", pa.float64()),
+        pa.field("tpot_ms", pa.float64()),
+        pa.field("e2e_ms", pa.float64()),
+        pa.field("itl_count", pa.int32(), nullable=False),  # inter-token gaps; every one is a row in ``events``
+        pa.field("itl_p50_ms", pa.float64()),
+        pa.field("itl_max_ms", pa.float64()),
+        pa.field("prompt_tokens", pa.int32()),  # usage.prompt_tokens, else the planned synthetic length
+        pa.field("prompt_tokens_source", pa.string()),  # "usage" | "planned" | NULL
+        pa.field("output_tokens", pa.int32(), nullable=False),  # usage.completion_tokens, else counted from events
+        pa.field("output_tokens_source", pa.string(), nullable=False),  # "usage" | "counted"
+        pa.field("max_tokens", pa.int32()),
+        pa.field("events", pa.int32(), nullable=False),
+        pa.field("token_events", pa.int32(), nullable=False),
+        pa.field("reads", pa.int32(), nullable=False),
+        pa.field("coalesced_events", pa.int32(), nullable=False),  # events that came in the same read as the previous
+        pa.field("max_events_per_read", pa.int32()),
+        pa.field("connection_id", pa.int64()),
+        pa.field("reused", pa.bool_()),
+        pa.field("http_version", pa.string()),
+        pa.field("status", pa.int32()),
+        pa.field("finish_reason", pa.string()),
+        pa.field("error_phase", pa.string()),
+        pa.field("error_kind", pa.string()),
+        pa.field("error_status", pa.int32()),
+        pa.field("error_message", pa.string()),
+        pa.field("started_ns", pa.int64(), nullable=False),  # absolute monotonic ns, to join with server-side logs
+    ]
+)
+
+EVENT_SCHEMA = pa.schema(
+    [
+        pa.field("step", pa.int32(), nullable=False),
+        pa.field("request_id", pa.int64(), nullable=False),
+        pa.field("seq", pa.int32(), nullable=False),  # event index within the request
+        pa.field("at_ms", pa.float64(), nullable=False),  # arrival (the read that completed it), since request start
+        pa.field("read_index", pa.int32(), nullable=False),
+        pa.field("kind", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+        pa.field("tokens", pa.int32(), nullable=False),
+        pa.field("text_chars", pa.int32(), nullable=False),
+        pa.field("gap_ms", pa.float64()),  # token events: gap since the previous token event (NULL for the first)
+        pa.field("coalesced", pa.bool_(), nullable=False),  # arrived in the same read as the previous event
+        pa.field("delay_ms", pa.float64()),  # client stamp − server send stamp (lab --truth only)
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What the load generator knows about a request besides its timeline."""
+
+    step: int
+    request_id: int
+    worker: int
+    class_name: str
+    warmup: bool
+    step_start_ns: int  #: the step's common start (monotonic ns), origin of the ``*_at_ms`` columns
+    schedule_lag_ns: int | None = None  #: open loop: dispatcher lateness for this request
+    planned_prompt_tokens: int | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDigest:
+    """The few numbers the live display and the worker's counters need from a finished request."""
+
+    ok: bool
+    warmup: bool
+    ttft_ms: float | None
+    output_tokens: int
+    error_phase: str | None
+
+
+def _rel_ms(at_ns: int | None, origin_ns: int) -> float | None:
+    return None if at_ns is None else (at_ns - origin_ns) / NS_PER_MS
+
+
+_TOKEN_CODE_LIST = sorted(_TOKEN_CODES)
+_KIND_DICTIONARY = pa.array([str(k) for k in EVENT_KINDS], type=pa.string())
+
+#: Events converted per transposition in :func:`build_tables`: each C-level step then holds the GIL for well under a
+#: millisecond, so the event loop thread (which stamps reads) is never kept waiting long by the writer thread.
+CONVERT_CHUNK_EVENTS = 4096
+
+
+def digest(t: Timeline, ctx: RequestContext) -> RequestDigest:
+    """What the live counters need from a finished request (usage, or one cheap pass over the events)."""
+    usage = t.usage
+    if usage is not None and usage.completion_tokens is not None:
+        tokens = usage.completion_tokens
+    else:
+        tokens = sum(e.tokens for e in t.events if e.kind in TOKEN_KINDS)
+    err = t.error
+    return RequestDigest(t.ok, ctx.warmup, metrics.ttft_ms(t), tokens, str(err.phase) if err else None)
+
+
+def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
+    """The per-request columns that come from marks alone, in :data:`_SCALAR_COLUMNS` order."""
+    origin = ctx.step_start_ns
+    usage = t.usage
+    if usage is not None and usage.prompt_tokens is not None:
+        prompt_tokens: int | None = usage.prompt_tokens
+        prompt_source: str | None = "usage"
+    elif ctx.planned_prompt_tokens is not None:
+        prompt_tokens, prompt_source = ctx.planned_prompt_tokens, "planned"
+    else:
+        prompt_tokens, prompt_source = None, None
+    usage_out = usage.completion_tokens if usage is not None else None
+    err = t.error
+    conn = t.connection
+    return (
+        ctx.step,
+        ctx.request_id,
+        ctx.worker,
+        ctx.class_name,
+        ctx.warmup,
+        t.ok,
+        _rel_ms(t.scheduled_ns, origin),
+        _rel_ms(t.started_ns, origin),
+        _rel_ms(t.ended_ns, origin),
+        None if ctx.schedule_lag_ns is None else ctx.schedule_lag_ns / NS_PER_MS,
+        metrics.client_queue_ms(t),
+        metrics.setup_ms(t),
+        metrics.pool_ms(t),
+        metrics.dns_ms(t),
+        metrics.connect_ms(t),
+        metrics.tls_ms(t),
+        metrics.send_ms(t),
+        metrics.wait_ms(t),
+        metrics.ttfb_ms(t),
+        metrics.ttft_ms(t),
+        metrics.e2e_ms(t),
+        prompt_tokens,
+        prompt_source,
+        usage_out,
+        ctx.max_tokens,
+        len(t.events),
+        len(t.reads),
+        None if conn is None else conn.connection_id,
+        None if conn is None else conn.reused,
+        None if conn is None else conn.http_version,
+        t.status,
+        t.finish_reason,
+        None if err is None else str(err.phase),
+        None if err is None else err.kind,
+        None if err is None else err.status,
+        None if err is None else err.message,
+        t.started_ns,
+        t.first_token_ns,
+        t.last_token_ns,
+    )
+
+
+_SCALAR_COLUMNS = (
+    "step", "request_id", "worker", "class", "warmup", "ok", "scheduled_at_ms", "started_at_ms", "ended_at_ms",
+    "schedule_lag_ms", "client_queue_ms", "setup_ms", "pool_ms", "dns_ms", "connect_ms", "tls_ms", "send_ms",
+    "wait_ms", "ttfb_ms", "ttft_ms", "e2e_ms", "prompt_tokens", "prompt_tokens_source", "_usage_output_tokens",
+    "max_tokens", "events", "reads", "connection_id", "reused", "http_version", "status", "finish_reason",
+    "error_phase", "error_kind", "error_status", "error_message", "started_ns", "_first_token_ns", "_last_token_ns",
+)  # fmt: skip
+
+
+def _group_max(values: npt.NDArray[np.float64], groups: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.float64]:
+    """Per group, the largest value (NaN for an empty group)."""
+    out = np.full(n, -np.inf)
+    np.maximum.at(out, groups, values)
+    out[np.isneginf(out)] = np.nan
+    return out
+
+
+def _group_median(values: npt.NDArray[np.float64], groups: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.float64]:
+    """Per group, the median (mean of the middle two for even counts; NaN for an empty group)."""
+    out = np.full(n, np.nan)
+    if values.size == 0:
+        return out
+    order = np.lexsort((values, groups))
+    v, g = values[order], groups[order]
+    counts = np.bincount(g, minlength=n)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    has = counts > 0
+    lo = starts + (counts - 1) // 2
+    hi = starts + counts // 2
+    out[has] = (v[lo[has]] + v[hi[has]]) / 2
+    return out
+
+
+def _events_of(timelines: Sequence[Timeline]) -> tuple[npt.NDArray[Any], ...]:
+    """Every event of the batch as six columns (at_ns, read_index, kind code, text_chars, tokens, delay_ms)."""
+    events = list(chain.from_iterable(t.events for t in timelines))
+    parts: list[tuple[npt.NDArray[Any], ...]] = []
+    for lo in range(0, len(events), CONVERT_CHUNK_EVENTS):
+        at, read_index, kinds, chars, tokens, sent = zip(*events[lo : lo + CONVERT_CHUNK_EVENTS], strict=True)
+        at_ns = np.array(at, dtype=np.int64)
+        # None → NaN in one C-level conversion. float64 holds monotonic ns exactly up to 2**53 (104 days of uptime)
+        # and to within a few ns beyond: far below the microseconds this column is read at.
+        delay = (at_ns.astype(np.float64) - np.array(sent, dtype=np.float64)) / NS_PER_MS
+        parts.append(
+            (
+                at_ns,
+                np.array(read_index, dtype=np.int32),
+                np.fromiter(map(_KIND_CODE.__getitem__, kinds), dtype=np.int8, count=len(kinds)),
+                np.array(chars, dtype=np.int32),
+                np.array(tokens, dtype=np.int32),
+                delay,
+            )
+        )
+    if not parts:
+        return (
+            np.empty(0, np.int64),
+            np.empty(0, np.int32),
+            np.empty(0, np.int8),
+            np.empty(0, np.int32),
+            np.empty(0, np.int32),
+            np.empty(0, np.float64),
+        )
+    return tuple(np.concatenate(cols) for cols in zip(*parts, strict=True))
+
+
+def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.Table, pa.Table]:
+    """The ``requests`` and ``events`` rows of a batch of finished requests (see the module docstring)."""
+    n_req = len(batch)
+    if n_req == 0:
+        return REQUEST_SCHEMA.empty_table(), EVENT_SCHEMA.empty_table()
+    timelines = [t for t, _ in batch]
+    scalars = dict(zip(_SCALAR_COLUMNS, zip(*(_request_scalars(t, c) for t, c in batch), strict=True), strict=True))
+
+    at_ns, read_index, kind, text_chars, tokens, delay = _events_of(timelines)
+    n_ev = at_ns.size
+    counts = np.array(scalars["events"], dtype=np.int64)
+    req = np.repeat(np.arange(n_req, dtype=np.int64), counts)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    started = np.array(scalars["started_ns"], dtype=np.int64)
+    is_token = (kind == _TOKEN_CODE_LIST[0]) | (kind == _TOKEN_CODE_LIST[1])
+
+    # Inter-token gaps: consecutive token events of the same request.
+    tok = np.flatnonzero(is_token)
+    tok_req = req[tok]
+    same = tok_req[1:] == tok_req[:-1]
+    gap_at = tok[1:][same]
+    gap_val = np.diff(at_ns[tok])[same] / NS_PER_MS
+    gap_req = tok_req[1:][same]
+    gap = np.full(n_ev, np.nan)
+    gap[gap_at] = gap_val
+
+    # Coalescing: same read as the previous event of the same request.
+    coalesced = np.zeros(n_ev, dtype=bool)
+    if n_ev > 1:
+        coalesced[1:] = (read_index[1:] == read_index[:-1]) & (req[1:] == req[:-1])
+    run_start = np.flatnonzero(~coalesced)
+    run_len = np.diff(np.append(run_start, n_ev)).astype(np.float64)
+
+    token_events = np.bincount(req[tok], minlength=n_req)
+    counted = np.bincount(req[tok], weights=tokens[tok], minlength=n_req).astype(np.int64)
+    usage_out = scalars["_usage_output_tokens"]
+    output_tokens = [int(c) if u is None else int(u) for u, c in zip(usage_out, counted, strict=True)]
+    output_source = ["counted" if u is None else "usage" for u in usage_out]
+
+    # metrics.tpot_ms, with the token count above (usage when reported, else counted)
+    tpot: list[float | None] = []
+    for a, b, n in zip(scalars["_first_token_ns"], scalars["_last_token_ns"], output_tokens, strict=True):
+        tpot.append(None if a is None or b is None or n < 2 else (b - a) / NS_PER_MS / (n - 1))
+
+    def nullable(arr: npt.NDArray[np.float64], typ: pa.DataType | None = None) -> pa.Array:
+        return pa.array(arr, type=typ or pa.float64(), mask=np.isnan(arr))
+
+    derived: dict[str, Any] = {
+        "tpot_ms": pa.array(tpot, type=pa.float64()),
+        "itl_count": pa.array(np.bincount(gap_req, minlength=n_req).astype(np.int32)),
+        "itl_p50_ms": nullable(_group_median(gap_val, gap_req, n_req)),
+        "itl_max_ms": nullable(_group_max(gap_val, gap_req, n_req)),
+        "output_tokens": pa.array(output_tokens, type=pa.int32()),
+        "output_tokens_source": pa.array(output_source, type=pa.string()),
+        "token_events": pa.array(token_events.astype(np.int32)),
+        "coalesced_events": pa.array(np.bincount(req[coalesced], minlength=n_req).astype(np.int32)),
+        "max_events_per_read": nullable(_group_max(run_len, req[run_start], n_req), pa.int32()),
+    }
+    columns = []
+    for f in REQUEST_SCHEMA:
+        if f.name in derived:
+            columns.append(derived[f.name])
+        else:
+            columns.append(pa.array(scalars[f.name], type=f.type))
+    requests = pa.Table.from_arrays(columns, schema=REQUEST_SCHEMA)
+
+    steps = np.array(scalars["step"], dtype=np.int32)
+    ids = np.array(scalars["request_id"], dtype=np.int64)
+    events = pa.Table.from_arrays(
+        [
+            pa.array(steps[req]),
+            pa.array(ids[req]),
+            pa.array((np.arange(n_ev, dtype=np.int64) - first[req]).astype(np.int32)),
+            pa.array((at_ns - started[req]) / NS_PER_MS),
+            pa.array(read_index),
+            pa.DictionaryArray.from_arrays(pa.array(kind, type=pa.int8()), _KIND_DICTIONARY),
+            pa.array(tokens),
+            pa.array(text_chars),
+            nullable(gap),
+            pa.array(coalesced),
+            nullable(delay),
+        ],
+        schema=EVENT_SCHEMA,
+    )
+    return requests, events
+
+
+def prime_conversions() -> None:
+    """Run every conversion once on a throw-away timeline.
+
+    The first numpy→Arrow conversion imports pandas inside pyarrow (~0.3 s), and numpy sets some functions up on
+    first use: paid mid-run, either would stall the event loop and show up as a fake latency spike. Workers call
+    this before their step starts.
+    """
+    t = Timeline(started_ns=1)
+    t.reads = [Read(2, 10), Read(3, 10)]
+    t.events = [
+        StreamEvent(2, 0, EventKind.CONTENT, 1, 1, 1),
+        StreamEvent(3, 1, EventKind.CONTENT, 1, 1, None),
+        StreamEvent(3, 1, EventKind.DONE, 0, 0, None),
+    ]
+    t.first_token_ns, t.last_token_ns, t.ended_ns = 2, 3, 4
+    ctx = RequestContext(step=0, request_id=0, worker=0, class_name="prime", warmup=True, step_start_ns=0)
+    build_tables([(t, ctx), (Timeline(started_ns=1), ctx)])

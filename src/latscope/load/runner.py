@@ -1,0 +1,519 @@
+"""One worker's part of one step, on one event loop: dispatch requests on schedule, record every timeline.
+
+The worker owns a :class:`~latscope.wire.Client` (its own connection pool), a
+:class:`~latscope.load.storage.PartWriter` and a :class:`~latscope.load.health.HealthMonitor`. It takes its share of
+the step's global plan — indices ``worker, worker + workers, …`` — and, from the common ``start_ns``:
+
+* closed loop: ``concurrency`` ÷ ``workers`` users, each building its next request, then sending it at once
+  (``scheduled_ns`` = the moment the user was ready, so client queue time shows only client-side delay);
+* open loop: one dispatcher that builds the next request *before* its deadline, waits with
+  :func:`~latscope.load.pacing.sleep_until` on the absolute deadline, records how late it woke (schedule lag) and
+  starts the request as a task. With ``max_concurrency`` the task waits for a slot; that wait is client queue time.
+
+Warm-up: a request is warm-up when its global index is below ``warmup_requests`` or it was scheduled less than
+``warmup_s`` after the start; bounds (``requests``, ``duration_s``) count only measured requests and run from the end
+of the warm-up. When dispatching ends, requests in flight may finish for ``drain_s`` (None: no limit); the rest are
+cancelled and recorded as errors of kind "cancelled" — every request that started is in the tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import gc
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from latscope.dialects.base import RequestSpec, StreamDecoder
+from latscope.dialects.openai import OpenAIStreamDecoder, chat_request, completions_request
+from latscope.dialects.prompts import synthetic_prompt
+from latscope.load.arrivals import ClosedLoop, OpenLoop, Schedule
+from latscope.load.config import BenchConfig, split_evenly
+from latscope.load.health import HealthMonitor, WorkerHealth
+from latscope.load.pacing import SPIN, sleep_until
+from latscope.load.records import RequestContext
+from latscope.load.storage import PartWriter
+from latscope.load.workload import Plan, PlannedRequest, prompt_seed
+from latscope.timeline.model import Phase, RequestError, Timeline
+from latscope.wire import Client, Timeouts
+
+#: How often a worker reports its counters (s): smooth enough for a live display, negligible cost.
+PROGRESS_INTERVAL_S = 0.5
+
+#: TTFTs kept for the live display's running percentiles (the report uses every request).
+RECENT_TTFT = 512
+
+#: Pool size of an open loop without a concurrency cap: no client-side limit on connections.
+UNCAPPED_POOL = 1 << 20
+
+#: Grace for in-flight requests after an external stop (Ctrl-C) before they are cancelled, s.
+STOP_GRACE_S = 1.0
+
+#: Generation-0 threshold of the cyclic garbage collector during a step. Every stream event is a tracked tuple, so
+#: with the default (700 allocations) the collector runs thousands of times per second, each pass stalling the loop;
+#: timelines are freed by reference counting anyway, so collecting rarely costs nothing but a little memory.
+GC_GEN0_THRESHOLD = 50_000
+
+#: Interpreter thread switch interval during a step, s (Python's default: 0.005). The Parquet writer thread converts
+#: batches while the loop runs; with the default, a read arriving while that thread holds the GIL could wait up to
+#: 5 ms to be stamped. 0.5 ms bounds that wait at the cost of slightly more frequent switching.
+SWITCH_INTERVAL_S = 0.0005
+
+
+class StepTuning:
+    """Interpreter settings for a measured step: collect once and freeze what exists (never scanned again), collect
+    young objects rarely, switch threads often. :meth:`enter` before the step starts (a full collection takes tens
+    of ms), :meth:`exit` after it."""
+
+    def __init__(self) -> None:
+        self._saved: tuple[tuple[int, int, int], float] | None = None
+
+    def enter(self) -> None:
+        if self._saved is not None:
+            return
+        thresholds = gc.get_threshold()
+        self._saved = (thresholds, sys.getswitchinterval())
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(GC_GEN0_THRESHOLD, thresholds[1], thresholds[2])
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+    def exit(self) -> None:
+        if self._saved is None:
+            return
+        thresholds, interval = self._saved
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+        sys.setswitchinterval(interval)
+        self._saved = None
+
+
+class RequestBuilder:
+    """Builds the bytes of each planned request (OpenAI chat or completions) and its stream decoder."""
+
+    def __init__(self, config: BenchConfig, model: str) -> None:
+        self.config = config
+        self.model = model
+        self.seed = config.workload.seed
+
+    def build(self, p: PlannedRequest) -> RequestSpec:
+        """The request for ``p``: its file prompt, or a synthetic prompt of ``p.prompt_tokens`` words."""
+        cfg = self.config
+        content: Any
+        if p.messages is not None:
+            content = p.messages
+        elif p.prompt is not None:
+            content = p.prompt
+        else:
+            content = synthetic_prompt(p.prompt_tokens or 1, seed=prompt_seed(self.seed, p.request_id))
+        extra = dict(cfg.extra_body) if cfg.extra_body else None
+        if cfg.api == "completions":
+            if not isinstance(content, str):
+                raise ValueError(f"request {p.request_id}: the completions API needs a 'prompt', not 'messages'")
+            spec = completions_request(
+                self.model, content, p.max_tokens, temperature=cfg.temperature, ignore_eos=p.ignore_eos, extra=extra
+            )
+        else:
+            spec = chat_request(
+                self.model, content, p.max_tokens, temperature=cfg.temperature, ignore_eos=p.ignore_eos, extra=extra
+            )
+        return spec
+
+    def decoder(self) -> StreamDecoder:
+        """A fresh stream decoder for one response."""
+        return OpenAIStreamDecoder(self.config.api)
+
+
+@dataclass(slots=True)
+class WorkerCounters:
+    """Live counters of one worker in one step (what the progress display shows)."""
+
+    worker: int
+    dispatched: int = 0
+    completed: int = 0  #: finished requests, warm-up included
+    ok: int = 0  #: measured requests that succeeded
+    errors: int = 0  #: measured requests that failed
+    warmup: int = 0  #: warm-up requests finished
+    in_flight: int = 0
+    output_tokens: int = 0  #: measured, successful
+    ttft_recent: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_TTFT))
+
+    def snapshot(self) -> dict[str, Any]:
+        """A picklable copy for the parent process."""
+        return {
+            "worker": self.worker,
+            "dispatched": self.dispatched,
+            "completed": self.completed,
+            "ok": self.ok,
+            "errors": self.errors,
+            "warmup": self.warmup,
+            "in_flight": self.in_flight,
+            "output_tokens": self.output_tokens,
+            "ttft_recent": list(self.ttft_recent),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerResult:
+    """What a worker reports when its part of a step is done."""
+
+    step: int
+    worker: int
+    counters: dict[str, Any]
+    health: WorkerHealth
+    pool: dict[str, dict[str, int]]  #: the client's pool statistics per origin
+    requests_written: int
+    events_written: int
+    stopped: bool  #: True when an external stop ended it early
+
+    def to_dict(self) -> dict[str, Any]:
+        """Picklable / JSON-ready form."""
+        return {
+            "step": self.step,
+            "worker": self.worker,
+            "counters": self.counters,
+            "health": self.health.to_dict(),
+            "pool": self.pool,
+            "requests_written": self.requests_written,
+            "events_written": self.events_written,
+            "stopped": self.stopped,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerResult:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            step=int(data["step"]),
+            worker=int(data["worker"]),
+            counters=dict(data["counters"]),
+            health=WorkerHealth.from_dict(data["health"]),
+            pool=dict(data["pool"]),
+            requests_written=int(data["requests_written"]),
+            events_written=int(data["events_written"]),
+            stopped=bool(data["stopped"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Which part of which step a worker runs: indices ``worker, worker + workers, …`` of step ``step``."""
+
+    step: int
+    worker: int
+    workers: int
+
+
+async def busy_poll() -> None:
+    """Keep the loop turning: each turn polls the sockets with a zero timeout, so a read is stamped as soon as the
+    kernel has it instead of after the process is woken from ``epoll_wait`` (tens to hundreds of µs on a busy or
+    power-saving machine). Costs one core per worker; counted as pacing spin by the health monitor."""
+    clock = time.monotonic_ns
+    while True:
+        start = clock()
+        await asyncio.sleep(0)
+        SPIN.spin_ns += clock() - start
+
+
+def _phase_of(t: Timeline) -> Phase:
+    """The phase a request had reached, from its marks (for requests cancelled before the client saw them)."""
+    if t.status is not None:
+        return Phase.STREAM
+    if t.send_end_ns is not None:
+        return Phase.HEADERS
+    if t.connection_ready_ns is not None:
+        return Phase.SEND
+    return Phase.POOL
+
+
+class StepWorker:
+    """Runs one worker's share of one step: create, ``await prepare()`` (client, files, garbage collection — the
+    slow parts, before the clock starts), then ``await run(start_ns)``; ``stop()`` ends it early."""
+
+    def __init__(
+        self,
+        config: BenchConfig,
+        model: str,
+        assignment: Assignment,
+        run_dir: Path,
+        *,
+        on_progress: Callable[[WorkerCounters], None] | None = None,
+        plan: Plan | None = None,
+        writer_threaded: bool = True,
+    ) -> None:
+        self.config = config
+        self.assignment = assignment
+        self.arrival = config.steps[assignment.step]
+        self.builder = RequestBuilder(config, model)
+        self.plan = plan or Plan(config.workload)
+        self.run_dir = run_dir
+        self.on_progress = on_progress
+        self.writer_threaded = writer_threaded
+        self.counters = WorkerCounters(assignment.worker)
+        self._stopping = False
+        self._stopped_externally = False
+        self._dispatch_done = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._users: list[asyncio.Task[None]] = []
+        self._dispatcher: asyncio.Task[None] | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._writer: PartWriter | None = None
+        self._client: Client | None = None
+        self._tuning = StepTuning()
+
+        a, cfg = assignment, config
+        self.start_ns = 0
+        self.warmup_end_ns = 0
+        self.end_ns: int | None = None
+        total = cfg.measured_requests
+        self.quota = None if total is None else split_evenly(total, a.worker, a.workers)
+        self.measured = 0
+
+    # --- control ----------------------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """End dispatching now; in-flight requests get :data:`STOP_GRACE_S` to finish."""
+        self._stopped_externally = True
+        self._stopping = True
+        self._dispatch_done.set()
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+
+    def _pool_size(self) -> int:
+        a = self.assignment
+        if isinstance(self.arrival, ClosedLoop):
+            return max(1, split_evenly(self.arrival.concurrency, a.worker, a.workers))
+        if self.arrival.max_concurrency is not None:
+            return max(1, split_evenly(self.arrival.max_concurrency, a.worker, a.workers))
+        return UNCAPPED_POOL
+
+    # --- the run ----------------------------------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Create the client and the part files and settle the garbage collector. Idempotent."""
+        if self._client is not None:
+            return
+        cfg, a = self.config, self.assignment
+        timeouts = Timeouts(read_s=cfg.read_timeout_s, headers_s=cfg.read_timeout_s, total_s=cfg.total_timeout_s)
+        self._client = Client(
+            verify=cfg.verify,
+            ca_file=cfg.ca_file,
+            http2=cfg.http2,
+            timeouts=timeouts,
+            max_connections_per_origin=self._pool_size(),
+            headers=cfg.headers,
+            trace_context=False,  # a traceparent per request costs CPU and nothing in a load test reads it
+        )
+        self._writer = PartWriter(self.run_dir, a.step, a.worker, threaded=self.writer_threaded)
+        self._tuning.enter()
+
+    async def run(self, start_ns: int) -> WorkerResult:
+        """Run the step's share from ``start_ns`` (monotonic ns); return the result (also after :meth:`stop`)."""
+        await self.prepare()
+        assert self._client is not None and self._writer is not None
+        client, writer = self._client, self._writer
+        cfg, a = self.config, self.assignment
+        self.start_ns = start_ns
+        self.warmup_end_ns = start_ns + int(cfg.warmup_s * 1e9)
+        self.end_ns = None if cfg.duration_s is None else self.warmup_end_ns + int(cfg.duration_s * 1e9)
+        monitor = HealthMonitor(a.worker)
+        loop = asyncio.get_running_loop()
+        reporter = loop.create_task(self._report(), name="latscope-progress")
+        poller = loop.create_task(busy_poll(), name="latscope-busy-poll") if cfg.busy_poll else None
+        try:
+            await sleep_until(start_ns, cfg.spin_us * 1000)
+            monitor.start()
+            if isinstance(self.arrival, ClosedLoop):
+                await self._closed_loop(self.arrival)
+            else:
+                await self._open_loop(self.arrival)
+        finally:
+            health = await monitor.stop()
+            for task in (reporter, poller):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            await client.aclose()
+            writer.close()
+            self._tuning.exit()
+            if self.on_progress is not None:
+                self.on_progress(self.counters)
+        pool = {origin: {k: int(v) for k, v in vars_of(stats).items()} for origin, stats in client.stats().items()}
+        return WorkerResult(
+            step=a.step,
+            worker=a.worker,
+            counters=self.counters.snapshot(),
+            health=health,
+            pool=pool,
+            requests_written=writer.requests_written,
+            events_written=writer.events_written,
+            stopped=self._stopped_externally,
+        )
+
+    async def _report(self) -> None:
+        if self.on_progress is None:
+            return
+        while True:
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            self.on_progress(self.counters)
+
+    def _admit(self, request_id: int, scheduled_ns: int) -> bool | None:
+        """Warm-up (True), measured (False), or None when the bounds say to stop dispatching."""
+        if self._stopping:
+            return None
+        if self.end_ns is not None and scheduled_ns >= self.end_ns:
+            return None
+        if request_id < self.config.warmup_requests or scheduled_ns < self.warmup_end_ns:
+            return True
+        if self.quota is not None and self.measured >= self.quota:
+            return None
+        self.measured += 1
+        return False
+
+    async def _closed_loop(self, arrival: ClosedLoop) -> None:
+        a = self.assignment
+        users = split_evenly(arrival.concurrency, a.worker, a.workers)
+        items = self.plan.iterate(start=a.worker, stride=a.workers)
+        self._users = [asyncio.create_task(self._user(items), name=f"latscope-user-{i}") for i in range(users)]
+        timeout = None if self.end_ns is None else max(0.0, (self.end_ns - time.monotonic_ns()) / 1e9)
+        if self._users:
+            # Dispatching ends when the first user runs out of requests (quota, stop) or at the end of the duration;
+            # the other users then finish the request they are in (the drain) and start no other.
+            waiter = asyncio.create_task(self._dispatch_done.wait())
+            await asyncio.wait([waiter], timeout=timeout)
+            waiter.cancel()
+        self._stopping = True
+        await self._drain(self._users)
+
+    async def _user(self, items: Iterator[PlannedRequest]) -> None:
+        while not self._stopping:
+            item = next(items, None)
+            if item is None:
+                break
+            spec = self.builder.build(item)
+            ready_ns = time.monotonic_ns()
+            warm = self._admit(item.request_id, ready_ns)
+            if warm is None:
+                break
+            await self._one(item, spec, ready_ns, None, warm)
+        self._dispatch_done.set()
+
+    async def _open_loop(self, arrival: OpenLoop) -> None:
+        a = self.assignment
+        if arrival.max_concurrency is not None:
+            self._semaphore = asyncio.Semaphore(split_evenly(arrival.max_concurrency, a.worker, a.workers))
+        self._dispatcher = asyncio.create_task(self._dispatch(arrival), name="latscope-dispatcher")
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._dispatcher
+        self._stopping = True
+        await self._drain(self._tasks)
+
+    async def _dispatch(self, arrival: OpenLoop) -> None:
+        a = self.assignment
+        spin_ns = self.config.spin_us * 1000
+        schedule = Schedule(arrival, seed=self.config.workload.seed).share(a.worker, a.workers)
+        items = self.plan.iterate(start=a.worker, stride=a.workers)
+        for (index, offset_ns), item in zip(schedule, items, strict=False):
+            if item.request_id != index:  # both walk the same indices; a mismatch would be a bug here
+                raise RuntimeError(f"plan and schedule disagree at {index} / {item.request_id}")
+            deadline = self.start_ns + offset_ns
+            warm = self._admit(index, deadline)
+            if warm is None:
+                break
+            spec = self.builder.build(item)  # before the deadline, so building is not schedule lag
+            lag_ns = await sleep_until(deadline, spin_ns)
+            task = asyncio.create_task(self._one(item, spec, deadline, lag_ns, warm))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._dispatch_done.set()
+
+    async def _drain(self, tasks: set[asyncio.Task[None]] | list[asyncio.Task[None]]) -> None:
+        pending = [t for t in tasks if not t.done()]
+        if not pending:
+            return
+        limit = STOP_GRACE_S if self._stopped_externally else self.config.drain_s
+        _, still = await asyncio.wait(pending, timeout=limit)
+        for task in still:
+            task.cancel()
+        if still:
+            await asyncio.wait(still)
+
+    async def _one(
+        self, item: PlannedRequest, spec: RequestSpec, scheduled_ns: int, lag_ns: int | None, warm: bool
+    ) -> None:
+        """Send one request and record it, whatever happens (cancellation included)."""
+        assert self._client is not None and self._writer is not None
+        c = self.counters
+        c.dispatched += 1
+        c.in_flight += 1
+        t = Timeline()
+        t.scheduled_ns = scheduled_ns
+        try:
+            if self._semaphore is not None:
+                async with self._semaphore:
+                    await self._send(spec, item, scheduled_ns, t)
+            else:
+                await self._send(spec, item, scheduled_ns, t)
+        except asyncio.CancelledError:
+            # Cancelled by the drain limit or a stop: keep what was measured, name where it was cut off.
+            _fail(t, "cancelled", "cancelled when the step ended")
+        except Exception as exc:  # the client records request failures itself; this is a bug, kept as a record
+            _fail(t, "internal", f"client error: {exc!r}")
+        finally:
+            c.in_flight -= 1
+        ctx = RequestContext(
+            step=self.assignment.step,
+            request_id=item.request_id,
+            worker=self.assignment.worker,
+            class_name=item.class_name,
+            warmup=warm,
+            step_start_ns=self.start_ns,
+            schedule_lag_ns=lag_ns,
+            planned_prompt_tokens=item.prompt_tokens,
+            max_tokens=item.max_tokens,
+        )
+        digest = self._writer.add(t, ctx)
+        c.completed += 1
+        if warm:
+            c.warmup += 1
+        elif digest.ok:
+            c.ok += 1
+            c.output_tokens += digest.output_tokens
+            if digest.ttft_ms is not None:
+                c.ttft_recent.append(digest.ttft_ms)
+        else:
+            c.errors += 1
+
+    async def _send(self, spec: RequestSpec, item: PlannedRequest, scheduled_ns: int, t: Timeline) -> None:
+        assert self._client is not None
+        await self._client.request(
+            spec,
+            self.config.url,
+            decoder=self.builder.decoder(),
+            new_connection=self.config.new_connection_per_request,
+            label=item.class_name,
+            scheduled_ns=scheduled_ns,
+            timeline=t,
+        )
+
+
+def _fail(t: Timeline, kind: str, message: str) -> None:
+    """Close a timeline the client did not finish: error (unless it has one), end mark, start mark if missing."""
+    now = time.monotonic_ns()
+    if not t.started_ns:
+        t.started_ns = now  # never left the client's queue: its whole life was client queue time
+    if t.error is None:
+        t.error = RequestError(_phase_of(t), kind, message, now)
+    if t.ended_ns is None:
+        t.ended_ns = now
+
+
+def vars_of(obj: Any) -> dict[str, Any]:
+    """Fields of a dataclass instance (slots or not) as a dict."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}

@@ -87,6 +87,9 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
                 "--model", str(model_path), "--model_alias", "tiny-llama",
                 "--host", "127.0.0.1", "--port", str(port),
                 "--n_ctx", "4096", "--n_threads", "1", "--verbose", "False",
+                # by default llama-cpp-python cancels the running stream when another request arrives (it closes the
+                # chunked body unfinished); queueing is what its single model slot does otherwise, and what we test
+                "--interrupt_requests", "False",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

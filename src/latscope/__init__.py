@@ -4,9 +4,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> object:
-    # ``latscope.probe(url)`` without importing the submodule first; the module is callable (see latscope.probe)
-    if name == "probe":
+    # ``latscope.probe(url)`` / ``latscope.diagnose(url)`` without importing the submodule first; those modules are
+    # callable (see latscope.probe and latscope.diagnose)
+    if name in ("probe", "diagnose"):
         import importlib
 
-        return importlib.import_module("latscope.probe")
+        return importlib.import_module(f"latscope.{name}")
     raise AttributeError(f"module 'latscope' has no attribute {name!r}")

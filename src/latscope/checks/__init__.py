@@ -1,1 +1,59 @@
-"""latscope.checks."""
+"""Checks: pure functions from an experiment's evidence to one outcome (Finding, NotTested, Inconclusive, Clear).
+
+One module per family, each holding its thresholds as named constants next to the check:
+
+* :mod:`~latscope.checks.connection` — ``no-connection-reuse``, ``tls-no-resumption``, ``http2-not-negotiated``
+* :mod:`~latscope.checks.parsing` — ``slow-request-parsing``
+* :mod:`~latscope.checks.queueing` — ``queue-head-of-line``
+* :mod:`~latscope.checks.streaming` — ``stream-coalescing-nagle``, ``stream-proxy-buffering``
+
+:data:`CHECKS` is the registry: finding id → the evidence family it reads and the function. Checks never import
+:mod:`latscope.diagnose` (it imports them); their evidence classes live in :mod:`~latscope.checks.evidence`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from latscope.checks.connection import check_connection_reuse, check_http2, check_tls_resumption
+from latscope.checks.evidence import Reference
+from latscope.checks.parsing import check_request_parsing
+from latscope.checks.queueing import check_queue_head_of_line
+from latscope.checks.streaming import check_nagle, check_proxy_buffering
+from latscope.findings import Outcome
+
+#: A check: ``(evidence of its family, the typical request or None) -> outcome``.
+CheckFunction = Callable[[Any, Reference | None], Outcome]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One registered check: the finding id it decides, the evidence family it reads, and the function."""
+
+    id: str
+    family: str  #: "connection", "parsing", "queueing" or "streaming"
+    run: CheckFunction
+
+
+CHECKS: dict[str, Check] = {
+    c.id: c
+    for c in (
+        Check("no-connection-reuse", "connection", check_connection_reuse),
+        Check("tls-no-resumption", "connection", check_tls_resumption),
+        Check("http2-not-negotiated", "connection", check_http2),
+        Check("slow-request-parsing", "parsing", check_request_parsing),
+        Check("queue-head-of-line", "queueing", check_queue_head_of_line),
+        Check("stream-coalescing-nagle", "streaming", check_nagle),
+        Check("stream-proxy-buffering", "streaming", check_proxy_buffering),
+    )
+}
+
+
+def register(check: Check) -> None:
+    """Add (or replace) a check in the registry."""
+    CHECKS[check.id] = check
+
+
+__all__ = ["CHECKS", "Check", "CheckFunction", "register"]

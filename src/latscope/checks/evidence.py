@@ -1,0 +1,319 @@
+"""What the experiments measured, in the form the checks read: plain numbers, no sockets, no timelines.
+
+Each experiment family fills one evidence class; a check is a pure function of it (plus the :class:`Reference`, the
+typical request's cost that severities are measured against). Hand-built evidence is how the checks are unit-tested.
+
+All durations are milliseconds (float), sizes bytes, and a value that was not measured is ``None``. One request
+becomes one :class:`RequestSample` (see :meth:`RequestSample.from_timeline`, the only place that reads a
+:class:`~latscope.timeline.model.Timeline`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from latscope.timeline import metrics
+from latscope.timeline.model import TOKEN_KINDS, Timeline
+
+#: Server-reported phases kept on a sample (Server-Timing, llama.cpp ``timings``, the lab's object), by name.
+SERVER_PHASES = ("parse", "validate", "window_wait", "queue", "prefill", "decode")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSample:
+    """One request as the checks see it. Durations in ms (None: the phase did not happen or the request failed
+    before it); see :mod:`latscope.timeline.metrics` for each definition.
+
+    Fields beyond the phase durations:
+        label: what the experiment sent it for ("reuse 2/3", "pad 1.0 MB", …).
+        error_kind / error_phase / error_message / status: why it failed (``error_kind`` None when it did not).
+        reused: the connection came from the pool; connection_id: the pool's connection id.
+        tls_offered / tls_resumed: a saved TLS session was offered / accepted (None without TLS).
+        ttft_after_setup_ms: first token − connection ready: TTFT without the client's connection setup.
+        e2e_after_setup_ms: end − connection ready.
+        request_bytes: request body size; response_close: the response said ``Connection: close``.
+        rtt_ms: TCP round-trip time from TCP_INFO (``min_rtt`` when reported, else the smoothed RTT).
+        first_read_token_events: token events completed by the read that carried the first token.
+        max_token_events_per_read: most token events one read completed (1 = no coalescing).
+        burst_bytes: sizes of the reads that completed two or more token events, in order.
+        itl_ms: every inter-token gap.
+        output_tokens: tokens the server generated (``usage``) or the events carried.
+        x_accel_buffering: the response's ``X-Accel-Buffering`` header (None when absent).
+        server_ms: server-reported phases by name (subset of :data:`SERVER_PHASES`).
+    """
+
+    label: str
+    error_kind: str | None = None
+    error_phase: str | None = None
+    error_message: str | None = None
+    status: int | None = None
+    reused: bool | None = None
+    connection_id: int | None = None
+    http_version: str | None = None
+    alpn: str | None = None
+    tls_version: str | None = None
+    tls_offered: bool | None = None
+    tls_resumed: bool | None = None
+    dns_ms: float | None = None
+    connect_ms: float | None = None
+    tls_ms: float | None = None
+    pool_ms: float | None = None
+    send_ms: float | None = None
+    wait_ms: float | None = None
+    ttfb_ms: float | None = None
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    ttft_after_setup_ms: float | None = None
+    e2e_after_setup_ms: float | None = None
+    request_bytes: int = 0
+    response_close: bool = False
+    server_header: str | None = None
+    rtt_ms: float | None = None
+    first_read_token_events: int = 0
+    max_token_events_per_read: int = 0
+    burst_bytes: tuple[int, ...] = ()
+    itl_ms: tuple[float, ...] = ()
+    output_tokens: int = 0
+    x_accel_buffering: str | None = None
+    server_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when the request completed without error."""
+        return self.error_kind is None
+
+    @property
+    def setup_paid_ms(self) -> float | None:
+        """dns + connect + tls this request paid for its connection (None when it reused one or has no marks)."""
+        parts = [v for v in (self.dns_ms, self.connect_ms, self.tls_ms) if v is not None]
+        return sum(parts) if parts else None
+
+    @classmethod
+    def from_timeline(cls, t: Timeline, label: str | None = None) -> RequestSample:
+        """The sample of one recorded request."""
+        info = t.connection
+        err = t.error
+        first_read = None
+        token_reads: dict[int, int] = {}
+        for event in t.events:
+            if event.kind in TOKEN_KINDS:
+                if first_read is None:
+                    first_read = event.read_index
+                token_reads[event.read_index] = token_reads.get(event.read_index, 0) + 1
+        bursts = tuple(
+            t.reads[index].nbytes
+            for index, count in sorted(token_reads.items())
+            if count >= 2 and 0 <= index < len(t.reads)
+        )
+        rtt_ms = None
+        tcp = None if info is None else (info.tcp_info_at_headers or info.tcp_info_at_end)
+        if tcp is not None:
+            rtt_us = tcp.min_rtt_us if tcp.min_rtt_us else tcp.rtt_us
+            rtt_ms = rtt_us / 1000.0 if rtt_us else None
+        ready = t.connection_ready_ns
+        ttft_after = None
+        e2e_after = None
+        if ready is not None:
+            if t.first_token_ns is not None:
+                ttft_after = (t.first_token_ns - ready) / metrics.NS_PER_MS
+            if t.ended_ns is not None and err is None:
+                e2e_after = (t.ended_ns - ready) / metrics.NS_PER_MS
+        server: dict[str, float] = {}
+        for measure in t.server:
+            if measure.name in SERVER_PHASES and measure.name not in server:
+                server[measure.name] = measure.ms
+        headers = t.response_headers
+        return cls(
+            label=label if label is not None else (t.label or ""),
+            error_kind=err.kind if err is not None else None,
+            error_phase=str(err.phase) if err is not None else None,
+            error_message=err.message if err is not None else None,
+            status=t.status,
+            reused=info.reused if info is not None else None,
+            connection_id=info.connection_id if info is not None else None,
+            http_version=info.http_version if info is not None else None,
+            alpn=info.alpn if info is not None else None,
+            tls_version=info.tls_version if info is not None else None,
+            tls_offered=info.tls_session_offered if info is not None else None,
+            tls_resumed=info.tls_session_resumed if info is not None else None,
+            dns_ms=metrics.dns_ms(t),
+            connect_ms=metrics.connect_ms(t),
+            tls_ms=metrics.tls_ms(t),
+            pool_ms=metrics.pool_ms(t),
+            send_ms=metrics.send_ms(t),
+            wait_ms=metrics.wait_ms(t),
+            ttfb_ms=metrics.ttfb_ms(t),
+            ttft_ms=metrics.ttft_ms(t),
+            e2e_ms=metrics.e2e_ms(t) if err is None else None,
+            ttft_after_setup_ms=ttft_after,
+            e2e_after_setup_ms=e2e_after,
+            request_bytes=t.request_body_bytes,
+            response_close="close" in headers.get("connection", "").lower(),
+            server_header=headers.get("server"),
+            rtt_ms=rtt_ms,
+            first_read_token_events=token_reads.get(first_read, 0) if first_read is not None else 0,
+            max_token_events_per_read=max(token_reads.values(), default=0),
+            burst_bytes=bursts,
+            itl_ms=tuple(metrics.itl_ms(t)),
+            output_tokens=metrics.output_tokens(t),
+            x_accel_buffering=headers.get("x-accel-buffering"),
+            server_ms=server,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """The typical request of this run, which severities are measured against: its median TTFT and end-to-end
+    time (ms), and the decode cadence (median inter-token gap, ms; None when unknown)."""
+
+    ttft_ms: float
+    e2e_ms: float
+    itl_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionEvidence:
+    """The connection experiment.
+
+    Fields:
+        tls: the target is https.
+        sequential: three (or more) requests one after another on one client pool, in order.
+        fresh: requests forced onto new connections (``new_connection``), each offered the saved TLS session.
+        offered_alpn: the ALPN protocols the client offered (empty without TLS).
+        concurrency: the HTTP/1.1-under-concurrency measurement (None when not run: plain HTTP, or h2 negotiated).
+        idle: ``(pause_s, sample)``: a request sent on the same pool after the pool sat idle ``pause_s`` seconds (a
+            user reading an answer): does the connection survive the pause?
+    """
+
+    tls: bool
+    sequential: tuple[RequestSample, ...]
+    fresh: tuple[RequestSample, ...] = ()
+    offered_alpn: tuple[str, ...] = ()
+    concurrency: ConcurrencyEvidence | None = None
+    idle: tuple[tuple[float, RequestSample], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyEvidence:
+    """Bursts of requests sent at once through a pool of ``connections_per_origin`` HTTP/1.1 connections (what a
+    browser does: 6 per host): ``rounds`` holds each burst's samples in send order."""
+
+    connections_per_origin: int
+    rounds: tuple[tuple[RequestSample, ...], ...]
+
+    @property
+    def samples(self) -> tuple[RequestSample, ...]:
+        """Every request of every burst."""
+        return tuple(s for burst in self.rounds for s in burst)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsePoint:
+    """One padded request of the parsing experiment: its body size (bytes) and the server-side time (``wait_ms``:
+    first response byte − request fully written), the upload time, and what the server reported for parsing and
+    validating (ms, None when it reports nothing)."""
+
+    body_bytes: int
+    server_ms: float
+    send_ms: float | None = None
+    server_parse_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsingEvidence:
+    """The parsing experiment.
+
+    Fields:
+        padding: how bodies were padded: ``"user"`` (OpenAI's ``user`` string, never tokenised), ``"whitespace"``
+            (JSON whitespace) or None when the server accepted neither.
+        points: every padded request that completed.
+        control: the same bodies made invalid at their first byte, which the server must receive whole and then
+            rejects at once (400): their ``server_ms`` is the cost of receiving a body (network, TLS, HTTP framing)
+            without parsing it. Empty when the server answered them in an unusable way.
+        fast_parser: ``(body_bytes, ms)``: ``orjson.loads`` of the same bodies in the client process, best of a few.
+        failures: requests that failed (samples with their errors).
+        rejected: why padding was refused (the server's answer), when it was.
+        size_limit_bytes: the largest body the server accepted when it refused a larger one (413), else None.
+        rtt_ms: the connection's TCP round-trip time (a remote target adds upload transfer time to ``server_ms``).
+    """
+
+    padding: str | None
+    points: tuple[ParsePoint, ...] = ()
+    control: tuple[ParsePoint, ...] = ()
+    fast_parser: tuple[tuple[int, float], ...] = ()
+    failures: tuple[RequestSample, ...] = ()
+    rejected: str | None = None
+    size_limit_bytes: int | None = None
+    rtt_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEvidence:
+    """The queueing experiment. TTFTs are ``ttft_after_setup_ms`` (the client's connection setup excluded).
+
+    Fields:
+        short_prompt_tokens / long_prompt_tokens: prompt sizes used (about; the server adds its template).
+        longs_per_round: long requests in flight while each short one is sent.
+        short_alone_ms: short TTFTs with nothing else in flight.
+        long_alone_ms: long TTFTs with nothing else in flight (their prefill, plus the short's fixed costs).
+        short_contended_ms: short TTFTs sent while ``longs_per_round`` long requests were in flight.
+        server_queue_ms: what the server reported as queue time for the contended short requests (may be empty).
+        failures: requests that failed.
+        note: how the long prompt was sized (halved after a rejection, capped …).
+    """
+
+    short_prompt_tokens: int
+    long_prompt_tokens: int
+    longs_per_round: int
+    short_alone_ms: tuple[float, ...] = ()
+    long_alone_ms: tuple[float, ...] = ()
+    short_contended_ms: tuple[float, ...] = ()
+    server_queue_ms: tuple[float, ...] = ()
+    failures: tuple[RequestSample, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvidence:
+    """The streaming experiment: the same request (``max_tokens`` tokens) under several ACK conditions, and the
+    same prompt with ``max_tokens`` 1 for the buffering comparison.
+
+    Conditions (each a tuple of samples; empty when not run):
+        fresh: new connections, the kernel's default ACK behaviour.
+        reused: one client pool after a warm-up request (reused connections when the server keeps them alive).
+        delayed_ack: new connections put into delayed-ACK mode (TCP_QUICKACK 0) before the request, the ACK state
+            every reused keep-alive connection is in; available on Linux only (``delayed_ack_supported``).
+        quickack: the client ACKs every read at once (TCP_QUICKACK 1 before each read), one pool after a warm-up:
+            the control, with Nagle's wait for an ACK removed.
+        quickack_short: quickack, ``max_tokens`` 1: TTFT when there is nothing to hold back.
+    """
+
+    max_tokens: int
+    fresh: tuple[RequestSample, ...] = ()
+    reused: tuple[RequestSample, ...] = ()
+    delayed_ack: tuple[RequestSample, ...] = ()
+    quickack: tuple[RequestSample, ...] = ()
+    quickack_short: tuple[RequestSample, ...] = ()
+    delayed_ack_supported: bool = True
+    quickack_supported: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    """One prompt of the baseline sweep: its size (about, in tokens) and TTFT without connection setup (ms)."""
+
+    prompt_tokens: int
+    ttft_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineEvidence:
+    """The baseline: a prompt-length sweep (``max_tokens`` 1) and the typical request (``typical``: a few
+    sequential streamed requests of ``typical_max_tokens`` tokens on one fresh client, the first one cold)."""
+
+    sweep: tuple[SweepPoint, ...] = ()
+    typical: tuple[RequestSample, ...] = ()
+    typical_prompt_tokens: int = 0
+    typical_max_tokens: int = 0
+    failures: tuple[RequestSample, ...] = ()
+    max_prompt_tokens_accepted: int | None = None

@@ -1,0 +1,117 @@
+"""``queue-head-of-line``: short requests wait behind long prefills.
+
+Mechanism: a few long-prompt requests are sent, then a short one just after them. A scheduler that lets the short
+request go first (shortest-first, priority, deadline) or that interleaves prefill in chunks holds it for at most the
+one step already running: its TTFT grows by at most about one long prefill. A FIFO scheduler without chunked
+prefill makes it wait for every long prefill ahead of it: its TTFT grows by several. So the check compares the short
+request's TTFT inflation with the long requests' own prefill time, both measured in this run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from latscope.checks import failures
+from latscope.checks.evidence import QueueEvidence, Reference
+from latscope.checks.severity import cost_context, severity_for
+from latscope.checks.stats import median, robust_sd
+from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome, make_finding
+
+QUEUE_ID = "queue-head-of-line"
+
+#: Inflation of at least this many long prefills: the short request waited for more than the step that was running
+#: when it arrived, i.e. behind queued long requests (with 3 in flight, FIFO gives ≈ 3).
+HOL_FINDING_RATIO = 1.75
+#: Inflation of at most this many long prefills: no more than the running step held it (shortest-first / chunked).
+HOL_CLEAR_RATIO = 1.25
+#: The test needs at least two long requests in flight: with one, FIFO and shortest-first both wait one step.
+MIN_LONGS_PER_ROUND = 2
+#: A long prompt must prefill for at least this many short TTFTs, and at least MIN_PREFILL_MS, for the test to
+#: separate queueing from noise.
+MIN_PREFILL_FACTOR = 3.0
+MIN_PREFILL_MS = 10.0
+#: The inflation must stand this many noise standard deviations (of the short TTFTs) above zero.
+NOISE_Z = 3.0
+#: The server's own queue-time report confirms the finding when it covers at least this share of the inflation.
+CONFIRM_SHARE = 0.5
+
+
+def check_queue_head_of_line(ev: QueueEvidence, reference: Reference | None) -> Outcome:
+    """Finding when a short request's TTFT inflation behind ``longs_per_round`` long requests is at least
+    :data:`HOL_FINDING_RATIO` long prefills; clear at most :data:`HOL_CLEAR_RATIO`."""
+    if len(ev.short_alone_ms) < 2 or not ev.long_alone_ms or not ev.short_contended_ms:
+        reason = failures.summarise(ev.failures) or "too few requests completed"
+        return NotTested(QUEUE_ID, f"the queueing experiment could not measure: {reason}")
+    # a long prompt refused for its length is the sizing at work, not misbehaviour
+    unexpected = [f for f in ev.failures if not (f.status == 400 and f.label.startswith("long alone"))]
+    completed = len(ev.short_alone_ms) + len(ev.long_alone_ms) + len(ev.short_contended_ms) * (1 + ev.longs_per_round)
+    broken = failures.too_many_failed(unexpected, ok_elsewhere=completed)
+    if broken:
+        return NotTested(QUEUE_ID, f"the target misbehaved during the queueing experiment: {broken}")
+    if ev.longs_per_round < MIN_LONGS_PER_ROUND:
+        return NotTested(QUEUE_ID, f"only {ev.longs_per_round} long request(s) could be kept in flight at once")
+    short_alone = median(ev.short_alone_ms)
+    long_alone = median(ev.long_alone_ms)
+    contended = median(ev.short_contended_ms)
+    assert short_alone is not None and long_alone is not None and contended is not None
+    prefill = long_alone - short_alone
+    inflation = contended - short_alone
+    noise = max(robust_sd(ev.short_alone_ms) or 0.0, robust_sd(ev.short_contended_ms) or 0.0)
+    evidence: dict[str, Any] = {
+        "short_prompt_tokens": ev.short_prompt_tokens,
+        "long_prompt_tokens": ev.long_prompt_tokens,
+        "longs_per_round": ev.longs_per_round,
+        "short_ttft_alone_ms_p50": round(short_alone, 3),
+        "long_ttft_alone_ms_p50": round(long_alone, 3),
+        "long_prefill_ms": round(prefill, 3),
+        "short_ttft_contended_ms_p50": round(contended, 3),
+        "short_ttft_contended_ms": [round(v, 3) for v in ev.short_contended_ms],
+        "inflation_ms": round(inflation, 3),
+        "noise_sd_ms": round(noise, 3),
+    }
+    if ev.note:
+        evidence["note"] = ev.note
+    if prefill < max(MIN_PREFILL_MS, MIN_PREFILL_FACTOR * short_alone):
+        return Inconclusive(
+            QUEUE_ID,
+            f"a {ev.long_prompt_tokens}-token prompt prefills in only {prefill:.1f} ms (short TTFT {short_alone:.1f} "
+            "ms): too little prefill to tell queueing from noise; a longer prompt would settle it if the server "
+            "accepts one",
+            evidence,
+        )
+    ratio = inflation / prefill
+    evidence["inflation_in_long_prefills"] = round(ratio, 3)
+    if ratio <= HOL_CLEAR_RATIO:
+        return Clear(
+            QUEUE_ID,
+            f"with {ev.longs_per_round} long prompts in flight a short request waited {inflation:.1f} ms, "
+            f"{ratio:.2f} long prefills ({prefill:.1f} ms each): it was not queued behind them",
+            evidence,
+        )
+    if ratio < HOL_FINDING_RATIO or inflation < NOISE_Z * noise:
+        return Inconclusive(
+            QUEUE_ID,
+            f"a short request waited {inflation:.1f} ms = {ratio:.2f} long prefills (noise {noise:.1f} ms): "
+            "between the clear and the finding thresholds; more rounds would settle it",
+            evidence,
+        )
+    reported = median(ev.server_queue_ms)
+    confirmed = reported is not None and reported >= CONFIRM_SHARE * inflation
+    if reported is not None:
+        evidence["server_reported_queue_ms_p50"] = round(reported, 3)
+    evidence.update(cost_context(inflation, reference))
+    return make_finding(
+        QUEUE_ID,
+        severity=severity_for(inflation, reference),
+        cost_ms=inflation,
+        cost_basis=(
+            f"ms added to a short request's TTFT while {ev.longs_per_round} requests with "
+            f"{ev.long_prompt_tokens}-token prompts are in flight (median of {len(ev.short_contended_ms)} rounds)"
+        ),
+        evidence=evidence,
+        rule=(
+            f"the short request's TTFT grew by {ratio:.2f} long prefills (≥ {HOL_FINDING_RATIO:g}): it waited for "
+            "long requests queued ahead of it, not only for the step that was running"
+        ),
+        confidence=Confidence.HIGH if confirmed else Confidence.MEDIUM,
+    )

@@ -1,0 +1,239 @@
+"""Streaming checks: ``stream-coalescing-nagle`` and ``stream-proxy-buffering``.
+
+Both hold tokens back between the engine and the client, and both show as several events landing in one socket
+read. They are told apart by their mechanisms (reference/network-timing.md):
+
+- Nagle's algorithm (TCP_NODELAY off on the server's socket) holds a small write while an earlier one is unacknowledged,
+  so it appears only when the client delays its ACK: on reused keep-alive connections at stream start (the ACK state
+  a request/response exchange leaves), for about the delayed-ACK time (40 ms minimum on Linux), and it disappears
+  when the client ACKs at once (TCP_QUICKACK). The control is the same request with quickack on.
+- A buffering proxy holds bytes until its buffer fills (4/8/16 KB) or the response ends, whatever the ACKs do: the
+  first token waits for the buffer, so TTFT grows with the number of tokens requested. The control is the same
+  prompt with ``max_tokens`` 1, and both are measured with quickack on so Nagle cannot contribute.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from latscope.checks import failures
+from latscope.checks.evidence import Reference, RequestSample, StreamEvidence
+from latscope.checks.severity import cost_context, severity_for
+from latscope.checks.stats import median, robust_sd
+from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome, make_finding
+
+NAGLE_ID = "stream-coalescing-nagle"
+PROXY_ID = "stream-proxy-buffering"
+
+#: Half of Linux's minimum delayed-ACK time (40 ms; Windows: 200 ms): a stream start held this much longer than with
+#: quickack waited for an ACK, not for the scheduler.
+NAGLE_MIN_HOLD_MS = 20.0
+#: Nagle holds every stream start in delayed-ACK mode: at least this share of the samples must show the hold.
+NAGLE_HELD_SHARE = 0.5
+#: A read completing this many token events or more is a burst (one event per read is an unbuffered stream).
+BURST_EVENTS = 4
+#: TTFT growth (ms) between ``max_tokens`` 1 and the typical length that buffering must exceed: above a loaded
+#: host's timer and scheduling jitter.
+PROXY_MIN_GROWTH_MS = 10.0
+#: Buffering holds back at least this share of the generation time before the first token is delivered …
+PROXY_MIN_HELD_FRACTION = 0.2
+#: … and below this share nothing is held back.
+PROXY_CLEAR_HELD_FRACTION = 0.1
+#: The growth must stand this many noise standard deviations above zero.
+NOISE_Z = 3.0
+
+
+def _ttfts(samples: tuple[RequestSample, ...] | list[RequestSample]) -> list[float]:
+    return [s.ttft_after_setup_ms for s in samples if s.ok and s.ttft_after_setup_ms is not None]
+
+
+def per_read_summary(samples: tuple[RequestSample, ...] | list[RequestSample]) -> dict[str, Any]:
+    """The per-read picture of some streams: how many, median TTFT, most token events one read carried, the
+    largest gap between token events (ms), and the sizes of the reads that carried several events (bytes)."""
+    done = [s for s in samples if s.ok]
+    ttft = median(_ttfts(done))
+    return {
+        "streams": len(done),
+        "ttft_ms_p50": None if ttft is None else round(ttft, 3),
+        "max_token_events_per_read": max((s.max_token_events_per_read for s in done), default=0),
+        "max_gap_ms": round(max((g for s in done for g in s.itl_ms), default=0.0), 3),
+        "burst_bytes": sorted({b for s in done for b in s.burst_bytes})[:8],
+    }
+
+
+def _all_samples(ev: StreamEvidence) -> tuple[RequestSample, ...]:
+    return (*ev.fresh, *ev.reused, *ev.delayed_ack, *ev.quickack, *ev.quickack_short)
+
+
+def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
+    """Finding when streams started in delayed-ACK mode (reused connections, or new ones forced into it) reach their
+    first token at least :data:`NAGLE_MIN_HOLD_MS` later than with quickack on."""
+    control = _ttfts(ev.quickack)
+    if not ev.quickack_supported:
+        return NotTested(NAGLE_ID, "TCP_QUICKACK is not available on this client platform: no control stream")
+    broken = failures.too_many_failed(_all_samples(ev))
+    if broken:
+        return NotTested(NAGLE_ID, f"the target misbehaved during the streaming experiment: {broken}")
+    if not control:
+        reason = failures.summarise(ev.quickack) or "no stream completed"
+        return NotTested(NAGLE_ID, f"the quickack control streams failed: {reason}")
+    reused = [s for s in ev.reused if s.ok and s.reused]
+    delayed = [s for s in ev.delayed_ack if s.ok]
+    candidates = [(name, samples) for name, samples in (("reused", reused), ("delayed_ack", delayed)) if samples]
+    if not candidates:
+        why = []
+        if not reused:
+            why.append("no connection was reused (the server closes them)")
+        if not ev.delayed_ack_supported:
+            why.append("this client cannot force delayed ACKs")
+        else:
+            why.append(failures.summarise(ev.delayed_ack) or "no delayed-ACK stream completed")
+        return NotTested(NAGLE_ID, "no stream started in delayed-ACK mode: " + "; ".join(why))
+    control_p50 = median(control)
+    assert control_p50 is not None
+    measured: list[tuple[str, list[RequestSample], float, int]] = []
+    for name, samples in candidates:
+        ttfts = _ttfts(samples)
+        p50 = median(ttfts)
+        assert p50 is not None
+        held = sum(1 for v in ttfts if v - control_p50 >= NAGLE_MIN_HOLD_MS)
+        measured.append((name, samples, p50 - control_p50, held))
+    # the condition that shows the hold best; reused connections first (what users see) when both show it
+    name, samples, hold, held = max(measured, key=lambda m: (m[3] >= math.ceil(NAGLE_HELD_SHARE * len(m[1])), m[2]))
+    coalesced = sum(1 for s in samples if s.first_read_token_events >= 2)
+    control_coalesced = sum(1 for s in ev.quickack if s.ok and s.first_read_token_events >= 2)
+    evidence: dict[str, Any] = {
+        "condition": name,
+        "ttft_held_ms_p50": round(control_p50 + hold, 3),
+        "ttft_quickack_ms_p50": round(control_p50, 3),
+        "hold_ms": round(hold, 3),
+        "held_streams": held,
+        "streams": len(samples),
+        "start_coalesced_streams": coalesced,
+        "start_coalesced_streams_quickack": control_coalesced,
+        "first_read_token_events": [s.first_read_token_events for s in samples],
+        "reused_connections_seen": bool(reused),
+        "per_read": {
+            name: per_read_summary(group)
+            for name, group in (
+                ("fresh", ev.fresh),
+                ("reused", ev.reused),
+                ("delayed_ack", ev.delayed_ack),
+                ("quickack", ev.quickack),
+            )
+            if group
+        },
+    }
+    fresh = _ttfts(ev.fresh)
+    if fresh:
+        evidence["ttft_fresh_ms_p50"] = round(median(fresh) or 0.0, 3)
+    if held == 0:
+        return Clear(
+            NAGLE_ID,
+            f"streams in delayed-ACK mode reached their first token {hold:.1f} ms from the quickack control's "
+            f"{control_p50:.1f} ms: nothing waited for an ACK",
+            evidence,
+        )
+    if hold < NAGLE_MIN_HOLD_MS or held < math.ceil(NAGLE_HELD_SHARE * len(samples)):
+        return Inconclusive(
+            NAGLE_ID,
+            f"{held} of {len(samples)} delayed-ACK streams started ≥ {NAGLE_MIN_HOLD_MS:g} ms late (median hold "
+            f"{hold:.1f} ms): more samples would settle it",
+            evidence,
+        )
+    basis = (
+        "ms added to TTFT at the start of a stream on a connection in delayed-ACK mode (every reused keep-alive "
+        "connection): the server's small writes wait for the client's delayed ACK"
+    )
+    if name == "delayed_ack" and not reused:
+        basis += "; masked today because connections are not reused, it appears as soon as keep-alive works"
+    evidence.update(cost_context(hold, reference))
+    return make_finding(
+        NAGLE_ID,
+        severity=severity_for(hold, reference),
+        cost_ms=hold,
+        cost_basis=basis,
+        evidence=evidence,
+        rule=(
+            f"{held} of {len(samples)} streams in delayed-ACK mode started ≥ {NAGLE_MIN_HOLD_MS:g} ms later than "
+            "with quickack on (Nagle holding small writes until the ACK)"
+        ),
+        confidence=Confidence.HIGH if coalesced * 2 >= len(samples) and control_coalesced == 0 else Confidence.MEDIUM,
+    )
+
+
+def check_proxy_buffering(ev: StreamEvidence, reference: Reference | None) -> Outcome:
+    """Finding when TTFT grows with ``max_tokens`` (tokens held until a buffer fills or the stream ends) by at least
+    :data:`PROXY_MIN_GROWTH_MS` and :data:`PROXY_MIN_HELD_FRACTION` of the generation time, with quickack on."""
+    if not ev.quickack_supported:
+        return NotTested(PROXY_ID, "TCP_QUICKACK is not available on this client platform: Nagle cannot be excluded")
+    broken = failures.too_many_failed(_all_samples(ev))
+    if broken:
+        return NotTested(PROXY_ID, f"the target misbehaved during the streaming experiment: {broken}")
+    short = _ttfts(ev.quickack_short)
+    long = _ttfts(ev.quickack)
+    if not short or not long:
+        reason = failures.summarise((*ev.quickack_short, *ev.quickack)) or "no stream completed"
+        return NotTested(PROXY_ID, f"the buffering comparison could not measure: {reason}")
+    short_p50 = median(short)
+    long_p50 = median(long)
+    ends = [s.e2e_after_setup_ms for s in ev.quickack if s.ok and s.e2e_after_setup_ms is not None]
+    end_p50 = median(ends)
+    assert short_p50 is not None and long_p50 is not None
+    growth = long_p50 - short_p50
+    generation = (end_p50 - short_p50) if end_p50 is not None else 0.0
+    fraction = growth / generation if generation > 0 else 0.0
+    noise = max(robust_sd(short) or 0.0, robust_sd(long) or 0.0)
+    long_ok = [s for s in ev.quickack if s.ok]
+    bursty = sum(1 for s in long_ok if s.max_token_events_per_read >= BURST_EVENTS)
+    bursts = sorted({b for s in long_ok for b in s.burst_bytes})
+    headers = {s.x_accel_buffering for s in (*ev.quickack, *ev.reused) if s.ok}
+    evidence: dict[str, Any] = {
+        "max_tokens": ev.max_tokens,
+        "ttft_max_tokens_1_ms_p50": round(short_p50, 3),
+        f"ttft_max_tokens_{ev.max_tokens}_ms_p50": round(long_p50, 3),
+        "ttft_growth_ms": round(growth, 3),
+        "generation_ms": round(generation, 3),
+        "held_fraction": round(fraction, 3),
+        "noise_sd_ms": round(noise, 3),
+        "bursty_streams": bursty,
+        "streams": len(long_ok),
+        "max_token_events_per_read": max((s.max_token_events_per_read for s in long_ok), default=0),
+        "max_gap_ms": round(max((g for s in long_ok for g in s.itl_ms), default=0.0), 3),
+        "burst_bytes": bursts[:16],
+        "x_accel_buffering": sorted(h for h in headers if h is not None) or None,
+    }
+    if growth < PROXY_MIN_GROWTH_MS or fraction < PROXY_CLEAR_HELD_FRACTION:
+        return Clear(
+            PROXY_ID,
+            f"TTFT is {short_p50:.1f} ms with max_tokens 1 and {long_p50:.1f} ms with {ev.max_tokens}: the first token "
+            "is not held back for later ones",
+            evidence,
+        )
+    if fraction < PROXY_MIN_HELD_FRACTION or growth < NOISE_Z * noise:
+        return Inconclusive(
+            PROXY_ID,
+            f"TTFT grows {growth:.1f} ms with max_tokens ({fraction:.0%} of the generation time, noise "
+            f"{noise:.1f} ms): between the clear and the finding thresholds; more samples would settle it",
+            evidence,
+        )
+    basis = (
+        f"ms added to the TTFT of a request generating {ev.max_tokens} tokens: tokens are held until the buffer in "
+        "front of the stream fills or the response ends (measured with quickack on, so not Nagle)"
+    )
+    rule = (
+        f"TTFT grew {growth:.1f} ms from max_tokens 1 to {ev.max_tokens} ({fraction:.0%} of the generation held back)"
+    )
+    if None in headers:
+        rule += "; the response does not send 'X-Accel-Buffering: no'"
+    evidence.update(cost_context(growth, reference))
+    return make_finding(
+        PROXY_ID,
+        severity=severity_for(growth, reference),
+        cost_ms=growth,
+        cost_basis=basis,
+        evidence=evidence,
+        rule=rule,
+        confidence=Confidence.HIGH if bursty * 2 >= len(long_ok) else Confidence.MEDIUM,
+    )

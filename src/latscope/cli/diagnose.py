@@ -1,0 +1,186 @@
+"""``latscope diagnose [URL]``: the experiment battery against an endpoint, then the ranked findings.
+
+Without URL it starts the embedded lab (``--lab-profile naive``: the four hidden bottlenecks switched on) in a child
+process, diagnoses it, and shows how to run the lab tuned and compare.
+
+Exit status: 0 when the diagnosis ran (whatever it found); 2 for usage errors and for a target that cannot be reached
+or refuses the request as such (the message names the failed phase).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+from latscope.cli.probe import parse_headers
+from latscope.diagnose import DiagnoseError, Diagnosis, ProgressEvent, UnknownFindingError, diagnose
+from latscope.diagnose.plan import diagnosed_ids, select
+from latscope.report.diagnosis import diagnosis_report
+from latscope.wire.loop import run
+
+EXIT_USAGE = 2
+#: The port ``latscope lab`` listens on by default (see ``latscope lab --help``).
+LAB_DEFAULT_PORT = 8088
+
+
+class _ProgressView:
+    """Feeds :class:`ProgressEvent` objects into a rich progress display, one bar per experiment."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.tasks: dict[str, TaskID] = {}
+
+    def __call__(self, event: ProgressEvent) -> None:
+        task = self.tasks.get(event.experiment)
+        if event.kind == "experiment":
+            self.tasks[event.experiment] = self.progress.add_task(event.experiment, total=event.total)
+        elif task is not None and event.kind == "request":
+            self.progress.update(task, completed=min(event.done, event.total), total=max(event.total, event.done))
+        elif task is not None and event.kind == "done":
+            self.progress.update(task, completed=event.total, total=event.total, description=event.experiment)
+
+
+def _fail(console: Console, message: str) -> None:
+    console.print(Text("error: ", style="bold red") + Text(message))
+    sys.exit(EXIT_USAGE)
+
+
+def _run(console: Console, url: str, options: dict[str, Any]) -> Diagnosis:
+    with Progress(
+        TextColumn("[bold]{task.description:<11}"),
+        BarColumn(bar_width=30),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        return run(diagnose(url, progress=_ProgressView(progress), **options))
+
+
+def _compare_hint(console: Console, profile: str) -> None:
+    other = "tuned" if profile == "naive" else "naive"
+    console.print(
+        Text.assemble(
+            ("\nThat was the embedded lab with the ", "dim"),
+            (profile, "bold"),
+            (" profile. To compare, run the lab ", "dim"),
+            (other, "bold"),
+            (" in one terminal and diagnose it from another:\n", "dim"),
+            (f"  latscope lab --profile {other}\n", "bold cyan"),
+            (f"  latscope diagnose http://127.0.0.1:{LAB_DEFAULT_PORT}/v1\n", "bold cyan"),
+        )
+    )
+
+
+@click.command("diagnose", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.argument("url", required=False)
+@click.option("--model", "-m", help="Model name (default: the first one the server lists at /models).")
+@click.option(
+    "--api-key",
+    envvar="OPENAI_API_KEY",
+    show_envvar=True,
+    help="Sent as 'Authorization: Bearer KEY'; never printed or saved.",
+)
+@click.option("--insecure", "-k", is_flag=True, help="Do not verify the server's TLS certificate.")
+@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra CA certificates (PEM) to trust.")
+@click.option("--header", "-H", "header", multiple=True, metavar="'NAME: VALUE'", help="Extra request header; repeat.")
+@click.option(
+    "--only",
+    metavar="IDS",
+    help=f"Comma-separated finding ids to check (runs only the experiments they need): {', '.join(diagnosed_ids())}.",
+)
+@click.option("--quick", is_flag=True, help="Smaller experiments: fewer sizes and samples (about a third of the time).")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="Write the diagnosis as JSON (latscope.diagnosis/1) to FILE ('-': stdout; the report then goes to stderr).",
+)
+@click.option(
+    "--lab-profile",
+    type=click.Choice(["naive", "tuned"]),
+    default="naive",
+    show_default=True,
+    help="Without URL: the profile of the embedded lab to diagnose.",
+)
+def command(
+    url: str | None,
+    model: str | None,
+    api_key: str | None,
+    insecure: bool,
+    ca_file: str | None,
+    header: tuple[str, ...],
+    only: str | None,
+    quick: bool,
+    json_path: str | None,
+    lab_profile: str,
+) -> None:
+    """Run the experiment battery against URL and name the bottlenecks, with their cost and the fix.
+
+    URL is an OpenAI-style base URL (http://host:port/v1); a URL without a path gets /v1. Without URL, the embedded
+    lab is started with its naive profile and diagnosed: the out-of-the-box demo.
+
+    \b
+    Experiments (each bounded in requests and time):
+      baseline     the typical request, TTFT vs prompt length, decode cadence
+      connection   reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency
+      parsing      server time vs request body size, against a fast JSON parser
+      queueing     a short prompt alone and behind long ones
+      streaming    per-read analysis under delayed ACKs and quickack, TTFT vs max_tokens
+
+    Findings are ranked by measured cost; what could not be tested or decided is listed with the reason.
+    """
+    to_stdout = json_path == "-"
+    console = Console(stderr=to_stdout)
+    headers = parse_headers(header)
+    try:
+        select(only)
+    except UnknownFindingError as exc:
+        raise click.BadParameter(str(exc), param_hint="--only") from None
+    options: dict[str, Any] = {
+        "model": model,
+        "api_key": api_key,
+        "verify": not insecure,
+        "ca_file": ca_file,
+        "headers": headers,
+        "only": only,
+        "quick": quick,
+    }
+    embedded = url is None
+    try:
+        if embedded:
+            from latscope.lab.process import LabProcess, LabStartError
+
+            console.print(Text(f"Starting the embedded lab (profile {lab_profile}) …", style="dim"))
+            try:
+                with LabProcess(profile=lab_profile) as lab:
+                    assert lab.url is not None
+                    result = _run(console, lab.url, options)
+            except LabStartError as exc:
+                _fail(console, f"the embedded lab did not start: {exc}")
+                return
+        else:
+            assert url is not None
+            result = _run(console, url, options)
+    except DiagnoseError as exc:
+        _fail(console, str(exc))
+        return
+    data = result.to_dict()
+    console.print(diagnosis_report(data))
+    if embedded:
+        _compare_hint(console, lab_profile)
+    if json_path is not None:
+        payload = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
+        if to_stdout:
+            sys.stdout.buffer.write(payload)
+            sys.stdout.flush()
+        else:
+            with open(json_path, "wb") as fh:
+                fh.write(payload)
+            console.print(Text(f"wrote {json_path}", style="dim"))

@@ -1,0 +1,174 @@
+"""What every experiment shares: the target, how to build and send its requests, and the progress hook.
+
+Experiments send through :meth:`Context.send`, which records the request's timeline, joins the server's own signals
+(Server-Timing, ``timings``, the lab's object) into it, counts it for progress, and turns it into a
+:class:`~latscope.checks.evidence.RequestSample`. Requests never raise for a failed request: the sample says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import secrets
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from latscope.checks.evidence import RequestSample
+from latscope.dialects import openai
+from latscope.dialects.base import RequestSpec
+from latscope.dialects.prompts import synthetic_prompt
+from latscope.signals.join import apply_server_signals
+from latscope.timeline.model import Timeline
+from latscope.wire import Client, Timeouts
+
+#: Limits of one diagnose request, s: generous for a slow target, bounded so a stalled one cannot hang the run. No
+#: total limit: every phase has its own, and each experiment has a wall-clock bound (the runner's); a total limit
+#: wraps the pool wait in a task of its own, which adds scheduling delay to the very pool waits the connection
+#: experiment measures.
+REQUEST_TIMEOUTS = Timeouts(connect_s=10.0, tls_s=10.0, send_s=30.0, headers_s=60.0, read_s=30.0, total_s=None)
+
+#: Seeds are spaced this far apart per request so no two prompts of a run share their first words (a server's
+#: prefix cache must not make a repeated prompt look cheaper; see dialects.prompts).
+_SEED_STRIDE = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    """What the runner reports while it works.
+
+    ``kind`` is ``"experiment"`` (one starts: ``total`` is its planned request count), ``"request"`` (one of its
+    requests completed: ``done`` of ``total``) or ``"done"`` (it finished; ``message`` says how).
+    """
+
+    kind: str
+    experiment: str
+    done: int = 0
+    total: int = 0
+    message: str = ""
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+
+
+@dataclass
+class Context:
+    """One diagnose run's shared state. ``headers`` include the Authorization header (never recorded: timelines keep
+    headers redacted); ``quick`` asks every experiment for its smaller plan."""
+
+    base_url: str
+    model: str
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    verify: bool = True
+    ca_file: str | None = None
+    quick: bool = False
+    progress: ProgressCallback | None = None
+    timeouts: Timeouts = REQUEST_TIMEOUTS
+    experiment: str = ""
+    requests_sent: int = 0
+    _planned: int = 0
+    _done: int = 0
+    _seeds: Iterator[int] = field(
+        default_factory=lambda: itertools.count(secrets.randbelow(1 << 24) * 64, _SEED_STRIDE)
+    )
+
+    @property
+    def tls(self) -> bool:
+        """True for an https target."""
+        return self.base_url.lower().startswith("https://")
+
+    # -- clients and requests --------------------------------------------------------------------------------------
+
+    def client_options(self, **options: Any) -> dict[str, Any]:
+        """Constructor arguments of a measuring client for this target, with ``options`` added."""
+        return {
+            "verify": self.verify,
+            "ca_file": self.ca_file,
+            "headers": self.headers,
+            "timeouts": self.timeouts,
+            "trace_context": False,
+            **options,
+        }
+
+    def client(self, **options: Any) -> Client:
+        """A fresh measuring client for this target; ``options`` go to :class:`~latscope.wire.Client`."""
+        return Client(**self.client_options(**options))
+
+    def next_seed(self) -> int:
+        """A seed no other request of this run used (prompts differ from their first word)."""
+        return next(self._seeds)
+
+    def spec(
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        *,
+        extra: Mapping[str, object] | None = None,
+        seed: int | None = None,
+    ) -> RequestSpec:
+        """A streamed chat request with a synthetic prompt of about ``prompt_tokens`` tokens (a fresh seed unless
+        given) and ``max_tokens`` tokens to generate."""
+        prompt = synthetic_prompt(max(1, prompt_tokens), self.next_seed() if seed is None else seed)
+        return openai.chat_request(self.model, prompt, max_tokens, extra=extra)
+
+    @staticmethod
+    def with_body(spec: RequestSpec, body: bytes) -> RequestSpec:
+        """``spec`` with its body replaced (whitespace-padded JSON)."""
+        return dataclasses.replace(spec, body=body)
+
+    async def send(
+        self,
+        client: Client,
+        spec: RequestSpec,
+        *,
+        label: str,
+        new_connection: bool = False,
+        timeline: Timeline | None = None,
+    ) -> RequestSample:
+        """Send one request, join the server's signals into its timeline, and return its sample."""
+        t = await client.request(spec, self.base_url, label=label, new_connection=new_connection, timeline=timeline)
+        self.requests_sent += 1
+        join_server_signals(t)
+        self._done += 1
+        self._emit(ProgressEvent("request", self.experiment, self._done, self._planned, label))
+        return RequestSample.from_timeline(t, label)
+
+    async def send_all(self, client: Client, specs: Sequence[tuple[RequestSpec, str]]) -> list[RequestSample]:
+        """Send ``specs`` one after another on ``client`` (labels given), returning their samples in order."""
+        return [await self.send(client, spec, label=label) for spec, label in specs]
+
+    # -- progress -------------------------------------------------------------------------------------------------
+
+    def begin(self, experiment: str, planned_requests: int) -> None:
+        """An experiment starts; ``planned_requests`` is what progress counts towards."""
+        self.experiment = experiment
+        self._planned = max(1, planned_requests)
+        self._done = 0
+        self._emit(ProgressEvent("experiment", experiment, 0, self._planned))
+
+    def finish(self, message: str) -> None:
+        """The current experiment ended (``message`` says how)."""
+        self._emit(ProgressEvent("done", self.experiment, self._done, max(self._planned, self._done), message))
+
+    def _emit(self, event: ProgressEvent) -> None:
+        if self.progress is not None:
+            try:
+                self.progress(event)
+            except Exception:  # a display problem must never end a diagnosis
+                self.progress = None
+
+
+def join_server_signals(t: Timeline) -> None:
+    """Fill ``t.server`` from the response headers and the raw objects the stream carried (``timings``, the lab's
+    ``latscope`` object)."""
+    fields = t.server_fields
+    timings = fields.get("timings")
+    extra = {k: v for k, v in fields.items() if k == "latscope" and isinstance(v, Mapping)}
+    try:
+        apply_server_signals(
+            t,
+            timings=timings if isinstance(timings, Mapping) else None,
+            extra=extra or None,
+        )
+    except Exception as exc:  # malformed server signals must not cost the measurement
+        t.warnings.append(f"server signals could not be read: {exc!r}")

@@ -1,0 +1,103 @@
+"""The connection experiment: reuse, TLS resumption, ALPN, and what HTTP/1.1 costs under concurrency.
+
+1. Three short requests one after another on one client pool: does the second reuse the first's connection? Then,
+   after the pool sat idle for a pause like a user's between two prompts, one more: did the connection survive it
+   (a keep-alive timeout shorter than a client's pause closes it)?
+2. Further requests forced onto new connections: every new connection's dns + connect + tls is the measured cost of
+   a fresh connection; over TLS each offers the session saved from the first: is it resumed?
+3. Over TLS, when ALPN did not select h2: twelve requests at once through a pool of six connections (a browser's
+   per-host limit), whose queued half waits for a free connection: what the missing HTTP/2 costs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from latscope.checks.evidence import ConcurrencyEvidence, ConnectionEvidence, RequestSample
+from latscope.diagnose.context import Context
+
+SEQUENTIAL_REQUESTS = 3
+#: Idle pauses (s) before a further request on the same pool: shorter than a user's pause between prompts (seconds),
+#: longer than any keep-alive a server means to keep (nginx's default is 75 s; uvicorn's 5 s; gunicorn's 2 s).
+IDLE_PAUSES_S = (0.5, 2.0)
+IDLE_PAUSES_S_QUICK = (1.0,)
+FRESH_REQUESTS = 4
+FRESH_REQUESTS_QUICK = 3
+#: Browsers open at most 6 connections per host over HTTP/1.1 (Chrome, Firefox); twice that many requests queue half.
+BROWSER_CONNECTIONS_PER_HOST = 6
+CONCURRENT_REQUESTS = 12
+#: Bursts of concurrent requests: the quietest counts (a host stall during one burst delays all its requests).
+CONCURRENT_ROUNDS = 3
+PROMPT_TOKENS = 16
+MAX_TOKENS = 4
+CONCURRENT_MAX_TOKENS = 8
+#: What the client offers by ALPN over TLS (latscope.wire offers h2 first when HTTP/2 is on, its default).
+OFFERED_ALPN = ("h2", "http/1.1")
+
+
+def planned_requests(quick: bool, tls: bool) -> int:
+    """Requests this experiment sends at most."""
+    idle = len(IDLE_PAUSES_S_QUICK if quick else IDLE_PAUSES_S)
+    fresh = FRESH_REQUESTS_QUICK if quick else FRESH_REQUESTS
+    if not tls:
+        return SEQUENTIAL_REQUESTS + idle + fresh
+    return SEQUENTIAL_REQUESTS + idle + fresh + CONCURRENT_ROUNDS * CONCURRENT_REQUESTS
+
+
+async def run(ctx: Context) -> ConnectionEvidence:
+    """Run the connection experiment (see the module docstring)."""
+    sequential: list[RequestSample] = []
+    fresh: list[RequestSample] = []
+    idle: list[tuple[float, RequestSample]] = []
+    async with ctx.client() as client:
+        for index in range(SEQUENTIAL_REQUESTS):
+            sequential.append(
+                await ctx.send(
+                    client, ctx.spec(PROMPT_TOKENS, MAX_TOKENS), label=f"sequential {index + 1}/{SEQUENTIAL_REQUESTS}"
+                )
+            )
+        if sequential[-1].ok:
+            for pause in IDLE_PAUSES_S_QUICK if ctx.quick else IDLE_PAUSES_S:
+                await asyncio.sleep(pause)
+                sample = await ctx.send(client, ctx.spec(PROMPT_TOKENS, MAX_TOKENS), label=f"after {pause:g} s idle")
+                idle.append((pause, sample))
+        if sequential[0].ok:
+            # new connections on purpose: their setup is the measured cost of a fresh connection (and, over TLS,
+            # each offers the saved session)
+            count = FRESH_REQUESTS_QUICK if ctx.quick else FRESH_REQUESTS
+            for index in range(count):
+                fresh.append(
+                    await ctx.send(
+                        client,
+                        ctx.spec(PROMPT_TOKENS, MAX_TOKENS),
+                        label=f"new connection {index + 1}/{count}",
+                        new_connection=True,
+                    )
+                )
+    concurrency = None
+    negotiated = next((s for s in (*sequential, *fresh) if s.ok and s.http_version is not None), None)
+    if ctx.tls and negotiated is not None and negotiated.http_version != "HTTP/2":
+        bursts: list[tuple[RequestSample, ...]] = []
+        for burst in range(CONCURRENT_ROUNDS):
+            # a fresh pool per burst: every burst pays the same connection setup
+            async with ctx.client(max_connections_per_origin=BROWSER_CONNECTIONS_PER_HOST) as client:
+                samples = await asyncio.gather(
+                    *(
+                        ctx.send(
+                            client,
+                            ctx.spec(PROMPT_TOKENS, CONCURRENT_MAX_TOKENS),
+                            label=f"burst {burst + 1} request {index + 1}/{CONCURRENT_REQUESTS}",
+                        )
+                        for index in range(CONCURRENT_REQUESTS)
+                    )
+                )
+            bursts.append(tuple(samples))
+        concurrency = ConcurrencyEvidence(BROWSER_CONNECTIONS_PER_HOST, tuple(bursts))
+    return ConnectionEvidence(
+        tls=ctx.tls,
+        sequential=tuple(sequential),
+        fresh=tuple(fresh),
+        offered_alpn=OFFERED_ALPN if ctx.tls else (),
+        concurrency=concurrency,
+        idle=tuple(idle),
+    )

@@ -1,0 +1,148 @@
+"""The parsing experiment: the same short prompt, its body padded to several sizes with text the model never sees.
+
+The padding is OpenAI's ``user`` field (an end-user id: sent to the server, never tokenised), or — when the server
+refuses it — JSON whitespace before the first key. ``max_tokens`` is 1 and quickack is on, so what varies between the
+requests is only the body the server must read, parse and validate. The server-side time of each is its ``wait_ms``
+(first response byte − request fully written).
+
+Controls: after each padded request, the same body with its first byte replaced (``!``: no JSON document starts
+with it), which the server receives whole and rejects at once — its ``wait_ms`` is the cost of receiving the body
+without parsing it; and ``orjson.loads`` of the padded bodies, timed here.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from latscope.checks import failures
+from latscope.checks.evidence import ParsePoint, ParsingEvidence, RequestSample
+from latscope.checks.stats import median
+from latscope.diagnose.context import Context
+from latscope.dialects.base import RequestSpec
+
+BYTES_PER_MB = 1024 * 1024
+#: Padding sizes (MB): from none to a few MB, past any real prompt, so the per-MB cost stands out from noise.
+SIZES_MB = (0.0, 0.5, 1.0, 2.0, 4.0)
+SIZES_MB_QUICK = (0.0, 1.0, 2.0)
+REPEATS = 2
+#: The first padded request (bytes) finds out whether the server accepts the padding at all.
+PROBE_PAD_BYTES = 1024
+#: The fast parser's time is the best of this many runs (the first one pays page faults for the new allocation).
+FAST_PARSER_RUNS = 3
+PROMPT_TOKENS = 16
+#: Plain ASCII words: no escapes for a JSON parser to decode, nothing a safety filter would flag.
+PAD_TEXT = "latscope pads this request with text that no model reads. "
+#: The control body's first byte: no JSON text starts with it (RFC 8259 §2), so a parser stops at byte 0.
+INVALID_FIRST_BYTE = b"!"
+
+
+def planned_requests(quick: bool) -> int:
+    """Requests this experiment sends at most."""
+    return 2 + 2 * REPEATS * len(SIZES_MB_QUICK if quick else SIZES_MB)
+
+
+def pad_text(n_bytes: int) -> str:
+    """``n_bytes`` characters of padding text."""
+    reps = n_bytes // len(PAD_TEXT) + 1
+    return (PAD_TEXT * reps)[:n_bytes]
+
+
+def padded(ctx: Context, padding: str, pad_bytes: int) -> RequestSpec:
+    """The experiment's request with ``pad_bytes`` of padding of kind ``padding`` ("user" or "whitespace")."""
+    if padding == "user":
+        return ctx.spec(PROMPT_TOKENS, 1, extra={"user": pad_text(pad_bytes)})
+    spec = ctx.spec(PROMPT_TOKENS, 1)
+    return ctx.with_body(spec, b"{" + b" " * pad_bytes + spec.body[1:])
+
+
+def fast_parser_ms(body: bytes) -> float:
+    """The best of :data:`FAST_PARSER_RUNS` ``orjson.loads(body)`` timings, ms."""
+    best = float("inf")
+    for _ in range(FAST_PARSER_RUNS):
+        started = time.perf_counter_ns()
+        orjson.loads(body)
+        best = min(best, (time.perf_counter_ns() - started) / 1e6)
+    return best
+
+
+#: Statuses a server answers a body it cannot parse with: client errors, and the plain 500 of servers that let the
+#: parse error escape (429 is the rate limiter, 502–504 a proxy or an overload: not an answer to the body).
+CONTROL_STATUSES = frozenset(range(400, 429)) | frozenset(range(430, 500)) | {500}
+
+
+def _control_point(sample: RequestSample) -> ParsePoint | None:
+    """The control's point when the server answered it with a refusal of the body (:data:`CONTROL_STATUSES`)."""
+    if sample.status not in CONTROL_STATUSES or sample.wait_ms is None:
+        return None
+    return ParsePoint(body_bytes=sample.request_bytes, server_ms=max(0.0, sample.wait_ms), send_ms=sample.send_ms)
+
+
+def _point(sample: RequestSample) -> ParsePoint | None:
+    if not sample.ok or sample.wait_ms is None:
+        return None
+    reported = [sample.server_ms[k] for k in ("parse", "validate") if k in sample.server_ms]
+    return ParsePoint(
+        body_bytes=sample.request_bytes,
+        server_ms=sample.wait_ms,
+        send_ms=sample.send_ms,
+        server_parse_ms=sum(reported) if reported else None,
+    )
+
+
+async def run(ctx: Context) -> ParsingEvidence:
+    """Run the parsing experiment (see the module docstring)."""
+    sizes = SIZES_MB_QUICK if ctx.quick else SIZES_MB
+    failed: list[RequestSample] = []
+    async with ctx.client(quickack=True) as client:
+        padding: str | None = None
+        rejections: list[str] = []
+        for kind in ("user", "whitespace"):
+            sample = await ctx.send(client, padded(ctx, kind, PROBE_PAD_BYTES), label=f"probe {kind} padding")
+            if sample.ok:
+                padding = kind
+                break
+            failed.append(sample)
+            rejections.append(f"{kind}: {failures.describe(sample)}")
+            if sample.status is None or not 400 <= sample.status < 500 or sample.status == 429:
+                break  # not a refusal of the padding: the other kind would fail the same way
+        if padding is None:
+            return ParsingEvidence(padding=None, failures=tuple(failed), rejected="; ".join(rejections))
+        points: list[ParsePoint] = []
+        control: list[ParsePoint] = []
+        rtts: list[float] = []
+        fast: dict[int, float] = {}
+        limit: int | None = None
+        usable = list(sizes)
+        for repeat in range(REPEATS):
+            for size_mb in list(usable):
+                spec = padded(ctx, padding, int(size_mb * BYTES_PER_MB))
+                sample = await ctx.send(client, spec, label=f"pad {size_mb:g} MB #{repeat + 1}")
+                point = _point(sample)
+                if point is None:
+                    failed.append(sample)
+                    if sample.status == 413:
+                        # the server's body limit: larger sizes would be refused too
+                        usable = [s for s in usable if s < size_mb]
+                        limit = max((p.body_bytes for p in points), default=PROBE_PAD_BYTES)
+                    continue
+                points.append(point)
+                if sample.rtt_ms is not None:
+                    rtts.append(sample.rtt_ms)
+                if len(spec.body) not in fast:
+                    fast[len(spec.body)] = fast_parser_ms(spec.body)
+                invalid = ctx.with_body(spec, INVALID_FIRST_BYTE + spec.body[1:])
+                rejected = await ctx.send(client, invalid, label=f"control {size_mb:g} MB #{repeat + 1}")
+                checked = _control_point(rejected)
+                if checked is not None:
+                    control.append(checked)
+    return ParsingEvidence(
+        padding=padding,
+        points=tuple(points),
+        control=tuple(control),
+        fast_parser=tuple(sorted(fast.items())),
+        failures=tuple(failed),
+        size_limit_bytes=limit,
+        rtt_ms=median(rtts),
+    )

@@ -1,0 +1,198 @@
+"""The queueing experiment: a short prompt's TTFT alone, and while a few long prompts are in flight.
+
+1. Short requests alone (nothing else in flight): the short TTFT.
+2. The long prompt is sized from the baseline sweep so its prefill is clearly measurable (about
+   :data:`TARGET_PREFILL_FACTOR` short TTFTs, at least :data:`TARGET_PREFILL_MIN_MS`), within
+   [:data:`LONG_TOKENS_MIN`, :data:`LONG_TOKENS_MAX`]; a prompt the server refuses (context length) is halved, one
+   that prefills too fast is doubled. Long requests alone give their TTFT.
+3. Rounds: :data:`LONGS_PER_ROUND` long requests are sent at once; as soon as all are written, a short one follows.
+   Its TTFT is the contended short TTFT.
+
+TTFTs here exclude the client's connection setup (first token − connection ready) and quickack is on, so new
+connections and the server's socket options cannot blur the scheduler's effect. ``max_tokens`` is 1 everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from latscope.checks.evidence import BaselineEvidence, QueueEvidence, RequestSample
+from latscope.checks.stats import fit_line, median
+from latscope.diagnose.context import Context
+from latscope.timeline.model import Timeline
+from latscope.wire import Client
+
+SHORT_PROMPT_TOKENS = 16
+SHORT_ALONE = 5
+SHORT_ALONE_QUICK = 3
+LONG_ALONE = 2
+LONG_ALONE_QUICK = 1
+ROUNDS = 3
+ROUNDS_QUICK = 2
+#: Long requests in flight per round: with three, a FIFO queue holds a short request ≈ 3 prefills, a shortest-first
+#: or chunked scheduler at most the one step already running; the check needs that gap.
+LONGS_PER_ROUND = 3
+#: The long prefill aims at this many short TTFTs …
+TARGET_PREFILL_FACTOR = 20.0
+#: … and at least this long (ms), so it stands clear of timer and network noise.
+TARGET_PREFILL_MIN_MS = 50.0
+#: Long prompts of at least this many tokens when the server prefills them within the budget below: several times
+#: the prefill chunk of chunked-prefill schedulers (vLLM's token budget is 2048–8192), so a scheduler that
+#: interleaves chunks holds a short request for well under one long prefill, while FIFO holds it for all of them.
+LONG_TOKENS_PREFERRED = 8192
+#: Longest long prefill (ms) worth waiting for: rounds × long requests × this bounds the experiment's time.
+LONG_PREFILL_BUDGET_MS = 1500.0
+LONG_TOKENS_MIN = 1024
+LONG_TOKENS_MAX = 32768
+#: Used when the sweep gave no slope.
+LONG_TOKENS_DEFAULT = 4096
+MAX_HALVINGS = 4
+MAX_DOUBLINGS = 2
+#: Longest wait (s) for the long requests to be written before the short one goes anyway.
+WRITE_WAIT_S = 5.0
+WRITE_POLL_S = 0.0005
+
+
+def planned_requests(quick: bool) -> int:
+    """Requests this experiment sends (about: sizing may add a few)."""
+    short = SHORT_ALONE_QUICK if quick else SHORT_ALONE
+    long = LONG_ALONE_QUICK if quick else LONG_ALONE
+    rounds = ROUNDS_QUICK if quick else ROUNDS
+    return short + long + 1 + rounds * (LONGS_PER_ROUND + 1)
+
+
+def initial_long_tokens(baseline: BaselineEvidence | None, short_ttft_ms: float) -> tuple[int, str]:
+    """The first long prompt size to try (tokens) and how it was chosen, from the sweep's TTFT-vs-tokens slope."""
+    target = max(TARGET_PREFILL_FACTOR * short_ttft_ms, TARGET_PREFILL_MIN_MS)
+    cap = LONG_TOKENS_MAX
+    if baseline is not None and baseline.max_prompt_tokens_accepted is not None:
+        refused = any(s.status is not None and 400 <= s.status < 500 and s.status != 429 for s in baseline.failures)
+        if refused:
+            cap = max(LONG_TOKENS_MIN, baseline.max_prompt_tokens_accepted)
+    points = [] if baseline is None else [p for p in baseline.sweep if p.prompt_tokens >= 128] or list(baseline.sweep)
+    fit = fit_line([p.prompt_tokens for p in points], [p.ttft_ms for p in points]) if len(points) >= 2 else None
+    if fit is None or fit.slope <= 0:
+        return min(cap, LONG_TOKENS_DEFAULT), f"no prefill slope from the sweep: started at {LONG_TOKENS_DEFAULT}"
+    needed = int(target / fit.slope)
+    affordable = int(LONG_PREFILL_BUDGET_MS / fit.slope)
+    wanted = max(needed, min(LONG_TOKENS_PREFERRED, affordable))
+    tokens = min(cap, LONG_TOKENS_MAX, max(LONG_TOKENS_MIN, -(-wanted // 256) * 256))
+    return tokens, (
+        f"{tokens} tokens: at least a {target:.0f} ms prefill at {fit.slope * 1000:.2f} ms per 1k tokens (sweep)"
+    )
+
+
+async def _timed_long(ctx: Context, client: Client, tokens: int, label: str) -> RequestSample:
+    return await ctx.send(client, ctx.spec(tokens, 1), label=label)
+
+
+async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
+    """Run the queueing experiment (see the module docstring)."""
+    quick = ctx.quick
+    failed: list[RequestSample] = []
+    short_alone: list[float] = []
+    long_alone: list[float] = []
+    contended: list[float] = []
+    server_queue: list[float] = []
+    notes: list[str] = []
+    async with ctx.client(quickack=True) as client:
+        for index in range(SHORT_ALONE_QUICK if quick else SHORT_ALONE):
+            sample = await ctx.send(client, ctx.spec(SHORT_PROMPT_TOKENS, 1), label=f"short alone {index + 1}")
+            if sample.ok and sample.ttft_after_setup_ms is not None:
+                short_alone.append(sample.ttft_after_setup_ms)
+            else:
+                failed.append(sample)
+        short_ttft = median(short_alone)
+        if short_ttft is None:
+            return QueueEvidence(SHORT_PROMPT_TOKENS, 0, LONGS_PER_ROUND, failures=tuple(failed))
+        tokens, how = initial_long_tokens(baseline, short_ttft)
+        notes.append(how)
+        target = max(TARGET_PREFILL_FACTOR * short_ttft, TARGET_PREFILL_MIN_MS)
+        halvings = doublings = 0
+        first_long: float | None = None
+        while True:
+            sample = await _timed_long(ctx, client, tokens, f"long alone {tokens} tokens")
+            if not sample.ok or sample.ttft_after_setup_ms is None:
+                failed.append(sample)
+                refused = sample.status is not None and 400 <= sample.status < 500 and sample.status != 429
+                if refused and halvings < MAX_HALVINGS and tokens // 2 >= SHORT_PROMPT_TOKENS * 4:
+                    tokens //= 2
+                    halvings += 1
+                    notes.append(f"refused ({sample.status}): halved to {tokens}")
+                    continue
+                break
+            prefill = sample.ttft_after_setup_ms - short_ttft
+            if prefill < target / 2 and doublings < MAX_DOUBLINGS and halvings == 0 and tokens * 2 <= LONG_TOKENS_MAX:
+                tokens *= 2
+                doublings += 1
+                notes.append(f"prefill {prefill:.0f} ms: doubled to {tokens}")
+                continue
+            first_long = sample.ttft_after_setup_ms
+            break
+        if first_long is None:
+            return QueueEvidence(
+                SHORT_PROMPT_TOKENS,
+                tokens,
+                LONGS_PER_ROUND,
+                short_alone_ms=tuple(short_alone),
+                failures=tuple(failed),
+                note="; ".join(notes),
+            )
+        long_alone.append(first_long)
+        for index in range(1, LONG_ALONE_QUICK if quick else LONG_ALONE):
+            sample = await _timed_long(ctx, client, tokens, f"long alone {index + 1}")
+            if sample.ok and sample.ttft_after_setup_ms is not None:
+                long_alone.append(sample.ttft_after_setup_ms)
+            else:
+                failed.append(sample)
+        long_p50 = median(long_alone)
+        assert long_p50 is not None
+        delay_s = max(0.001, min(0.005, 0.05 * (long_p50 - short_ttft) / 1000.0))
+        for round_index in range(ROUNDS_QUICK if quick else ROUNDS):
+            short, longs = await _round(ctx, client, tokens, delay_s, round_index)
+            bad = [s for s in (*longs, short) if not s.ok]
+            failed.extend(bad)
+            if bad or short.ttft_after_setup_ms is None:
+                continue  # a round whose long requests failed did not hold the short one up: not evidence
+            contended.append(short.ttft_after_setup_ms)
+            if "queue" in short.server_ms:
+                server_queue.append(short.server_ms["queue"])
+    return QueueEvidence(
+        short_prompt_tokens=SHORT_PROMPT_TOKENS,
+        long_prompt_tokens=tokens,
+        longs_per_round=LONGS_PER_ROUND,
+        short_alone_ms=tuple(short_alone),
+        long_alone_ms=tuple(long_alone),
+        short_contended_ms=tuple(contended),
+        server_queue_ms=tuple(server_queue),
+        failures=tuple(failed),
+        note="; ".join(notes),
+    )
+
+
+async def _round(
+    ctx: Context, client: Client, tokens: int, delay_s: float, index: int
+) -> tuple[RequestSample, list[RequestSample]]:
+    """One contended round: the long requests at once, then the short one once they are written."""
+    timelines = [Timeline() for _ in range(LONGS_PER_ROUND)]
+    tasks = [
+        asyncio.create_task(
+            ctx.send(client, ctx.spec(tokens, 1), label=f"round {index + 1} long {n + 1}", timeline=timelines[n])
+        )
+        for n in range(LONGS_PER_ROUND)
+    ]
+    deadline = time.monotonic() + WRITE_WAIT_S
+    try:
+        while time.monotonic() < deadline and any(
+            t.send_end_ns is None and not task.done() for t, task in zip(timelines, tasks, strict=True)
+        ):
+            await asyncio.sleep(WRITE_POLL_S)
+        await asyncio.sleep(delay_s)
+        short = await ctx.send(client, ctx.spec(SHORT_PROMPT_TOKENS, 1), label=f"round {index + 1} short")
+        longs = list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
+    return short, longs

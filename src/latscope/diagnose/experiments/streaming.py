@@ -1,0 +1,87 @@
+"""The streaming experiment: the same streamed request under different ACK behaviours, and at two lengths.
+
+Per-read analysis (events per read, burst sizes, gaps) comes with every sample; the conditions are:
+
+- ``reused``: one client pool, a warm-up request, then the measured ones (reused connections when the server keeps
+  them alive) — the kernel's default ACK behaviour, which delays ACKs on a connection that has exchanged a request;
+- ``delayed_ack``: new connections put into delayed-ACK mode before the request (:mod:`.delayed_ack`), the same ACK
+  state without relying on the server keeping connections alive;
+- ``quickack``: the client ACKs every read at once (``Client(quickack=True)``): the control, where Nagle's algorithm
+  has nothing to wait for; also measured with ``max_tokens`` 1 (``quickack_short``) for the buffering comparison;
+- ``fresh`` (not in quick mode): new connections with the default ACK behaviour, for the per-read picture.
+"""
+
+from __future__ import annotations
+
+from latscope.checks.evidence import RequestSample, StreamEvidence
+from latscope.diagnose.context import Context
+from latscope.diagnose.delayed_ack import DelayedAckClient, delayed_ack_supported
+from latscope.wire.tcpinfo import quickack_supported
+
+STREAM_REQUESTS = 3
+STREAM_REQUESTS_QUICK = 2
+PROMPT_TOKENS = 16
+
+
+def planned_requests(quick: bool) -> int:
+    """Requests this experiment sends at most."""
+    n = STREAM_REQUESTS_QUICK if quick else STREAM_REQUESTS
+    return 2 + n * (4 if quick else 5)
+
+
+async def run(ctx: Context, max_tokens: int) -> StreamEvidence:
+    """Run the streaming experiment with streams of ``max_tokens`` tokens (see the module docstring)."""
+    n = STREAM_REQUESTS_QUICK if ctx.quick else STREAM_REQUESTS
+    async with ctx.client() as client:
+        await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label="warm-up")
+        reused = [
+            await ctx.send(client, ctx.spec(PROMPT_TOKENS, max_tokens), label=f"reused {i + 1}/{n}") for i in range(n)
+        ]
+    delayed: list[RequestSample] = []
+    delayed_ok = delayed_ack_supported()
+    if delayed_ok:
+        delayed_client = DelayedAckClient(**ctx.client_options())
+        async with delayed_client:
+            for i in range(n):
+                delayed.append(
+                    await ctx.send(
+                        delayed_client,
+                        ctx.spec(PROMPT_TOKENS, max_tokens),
+                        label=f"delayed-ack {i + 1}/{n}",
+                        new_connection=True,
+                    )
+                )
+            delayed_ok = delayed_client.applied > 0 or not any(s.ok for s in delayed)
+        if not delayed_ok:
+            delayed = []  # the client could not switch the ACK mode: these were ordinary fresh connections
+    quick_long: list[RequestSample] = []
+    quick_short: list[RequestSample] = []
+    async with ctx.client(quickack=True) as client:
+        await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label="warm-up (quickack)")
+        for i in range(n):
+            # interleaved, so a drift in the server's speed affects both lengths alike
+            quick_long.append(
+                await ctx.send(client, ctx.spec(PROMPT_TOKENS, max_tokens), label=f"quickack {i + 1}/{n}")
+            )
+            quick_short.append(
+                await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label=f"quickack max_tokens 1 {i + 1}/{n}")
+            )
+    fresh: list[RequestSample] = []
+    if not ctx.quick:
+        async with ctx.client() as client:
+            for i in range(n):
+                fresh.append(
+                    await ctx.send(
+                        client, ctx.spec(PROMPT_TOKENS, max_tokens), label=f"fresh {i + 1}/{n}", new_connection=True
+                    )
+                )
+    return StreamEvidence(
+        max_tokens=max_tokens,
+        fresh=tuple(fresh),
+        reused=tuple(reused),
+        delayed_ack=tuple(delayed),
+        quickack=tuple(quick_long),
+        quickack_short=tuple(quick_short),
+        delayed_ack_supported=delayed_ok,
+        quickack_supported=quickack_supported(),
+    )

@@ -1,0 +1,172 @@
+"""``diagnose()``: run the experiments a set of finding ids needs, then the checks, and rank what they found.
+
+Order: target discovery (model, first contact) → baseline → connection → parsing → queueing → streaming → checks.
+Each experiment is bounded in requests (its plan) and in time (:data:`EXPERIMENT_TIMEOUT_S`); one that fails or runs
+out of time marks its checks "not tested" with the reason and the run goes on. Only an unreachable target (or one
+that refuses the request as such) ends the diagnosis early, with :class:`~latscope.diagnose.target.DiagnoseError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from latscope.checks import CHECKS
+from latscope.checks.evidence import BaselineEvidence, Reference
+from latscope.diagnose import plan, summary, target
+from latscope.diagnose.context import Context, ProgressCallback
+from latscope.diagnose.experiments import baseline as baseline_experiment
+from latscope.diagnose.experiments import connection, parsing, queueing, streaming
+from latscope.diagnose.result import Diagnosis, ExperimentRun
+from latscope.findings import NotTested, Outcome
+from latscope.probe import normalise_base_url
+
+#: Wall-clock bound of one experiment, s (quick mode: half). Generous for a slow target; a stalled one cannot hold
+#: the run for longer.
+EXPERIMENT_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """An experiment that produced no evidence, and why."""
+
+    reason: str
+
+
+async def _run_experiment(
+    ctx: Context,
+    name: str,
+    planned: int,
+    experiment: Callable[[], Awaitable[Any]],
+    runs: list[ExperimentRun],
+) -> Any:
+    """Run one experiment with its time bound; its evidence, or :class:`_Failed`."""
+    ctx.begin(name, planned)
+    sent_before = ctx.requests_sent
+    started = time.monotonic()
+    timeout = EXPERIMENT_TIMEOUT_S / 2 if ctx.quick else EXPERIMENT_TIMEOUT_S
+    try:
+        evidence = await asyncio.wait_for(experiment(), timeout)
+    except TimeoutError:
+        result: Any = _Failed(f"the {name} experiment ran out of its {timeout:.0f} s")
+        status, message = "timeout", result.reason
+    except Exception as exc:  # one experiment's failure must not end the diagnosis
+        result = _Failed(f"the {name} experiment failed: {exc!r}")
+        status, message = "failed", result.reason
+    else:
+        result, status, message = evidence, "ok", ""
+    runs.append(ExperimentRun(name, status, ctx.requests_sent - sent_before, time.monotonic() - started, message))
+    ctx.finish(message or "done")
+    return result
+
+
+def _decide(ids: Sequence[str], evidence: dict[str, Any], reference: Reference | None) -> list[Outcome]:
+    outcomes: list[Outcome] = []
+    for finding_id in ids:
+        check = CHECKS[finding_id]
+        ev = evidence.get(check.family)
+        if ev is None:
+            outcomes.append(NotTested(finding_id, f"the {check.family} experiment did not run"))
+        elif isinstance(ev, _Failed):
+            outcomes.append(NotTested(finding_id, ev.reason))
+        else:
+            try:
+                outcomes.append(check.run(ev, reference))
+            except Exception as exc:  # a check bug reads as "not tested", never as a traceback
+                outcomes.append(NotTested(finding_id, f"the check could not decide: {exc!r}"))
+    return outcomes
+
+
+async def diagnose(
+    base_url: str,
+    *,
+    model: str | None = None,
+    api_key: str | None = None,
+    verify: bool = True,
+    ca_file: str | None = None,
+    headers: Iterable[tuple[str, str]] = (),
+    only: str | Iterable[str] | None = None,
+    quick: bool = False,
+    progress: ProgressCallback | None = None,
+) -> Diagnosis:
+    """Diagnose the OpenAI-compatible endpoint at ``base_url`` (``http[s]://host:port[/v1]``).
+
+    ``model`` defaults to the first one ``GET /models`` lists; ``api_key`` is sent as a Bearer token and never
+    recorded; ``headers`` go on every request; ``only`` (ids, or a comma-separated string) limits the checks and so
+    the experiments; ``quick`` runs smaller experiments; ``progress`` is called with
+    :class:`~latscope.diagnose.context.ProgressEvent` objects. Raises :class:`~latscope.diagnose.plan.
+    UnknownFindingError` for an unknown id and :class:`~latscope.diagnose.target.DiagnoseError` (its subclass
+    ``TargetUnreachable`` when nothing reached the target) when the diagnosis cannot start; misbehaviour during the
+    experiments only marks the affected checks "not tested".
+    """
+    ids = plan.select(only)
+    started = time.monotonic()
+    all_headers = list(headers)
+    if api_key:
+        all_headers.append(("Authorization", f"Bearer {api_key}"))
+    ctx = Context(
+        base_url=normalise_base_url(base_url),
+        model=model or "",
+        headers=all_headers,
+        verify=verify,
+        ca_file=ca_file,
+        quick=quick,
+        progress=progress,
+    )
+    models: list[str] = []
+    if not model:
+        models = await target.discover_model(ctx)
+        ctx.model = models[0]
+    first = await target.first_contact(ctx)
+    families = plan.families_for(ids)
+    runs: list[ExperimentRun] = []
+    wants_sweep = "queueing" in families
+    base = await _run_experiment(
+        ctx,
+        "baseline",
+        baseline_experiment.planned_requests(quick, wants_sweep),
+        lambda: baseline_experiment.run(ctx, sweep=wants_sweep),
+        runs,
+    )
+    baseline = base if isinstance(base, BaselineEvidence) else None
+    reference = summary.reference(baseline)
+    max_tokens = baseline.typical_max_tokens if baseline is not None else baseline_experiment.typical_max_tokens(quick)
+    evidence: dict[str, Any] = {}
+    stopped: _Failed | None = None
+    for family in families:
+        if stopped is None and runs[-1].status == "timeout" and not await target.still_answering(ctx):
+            # a target that stopped answering would make every later experiment wait out its own time bound
+            stopped = _Failed(f"the target stopped answering during the {runs[-1].name} experiment")
+        if stopped is not None:
+            evidence[family] = stopped
+            continue
+        if family == "connection":
+            evidence[family] = await _run_experiment(
+                ctx, family, connection.planned_requests(quick, ctx.tls), lambda: connection.run(ctx), runs
+            )
+        elif family == "parsing":
+            evidence[family] = await _run_experiment(
+                ctx, family, parsing.planned_requests(quick), lambda: parsing.run(ctx), runs
+            )
+        elif family == "queueing":
+            evidence[family] = await _run_experiment(
+                ctx, family, queueing.planned_requests(quick), lambda: queueing.run(ctx, baseline), runs
+            )
+        elif family == "streaming":
+            evidence[family] = await _run_experiment(
+                ctx, family, streaming.planned_requests(quick), lambda: streaming.run(ctx, max_tokens), runs
+            )
+    outcomes = _decide(ids, evidence, reference)
+    return Diagnosis(
+        target=target.facts(ctx, first, models),
+        timeline_summary=summary.timeline_summary(baseline),
+        baseline=summary.baseline_summary(baseline),
+        outcomes=outcomes,
+        experiments=runs,
+        duration_s=time.monotonic() - started,
+        quick=quick,
+        checked=ids,
+    )

@@ -1,0 +1,114 @@
+"""Finding out what the target is before experimenting on it: the model to use, and whether it answers at all.
+
+A target that cannot be reached (DNS, TCP connect or TLS fails) ends the diagnosis before any experiment with a
+:class:`TargetUnreachable` naming the phase ("connect: TCP connect to 127.0.0.1:9 failed: connection refused"); one
+that refuses the request itself (wrong model, wrong key) with a :class:`DiagnoseError`. Anything later — errors,
+429s, resets during the experiments — only marks the affected checks as not tested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from latscope.diagnose.context import Context, join_server_signals
+from latscope.dialects import openai
+from latscope.timeline.model import Phase, Timeline
+from latscope.wire import WireError
+from latscope.wire.models import join_url
+
+#: Failures in these phases mean nothing reached the server.
+UNREACHABLE_PHASES = frozenset({Phase.DNS, Phase.CONNECT, Phase.TLS, Phase.POOL})
+#: Statuses of the first request that mean "your request is wrong", not "the server misbehaves".
+USAGE_STATUSES = frozenset({400, 401, 403, 404, 405, 422})
+
+
+class DiagnoseError(Exception):
+    """The diagnosis could not start; the message says why and what to do."""
+
+
+class TargetUnreachable(DiagnoseError):
+    """Nothing reached the target; the message starts with the phase that failed."""
+
+
+def _unreachable(phase: Phase | str, message: str) -> TargetUnreachable:
+    return TargetUnreachable(f"{phase}: {message}")
+
+
+async def discover_model(ctx: Context) -> list[str]:
+    """The model ids ``GET {base_url}/models`` lists. Raises :class:`TargetUnreachable` or :class:`DiagnoseError`."""
+    async with ctx.client() as client:
+        try:
+            response = await client.get(join_url(ctx.base_url, "/models"))
+        except WireError as err:
+            if err.phase in UNREACHABLE_PHASES:
+                raise _unreachable(err.phase, err.message) from None
+            raise DiagnoseError(
+                f"listing models at {ctx.base_url}/models failed ({err.message}); pass --model"
+            ) from None
+    if response.status >= 400:
+        error = response.timeline.error
+        message = error.message if error is not None else f"HTTP {response.status}"
+        raise DiagnoseError(f"listing models at {ctx.base_url}/models failed ({message}); pass --model")
+    try:
+        models = openai.parse_models(response.body)
+    except ValueError as exc:
+        raise DiagnoseError(f"{ctx.base_url}/models did not answer a model list ({exc}); pass --model") from None
+    if not models:
+        raise DiagnoseError(f"{ctx.base_url}/models lists no model; pass --model")
+    return models
+
+
+async def first_contact(ctx: Context) -> Timeline:
+    """One short streamed request: proves the target answers and shows its protocol facts. Raises
+    :class:`TargetUnreachable` when nothing reached it, :class:`DiagnoseError` when it refused the request as such."""
+    async with ctx.client() as client:
+        t = await client.request(ctx.spec(16, 1), ctx.base_url, label="first contact")
+    join_server_signals(t)
+    error = t.error
+    if error is not None:
+        if error.phase in UNREACHABLE_PHASES:
+            raise _unreachable(error.phase, error.message)
+        if error.status in USAGE_STATUSES:
+            raise DiagnoseError(f"the target refused a chat request: {error.message}")
+    return t
+
+
+#: How long a liveness check may take, s: a short prompt and one token, on a target that answered before.
+ALIVE_TIMEOUT_S = 15.0
+
+
+async def still_answering(ctx: Context) -> bool:
+    """True when one short streamed request still completes within :data:`ALIVE_TIMEOUT_S` (checked after an
+    experiment ran out of time, before spending the next one's)."""
+    async with ctx.client() as client:
+        try:
+            t = await asyncio.wait_for(client.request(ctx.spec(16, 1), ctx.base_url, label="liveness"), ALIVE_TIMEOUT_S)
+        except TimeoutError:
+            return False
+    return t.ok
+
+
+def facts(ctx: Context, t: Timeline | None, models: list[str]) -> dict[str, Any]:
+    """The JSON ``target`` object: URL, model, protocol and TLS facts, server header, address, RTT."""
+    out: dict[str, Any] = {"url": ctx.base_url, "model": ctx.model, "tls": ctx.tls}
+    if models:
+        out["models"] = models
+    if t is None:
+        return out
+    info = t.connection
+    if info is not None:
+        tcp = info.tcp_info_at_headers or info.tcp_info_at_end
+        rtt_us = None if tcp is None else (tcp.min_rtt_us or tcp.rtt_us)
+        out.update(
+            http_version=info.http_version,
+            alpn=info.alpn,
+            tls_version=info.tls_version,
+            remote_address=info.remote_address,
+            remote_port=info.remote_port,
+            rtt_ms=None if not rtt_us else round(rtt_us / 1000.0, 3),
+        )
+    out["server"] = t.response_headers.get("server")
+    if t.error is not None:
+        out["first_contact_error"] = t.error.message
+    return out

@@ -1,0 +1,74 @@
+"""``queue-head-of-line`` on hand-built evidence: the short request's inflation in long prefills."""
+
+from __future__ import annotations
+
+from latscope.checks.evidence import QueueEvidence
+from latscope.checks.queueing import check_queue_head_of_line
+from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Severity
+from tests.checks.builders import REF, failed
+
+SHORT = (4.0, 4.2, 3.9, 4.1, 4.0)
+LONG = (104.0, 105.0)  # a 100 ms prefill
+
+
+def evidence(contended: tuple[float, ...], **overrides: object) -> QueueEvidence:
+    fields: dict[str, object] = {
+        "short_prompt_tokens": 16,
+        "long_prompt_tokens": 8192,
+        "longs_per_round": 3,
+        "short_alone_ms": SHORT,
+        "long_alone_ms": LONG,
+        "short_contended_ms": contended,
+    }
+    fields.update(overrides)
+    return QueueEvidence(**fields)  # type: ignore[arg-type]
+
+
+def test_finding_when_a_short_request_waits_for_every_long_prefill_ahead() -> None:
+    out = check_queue_head_of_line(evidence((290.0, 300.0, 296.0)), REF)
+    assert isinstance(out, Finding) and out.id == "queue-head-of-line"
+    assert out.cost_ms == 292.0  # 296 − 4
+    assert out.severity is Severity.HIGH and out.confidence is Confidence.MEDIUM
+    assert out.evidence["inflation_in_long_prefills"] > 2.8 and "3 requests" in out.cost_basis
+
+
+def test_server_reported_queue_time_confirms_the_finding() -> None:
+    out = check_queue_head_of_line(evidence((290.0, 300.0), server_queue_ms=(280.0, 290.0)), REF)
+    assert isinstance(out, Finding) and out.confidence is Confidence.HIGH
+
+
+def test_clear_when_the_short_request_waits_at_most_one_step() -> None:
+    out = check_queue_head_of_line(evidence((48.0, 52.0, 50.0)), REF)
+    assert isinstance(out, Clear) and "not queued" in out.reason
+
+
+def test_inconclusive_between_the_thresholds() -> None:
+    out = check_queue_head_of_line(evidence((150.0, 155.0)), REF)
+    assert isinstance(out, Inconclusive) and "more rounds" in out.reason
+
+
+def test_inconclusive_when_long_prompts_prefill_too_fast_to_tell() -> None:
+    out = check_queue_head_of_line(evidence((9.0, 9.5), long_alone_ms=(8.0, 8.2)), REF)
+    assert isinstance(out, Inconclusive) and "too little prefill" in out.reason
+
+
+def test_not_tested_without_contended_rounds() -> None:
+    out = check_queue_head_of_line(evidence((), failures=(failed("round 1 long 1"),)), REF)
+    assert isinstance(out, NotTested) and "429" in out.reason
+
+
+def test_not_tested_with_a_single_long_request_in_flight() -> None:
+    out = check_queue_head_of_line(evidence((200.0,), longs_per_round=1), REF)
+    assert isinstance(out, NotTested)
+
+
+def test_not_tested_when_the_target_misbehaves() -> None:
+    bad = tuple(failed(f"round {i} long 1") for i in range(8))
+    out = check_queue_head_of_line(evidence((290.0,), failures=bad), REF)
+    assert isinstance(out, NotTested) and "misbehaved" in out.reason
+
+
+def test_refused_long_prompts_during_sizing_are_not_misbehaviour() -> None:
+    refusals = tuple(failed(f"long alone {n} tokens", status=400) for n in (32768, 16384, 8192))
+    out = check_queue_head_of_line(evidence((290.0, 300.0, 296.0), failures=refusals), REF)
+    assert isinstance(out, Finding)

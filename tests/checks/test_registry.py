@@ -1,0 +1,20 @@
+"""The check registry covers the seven finding ids diagnose decides, each with a catalogued title and fix."""
+
+from __future__ import annotations
+
+from latscope.checks import CHECKS
+from latscope.findings import CATALOGUE
+
+
+def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
+    assert set(CHECKS) == {
+        "no-connection-reuse",
+        "tls-no-resumption",
+        "http2-not-negotiated",
+        "slow-request-parsing",
+        "queue-head-of-line",
+        "stream-coalescing-nagle",
+        "stream-proxy-buffering",
+    }
+    assert all(c.id in CATALOGUE for c in CHECKS.values())
+    assert {c.family for c in CHECKS.values()} == {"connection", "parsing", "queueing", "streaming"}

@@ -1,0 +1,54 @@
+"""The statistics helpers: exact on small inputs, None for too little data."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from latscope.checks.stats import fit_line, median, percentile, robust_sd
+
+
+def test_median_of_odd_and_even_counts_and_of_nothing() -> None:
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    assert median([]) is None
+
+
+def test_percentile_interpolates_between_order_statistics() -> None:
+    values = [10.0, 20.0, 30.0, 40.0]
+    assert percentile(values, 0) == 10.0 and percentile(values, 100) == 40.0
+    assert percentile(values, 50) == 25.0
+    assert percentile([], 50) is None
+    with pytest.raises(ValueError):
+        percentile(values, 101)
+
+
+def test_robust_sd_ignores_one_outlier() -> None:
+    steady = [10.0, 10.2, 9.8, 10.1, 9.9]
+    assert robust_sd([*steady, 500.0]) == pytest.approx(robust_sd(steady), rel=0.6)
+    assert robust_sd([1.0]) is None
+
+
+def test_fit_line_recovers_an_exact_line_with_zero_residuals() -> None:
+    fit = fit_line([0.0, 1.0, 2.0, 4.0], [3.0, 5.0, 7.0, 11.0])
+    assert fit is not None
+    assert fit.slope == pytest.approx(2.0) and fit.intercept == pytest.approx(3.0)
+    assert fit.r2 == pytest.approx(1.0) and fit.residual_sd == pytest.approx(0.0) and fit.slope_se == pytest.approx(0)
+    assert fit.at(10.0) == pytest.approx(23.0)
+
+
+def test_fit_line_reports_the_slope_uncertainty_of_noisy_data() -> None:
+    xs = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    ys = [1.0, 2.9, 5.2, 6.8, 9.1, 11.0]
+    fit = fit_line(xs, ys)
+    assert fit is not None and fit.slope_se is not None
+    assert fit.slope == pytest.approx(2.0, abs=0.1) and 0.0 < fit.slope_se < 0.2 and 0.99 < fit.r2 < 1.0
+    assert math.isfinite(fit.residual_sd)
+
+
+def test_fit_line_needs_two_distinct_x() -> None:
+    assert fit_line([1.0], [2.0]) is None
+    assert fit_line([1.0, 1.0], [2.0, 3.0]) is None
+    two = fit_line([0.0, 1.0], [0.0, 1.0])
+    assert two is not None and two.slope_se is None

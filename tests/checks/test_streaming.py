@@ -1,0 +1,139 @@
+"""The streaming checks on hand-built evidence: Nagle (delayed-ACK A/B) and proxy buffering (TTFT vs max_tokens)."""
+
+from __future__ import annotations
+
+from latscope.checks.evidence import RequestSample, StreamEvidence
+from latscope.checks.streaming import check_nagle, check_proxy_buffering
+from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Severity
+from tests.checks.builders import REF, ok, reset
+
+
+def stream(
+    ttft: float,
+    *,
+    e2e: float | None = None,
+    reused: bool = True,
+    first_read: int = 1,
+    per_read: int = 1,
+    bursts: tuple[int, ...] = (),
+    accel: str | None = "no",
+) -> RequestSample:
+    return ok(
+        "stream",
+        ttft_after_setup_ms=ttft,
+        e2e_after_setup_ms=e2e if e2e is not None else ttft + 180.0,
+        reused=reused,
+        first_read_token_events=first_read,
+        max_token_events_per_read=max(per_read, first_read),
+        burst_bytes=bursts,
+        x_accel_buffering=accel,
+    )
+
+
+QUICK = (stream(4.0), stream(4.3), stream(4.1))
+QUICK_SHORT = (stream(4.2, e2e=5.0), stream(4.0, e2e=4.8), stream(4.4, e2e=5.1))
+
+
+def ev(**conditions: object) -> StreamEvidence:
+    fields: dict[str, object] = {"max_tokens": 16, "quickack": QUICK, "quickack_short": QUICK_SHORT}
+    fields.update(conditions)
+    return StreamEvidence(**fields)  # type: ignore[arg-type]
+
+
+# -- stream-coalescing-nagle ---------------------------------------------------------------------------------------
+def test_nagle_finding_on_reused_connections() -> None:
+    held = (stream(46.0, first_read=5), stream(44.0, first_read=4), stream(47.0, first_read=5))
+    out = check_nagle(ev(reused=held), REF)
+    assert isinstance(out, Finding) and out.id == "stream-coalescing-nagle"
+    assert out.cost_ms == 41.9  # 46.0 − 4.1, the quickack control
+    assert out.severity is Severity.HIGH and out.confidence is Confidence.HIGH
+    assert out.evidence["condition"] == "reused" and "masked" not in out.cost_basis
+
+
+def test_nagle_finding_through_forced_delayed_acks_when_connections_are_not_reused() -> None:
+    fresh_quick = tuple(stream(s.ttft_after_setup_ms or 0.0, reused=False) for s in QUICK)
+    not_reused = (stream(4.2, reused=False), stream(4.0, reused=False))
+    delayed = (stream(45.0, reused=False, first_read=4), stream(43.0, reused=False, first_read=4))
+    out = check_nagle(ev(reused=not_reused, delayed_ack=delayed, quickack=fresh_quick), REF)
+    assert isinstance(out, Finding) and out.evidence["condition"] == "delayed_ack"
+    assert "masked today" in out.cost_basis
+
+
+def test_nagle_clear_when_delayed_acks_change_nothing() -> None:
+    out = check_nagle(ev(reused=(stream(4.2), stream(4.5)), delayed_ack=(stream(4.4, reused=False),)), REF)
+    assert isinstance(out, Clear) and "nothing waited" in out.reason
+
+
+def test_nagle_clear_behind_a_buffering_proxy_where_every_stream_is_late_alike() -> None:
+    buffered = (stream(186.0, per_read=16), stream(185.0, per_read=16))
+    out = check_nagle(ev(reused=buffered, quickack=buffered, delayed_ack=(stream(186.5, reused=False),)), REF)
+    assert isinstance(out, Clear)
+
+
+def test_nagle_inconclusive_when_only_some_streams_are_held() -> None:
+    mixed = (stream(45.0, first_read=4), stream(4.2), stream(4.4))
+    out = check_nagle(ev(reused=mixed), REF)
+    assert isinstance(out, Inconclusive) and "1 of 3" in out.reason
+
+
+def test_nagle_not_tested_without_a_delayed_ack_condition() -> None:
+    out = check_nagle(ev(reused=(stream(4.0, reused=False),), delayed_ack_supported=False), REF)
+    assert isinstance(out, NotTested) and "no connection was reused" in out.reason
+
+
+def test_nagle_not_tested_without_the_quickack_control() -> None:
+    out = check_nagle(ev(reused=(stream(45.0),), quickack=(reset(), reset()), quickack_short=()), REF)
+    assert isinstance(out, NotTested)
+
+
+def test_nagle_not_tested_when_the_platform_has_no_quickack() -> None:
+    out = check_nagle(ev(reused=(stream(45.0),), quickack_supported=False), REF)
+    assert isinstance(out, NotTested) and "TCP_QUICKACK" in out.reason
+
+
+def test_streaming_checks_not_tested_when_streams_keep_failing() -> None:
+    broken = ev(reused=(reset(), reset(), stream(4.0)), delayed_ack=(reset(), reset()))
+    for check in (check_nagle, check_proxy_buffering):
+        out = check(broken, REF)
+        assert isinstance(out, NotTested) and "reset" in out.reason
+
+
+# -- stream-proxy-buffering ------------------------------------------------------------------------------------------
+def test_proxy_finding_when_ttft_grows_with_max_tokens() -> None:
+    held = tuple(stream(186.0 + d, e2e=186.5 + d, per_read=16, bursts=(3300,), accel=None) for d in (0.0, 0.5, -0.4))
+    out = check_proxy_buffering(ev(quickack=held, reused=held), REF)
+    assert isinstance(out, Finding) and out.id == "stream-proxy-buffering"
+    assert out.cost_ms == 186.0 - 4.2
+    assert out.severity is Severity.HIGH and out.confidence is Confidence.HIGH
+    assert out.evidence["held_fraction"] > 0.9 and "X-Accel-Buffering" in out.rule
+
+
+def test_proxy_clear_when_ttft_does_not_depend_on_max_tokens() -> None:
+    out = check_proxy_buffering(ev(), REF)
+    assert isinstance(out, Clear) and "not held back" in out.reason
+
+
+def test_proxy_inconclusive_when_little_of_the_generation_is_held() -> None:
+    partial = tuple(stream(24.0 + d, e2e=180.0) for d in (0.0, 0.2, -0.2))
+    out = check_proxy_buffering(ev(quickack=partial), REF)
+    assert isinstance(out, Inconclusive)
+
+
+def test_proxy_not_tested_without_completed_streams() -> None:
+    out = check_proxy_buffering(ev(quickack=(reset(),), quickack_short=(reset(),)), REF)
+    assert isinstance(out, NotTested)
+
+
+def test_nagle_evidence_carries_the_per_read_picture_of_each_condition() -> None:
+    held = (stream(46.0, first_read=5, bursts=(1100,)), stream(44.0, first_read=4, bursts=(900,)))
+    out = check_nagle(ev(reused=held, fresh=(stream(4.0, reused=False),)), REF)
+    assert isinstance(out, Finding)
+    per_read = out.evidence["per_read"]
+    assert set(per_read) == {"fresh", "reused", "quickack"}
+    assert per_read["reused"]["max_token_events_per_read"] == 5 and per_read["reused"]["burst_bytes"] == [900, 1100]
+    assert per_read["fresh"]["max_token_events_per_read"] == 1
+
+
+def test_proxy_not_tested_when_the_platform_has_no_quickack() -> None:
+    out = check_proxy_buffering(ev(quickack_supported=False), REF)
+    assert isinstance(out, NotTested) and "Nagle cannot be excluded" in out.reason

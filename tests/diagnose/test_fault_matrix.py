@@ -1,0 +1,128 @@
+"""The fault matrix: one lab fault on → its finding (medium or high) and nothing else above low, with a measured
+cost within ±25 % of what the fault really costs; the tuned lab → nothing above low; the naive lab → the four hidden
+bottlenecks.
+
+Each case runs ``diagnose(quick=True)`` against an in-process lab with a cost model whose costs are short but
+clearly measurable. The ground truth comes from tests/diagnose/truth.py (the lab's records and send stamps, or an
+independent measurement with a separate client).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from latscope.diagnose import Diagnosis, diagnose
+from latscope.findings import Finding, Severity
+from latscope.lab.app import Lab
+from latscope.lab.costmodel import CostModel
+from tests.diagnose import truth
+
+#: Prefill 20 µs per token (an 8k-token prompt ≈ 180 ms), a token every 6 ms: every fault's cost stands out from
+#: noise and a quick diagnosis takes a few seconds.
+TEST_COST = CostModel.default().with_overrides(prefill_per_token_ms=0.02, decode_base_ms=6.0)
+#: The ±25 % the brief asks of every measured cost …
+REL_TOLERANCE = 0.25
+#: … with a floor for costs that are a loopback connection's setup: a TCP connect takes a fraction of a millisecond
+#: and a TLS handshake 1.5–9 ms from one connection to the next on this busy 2-core host (client and server share
+#: one event loop), so ±25 % of a median of a handful is below the noise.
+SETUP_FLOOR_MS = 2.0
+
+Truth = Callable[[Lab, Diagnosis], Awaitable[float]]
+
+
+async def _parse_truth(lab: Lab, result: Diagnosis) -> float:
+    return truth.parse_ms_per_mb(list(lab.records))
+
+
+async def _queue_truth(lab: Lab, result: Diagnosis) -> float:
+    return truth.queue_inflation_ms(list(lab.records))
+
+
+async def _nagle_truth(lab: Lab, result: Diagnosis) -> float:
+    return await truth.nagle_hold_ms(lab)
+
+
+async def _buffer_truth(lab: Lab, result: Diagnosis) -> float:
+    return await truth.buffered_hold_ms(lab, int(result.timeline_summary["max_tokens"]))
+
+
+async def _connection_truth(lab: Lab, result: Diagnosis) -> float:
+    return await truth.new_connection_ms(lab)
+
+
+async def _handshake_truth(lab: Lab, result: Diagnosis) -> float:
+    return await truth.full_handshake_ms(lab)
+
+
+async def _h2_truth(lab: Lab, result: Diagnosis) -> float:
+    return await truth.first_wave_e2e_ms(lab, connections=6, max_tokens=8)
+
+
+#: fault, TLS, the finding it must produce, its ground truth, an absolute floor for the tolerance (ms)
+CASES: list[tuple[str, bool, str, Truth, float]] = [
+    ("no-keepalive", False, "no-connection-reuse", _connection_truth, SETUP_FLOOR_MS),
+    ("short-keepalive", False, "no-connection-reuse", _connection_truth, SETUP_FLOOR_MS),
+    ("slow-parse", False, "slow-request-parsing", _parse_truth, 0.0),
+    ("queue-hol", False, "queue-head-of-line", _queue_truth, 0.0),
+    ("nagle", False, "stream-coalescing-nagle", _nagle_truth, 0.0),
+    ("proxy-buffering", False, "stream-proxy-buffering", _buffer_truth, 0.0),
+    ("tls-no-tickets", True, "tls-no-resumption", _handshake_truth, SETUP_FLOOR_MS),
+    ("no-h2", True, "http2-not-negotiated", _h2_truth, 0.0),
+]
+
+
+def _above_low(result: Diagnosis) -> dict[str, Finding]:
+    return {f.id: f for f in result.findings if f.severity is not Severity.LOW}
+
+
+async def _diagnose(lab: Lab) -> Diagnosis:
+    ca = str(lab.cert_path) if lab.cert_path is not None else None
+    return await diagnose(lab.url, ca_file=ca, quick=True)
+
+
+@pytest.mark.parametrize(("fault", "tls", "finding_id", "truth_of", "floor_ms"), CASES, ids=[c[0] for c in CASES])
+async def test_a_single_fault_is_named_alone_with_its_measured_cost(
+    fault: str, tls: bool, finding_id: str, truth_of: Truth, floor_ms: float
+) -> None:
+    async with Lab(profile="tuned", faults=[fault], tls=tls, cost=TEST_COST, truth=True) as lab:
+        result = await _diagnose(lab)
+        expected = _above_low(result)
+        assert list(expected) == [finding_id], result.to_dict()
+        finding = expected[finding_id]
+        real = await truth_of(lab, result)
+    tolerance = max(REL_TOLERANCE * real, floor_ms)
+    assert abs(finding.cost_ms - real) <= tolerance, (finding.cost_ms, real, finding.evidence)
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
+    async with Lab(profile="tuned", tls=tls, cost=TEST_COST) as lab:
+        result = await _diagnose(lab)
+    assert _above_low(result) == {}, result.to_dict()
+    clear = {c.id for c in result.clear}
+    assert {"no-connection-reuse", "queue-head-of-line", "stream-coalescing-nagle"} <= clear
+    if tls:
+        assert {"tls-no-resumption", "http2-not-negotiated"} <= clear
+
+
+async def test_the_naive_lab_shows_the_four_hidden_bottlenecks() -> None:
+    async with Lab(profile="naive", cost=TEST_COST) as lab:
+        result = await _diagnose(lab)
+    assert set(_above_low(result)) == {
+        "no-connection-reuse",
+        "slow-request-parsing",
+        "queue-head-of-line",
+        "stream-coalescing-nagle",
+    }, result.to_dict()
+    reuse = result.finding("no-connection-reuse")
+    assert reuse is not None and "idle" in reuse.rule  # the naive keep-alive dies during a user's pause
+
+
+async def test_nagle_is_found_even_when_the_server_never_reuses_a_connection() -> None:
+    async with Lab(profile="tuned", faults=["no-keepalive", "nagle"], cost=TEST_COST) as lab:
+        result = await diagnose(lab.url, quick=True, only="stream-coalescing-nagle")
+    nagle = result.finding("stream-coalescing-nagle")
+    assert nagle is not None and nagle.severity is not Severity.LOW
+    assert "masked today" in nagle.cost_basis and nagle.evidence["condition"] == "delayed_ack"

@@ -1,0 +1,159 @@
+"""What each lab fault really costs, measured without going through the diagnosis: the ground truth its findings'
+``cost_ms`` is held to.
+
+Where the lab injects time itself (parsing, queueing) the truth comes from its per-request records. Where the cost is
+the network's (Nagle, a buffering proxy) it comes from the lab's per-event send stamps (``truth=True``) against the
+client's read stamps: how long the first token was held. Where the cost is a connection's setup (no reuse, no TLS
+resumption, no HTTP/2) it is an independent measurement with a separate client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from typing import Any
+
+from latscope.dialects.base import RequestSpec
+from latscope.dialects.openai import chat_request
+from latscope.dialects.prompts import synthetic_prompt
+from latscope.lab.app import Lab
+from latscope.lab.records import RequestRecord
+from latscope.timeline import metrics
+from latscope.timeline.model import TOKEN_KINDS, Timeline
+from latscope.wire import Client
+
+MB = 1024 * 1024
+#: Requests per independent measurement.
+SAMPLES = 5
+#: Short requests of the queueing experiment: a 16-token prompt (plus the chat template) and one token.
+SHORT_PROMPT_MAX = 64
+#: Records with a prompt at least this long are the queueing experiment's long requests.
+LONG_PROMPT_MIN = 4096
+
+
+def _client(lab: Lab, **options: Any) -> Client:
+    ca = str(lab.cert_path) if lab.cert_path is not None else None
+    return Client(ca_file=ca, **options)
+
+
+def _spec(seed: int, max_tokens: int) -> RequestSpec:
+    return chat_request("lab-model", synthetic_prompt(16, 10_000_000 + seed), max_tokens)
+
+
+def _lower_quartile(values: list[float]) -> float:
+    """A connection's own setup cost: a busy host only adds time (see checks.connection.SETUP_PERCENTILE)."""
+    return statistics.quantiles(values, n=4, method="inclusive")[0]
+
+
+def first_token_hold_ms(t: Timeline) -> float:
+    """How long the first token waited between the lab writing it and the client reading it."""
+    first = next(e for e in t.events if e.kind in TOKEN_KINDS and e.server_sent_ns is not None)
+    assert first.server_sent_ns is not None
+    return (first.at_ns - first.server_sent_ns) / 1e6
+
+
+async def nagle_hold_ms(lab: Lab) -> float:
+    """Median first-token hold on reused connections with the kernel's default ACK behaviour."""
+    async with _client(lab) as client:
+        await client.request(_spec(0, 1), lab.url)
+        holds = []
+        for i in range(SAMPLES):
+            t = await client.request(_spec(i + 1, 8), lab.url)
+            assert t.ok and t.connection is not None and t.connection.reused
+            holds.append(first_token_hold_ms(t))
+    return statistics.median(holds)
+
+
+async def buffered_hold_ms(lab: Lab, max_tokens: int) -> float:
+    """Median first-token hold of ``max_tokens``-token streams, the client ACKing at once (no Nagle)."""
+    async with _client(lab, quickack=True) as client:
+        holds = []
+        for i in range(SAMPLES):
+            t = await client.request(_spec(100 + i, max_tokens), lab.url)
+            assert t.ok
+            holds.append(first_token_hold_ms(t))
+    return statistics.median(holds)
+
+
+async def new_connection_ms(lab: Lab) -> float:
+    """Lower quartile of dns + connect + tls of new connections (sessions offered, resumed where the lab allows)."""
+    async with _client(lab) as client:
+        costs = []
+        for i in range(SAMPLES + 2):
+            t = await client.request(_spec(200 + i, 1), lab.url, new_connection=True)
+            assert t.ok
+            costs.append(sum(v for v in (metrics.dns_ms(t), metrics.connect_ms(t), metrics.tls_ms(t)) if v))
+    return _lower_quartile(costs[1:])  # the first one is not offered a session: like the diagnosis, skip it
+
+
+async def full_handshake_ms(lab: Lab) -> float:
+    """Lower quartile of the TLS handshakes of new connections that offer the saved session and are refused it (a
+    client that tries to resume, as every diagnosis does)."""
+    async with _client(lab) as client:
+        await client.request(_spec(299, 1), lab.url)  # saves a session to offer
+        costs = []
+        for i in range(2 * SAMPLES):
+            t = await client.request(_spec(300 + i, 1), lab.url, new_connection=True)
+            assert t.ok and t.connection is not None and t.connection.tls_session_offered
+            assert not t.connection.tls_session_resumed
+            tls = metrics.tls_ms(t)
+            assert tls is not None
+            costs.append(tls)
+    return _lower_quartile(costs)
+
+
+async def first_wave_e2e_ms(lab: Lab, connections: int, max_tokens: int) -> float:
+    """Median end-to-end time of ``connections`` requests sent at once on as many HTTP/1.1 connections — what a
+    request queued behind them waits for a free connection — in the quietest of three bursts."""
+    bursts = []
+    for burst in range(3):
+        async with _client(lab, max_connections_per_origin=connections) as client:
+            timelines = await asyncio.gather(
+                *(client.request(_spec(400 + 10 * burst + i, max_tokens), lab.url) for i in range(connections))
+            )
+        e2es = [metrics.e2e_ms(t) for t in timelines]
+        bursts.append(statistics.median(v for v in e2es if v is not None))
+    return min(bursts)
+
+
+def parse_ms_per_mb(records: list[RequestRecord]) -> float:
+    """Slope of the lab's own parse + validate time against body size (ms per MB), through the fastest request of
+    each body size (a busy host only adds time; the lab's cost is the minimum)."""
+    fastest: dict[int, float] = {}
+    for r in records:
+        if r.parse_ms is None or r.endpoint is None:
+            continue
+        size = round(r.body_bytes / (MB / 10))  # buckets of 0.1 MB: a padded size and its repeats
+        ms = r.parse_ms + (r.validate_ms or 0.0)
+        fastest[size] = min(fastest.get(size, ms), ms)
+    xs = [size / 10 for size in fastest]
+    ys = list(fastest.values())
+    mean_x = statistics.fmean(xs)
+    mean_y = statistics.fmean(ys)
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
+
+
+def queue_inflation_ms(records: list[RequestRecord]) -> float:
+    """Server-side TTFT of short requests that arrived while a long one was in flight, minus that of short requests
+    that arrived alone (medians)."""
+    longs = [r for r in records if (r.prompt_tokens or 0) >= LONG_PROMPT_MIN and r.ttft_ms is not None]
+    shorts = [
+        r
+        for r in records
+        if r.prompt_tokens is not None
+        and r.prompt_tokens <= SHORT_PROMPT_MAX
+        and r.completion_tokens == 1
+        and r.ttft_ms is not None
+        and r.body_bytes < 10_000
+    ]
+
+    def in_flight(r: RequestRecord) -> bool:
+        return any(
+            long.received_ns <= r.received_ns <= long.received_ns + int((long.ttft_ms or 0.0) * 1e6) for long in longs
+        )
+
+    contended = [r.ttft_ms for r in shorts if in_flight(r) and r.ttft_ms is not None]
+    alone = [r.ttft_ms for r in shorts if not in_flight(r) and r.ttft_ms is not None]
+    assert contended and alone
+    return statistics.median(contended) - statistics.median(alone)

@@ -155,7 +155,7 @@ def build_config(
 @click.option("--workers", default="auto", show_default=True, help="Worker processes (one event loop each), or auto.")
 @click.option("--out", "-o", type=click.Path(file_okay=False), help="Run directory (default runs/bench-<time>).")
 @click.option("--header", "-H", "header_values", multiple=True, help="Extra request header 'Name: value'.")
-@click.option("--api-key", envvar="LATSCOPE_API_KEY", help="Bearer token (env LATSCOPE_API_KEY); never saved.")
+@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token; never saved.")
 @click.option("--insecure", "-k", is_flag=True, help="Do not verify TLS certificates.")
 @click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="CA bundle for TLS verification.")
 @click.option("--http2/--no-http2", default=True, show_default=True, help="Offer HTTP/2 over TLS.")

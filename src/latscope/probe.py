@@ -122,6 +122,7 @@ def join_server_signals(timeline: Timeline) -> None:
     lab = fields.get("latscope")
     apply_server_signals(
         timeline,
+        trailers=timeline.response_trailers,
         timings=timings if isinstance(timings, Mapping) else None,
         extra={"latscope": lab} if isinstance(lab, Mapping) else None,
     )

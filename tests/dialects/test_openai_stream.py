@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from latscope.dialects.base import ApiError, Chunk, StreamDecodeError
-from latscope.dialects.openai import MAX_UTF8_WARNINGS, OpenAIStreamDecoder
+from latscope.dialects.openai import MAX_UTF8_WARNINGS, EventDecodeError, OpenAIStreamDecoder
 from latscope.timeline.model import EventKind, Usage
 
 
@@ -83,6 +83,35 @@ def test_completions_text_is_content() -> None:
     data = sse({"object": "text_completion", "choices": [{"index": 0, "text": " x", "finish_reason": None}]})
     chunk = one(data, "completions")
     assert (chunk.kind, chunk.text, chunk.tokens) == (EventKind.CONTENT, " x", 1)
+
+
+def test_an_explicitly_empty_content_is_a_token_without_text() -> None:
+    # llama-cpp-python sends one chunk per generated token; a token whose text is not printable yet (part of a UTF-8
+    # sequence, a control token) comes as `"content": ""`, and the server's usage counts it.
+    chunk = one(sse(chat_chunk({"content": ""})))
+    assert (chunk.kind, chunk.text, chunk.tokens) == (EventKind.CONTENT, "", 1)
+
+
+def test_an_explicitly_empty_completions_text_is_a_token_without_text() -> None:
+    data = sse({"object": "text_completion", "choices": [{"index": 0, "text": "", "finish_reason": None}]})
+    chunk = one(data, "completions")
+    assert (chunk.kind, chunk.text, chunk.tokens) == (EventKind.CONTENT, "", 1)
+
+
+@pytest.mark.parametrize(
+    ("delta", "finish", "kind"),
+    [
+        ({"role": "assistant", "content": ""}, None, EventKind.ROLE),  # OpenAI's and vLLM's first chunk
+        ({"content": ""}, "stop", EventKind.FINISH),  # vLLM's finish chunk
+        ({"content": None}, None, EventKind.OTHER),
+    ],
+    ids=["role", "finish", "null"],
+)
+def test_an_empty_content_with_more_to_it_is_not_a_token(
+    delta: dict[str, object], finish: str | None, kind: EventKind
+) -> None:
+    chunk = one(sse(chat_chunk(delta, finish)))
+    assert (chunk.kind, chunk.tokens) == (kind, 0)
 
 
 def test_empty_delta_is_other_without_warning() -> None:
@@ -212,6 +241,31 @@ def test_invalid_json_raises_naming_the_event_and_its_offset() -> None:
     assert "SSE event 3" in message
     assert f"stream byte {len(data)}" in message
     assert '{"choices": [' in message
+
+
+def test_an_invalid_event_carries_the_chunks_decoded_before_it_in_the_same_feed() -> None:
+    data = sse(chat_chunk({"content": "a"}), chat_chunk({"content": "b"})) + b'data: {"choices": [\n\n'
+    with pytest.raises(EventDecodeError) as caught:
+        OpenAIStreamDecoder().feed(data + sse(chat_chunk({"content": "after"})))
+    assert [(c.kind, c.text) for c in caught.value.chunks] == [(EventKind.CONTENT, "a"), (EventKind.CONTENT, "b")]
+
+
+def test_an_invalid_event_after_a_learnt_template_carries_the_chunks_before_it() -> None:
+    decoder = OpenAIStreamDecoder()
+    for text in ("x", "y", "z"):
+        decoder.feed(sse(chat_chunk({"content": text})))  # one per read: the decoder learns the stream's shape
+    data = sse(chat_chunk({"content": "a"}), chat_chunk({"content": "b"})) + b"data: {broken\n\n"
+    with pytest.raises(EventDecodeError, match="SSE event 6") as caught:
+        decoder.feed(data)
+    assert [c.text for c in caught.value.chunks] == ["a", "b"]
+
+
+def test_an_invalid_event_among_typed_events_carries_the_chunks_before_it() -> None:
+    typed = b'event: error\ndata: {"error": {"message": "m"}}\n\n'
+    data = sse(chat_chunk({"content": "a"})) + typed + b"data: nope\n\n"
+    with pytest.raises(EventDecodeError) as caught:
+        OpenAIStreamDecoder().feed(data)
+    assert [c.kind for c in caught.value.chunks] == [EventKind.CONTENT, EventKind.ERROR]
 
 
 def test_invalid_json_in_a_later_feed_is_numbered_from_the_stream_start() -> None:

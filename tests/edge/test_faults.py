@@ -180,11 +180,6 @@ async def test_tuned_http2_reuses_one_connection() -> None:
     assert all(t.connection.http_version == "HTTP/2" for t in control if t.connection)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wire: h2 moves the connection to CLOSED on GOAWAY (python-hyper/h2#1181), and nginx sends GOAWAY "
-    "(last stream = this one) before answering when keep-alive is off, so the answer is refused",
-)
 async def test_no_keepalive_over_http2_answers_each_request_then_closes() -> None:
     async with _edge_lab("no-keepalive") as lab:
         faulty = await _sequential(lab, http2=True)

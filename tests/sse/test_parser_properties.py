@@ -164,3 +164,56 @@ def test_runs_of_simple_events_match_the_reference_under_any_split(
     outcome = run(stream, cuts)
     assert as_ref(outcome.events) == reference_parse(stream).events
     assert outcome == run(stream, [])
+
+
+# -- feed_values: the decoder's entry point gives what feed gives ----------------------------------------------------
+
+
+def assert_feed_values_agrees_with_feed(stream: bytes, cuts: list[int]) -> None:
+    """Feed the same pieces to two parsers, one through ``feed`` and one through ``feed_values`` (then
+    ``last_events`` / ``last_end_offset``): the events, their data and offsets, and the parser state must agree."""
+    plain, values_parser = SSEParser(), SSEParser()
+    start = 0
+    for cut in [*sorted(cuts), len(stream)]:
+        piece = stream[start:cut]
+        start = cut
+        events = plain.feed(piece)
+        values = values_parser.feed_values(piece)
+        assert values_parser.last_events() == events
+        if any(e.event != "message" for e in events):
+            assert values is None
+        else:
+            assert values == [e.data for e in events]
+        assert [values_parser.last_end_offset(i) for i in range(len(events))] == [e.end_offset for e in events]
+        state = (plain.last_event_id, plain.retry_ms, plain.invalid_utf8_offsets, plain.comments, plain.events)
+        assert state == (
+            values_parser.last_event_id,
+            values_parser.retry_ms,
+            values_parser.invalid_utf8_offsets,
+            values_parser.comments,
+            values_parser.events,
+        )
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.data())
+def test_feed_values_agrees_with_feed_on_any_split_of_a_stream(data: st.DataObject) -> None:
+    stream = data.draw(streams())
+    assert_feed_values_agrees_with_feed(stream, data.draw(cuts_for(stream)))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.data())
+def test_feed_values_agrees_with_feed_on_any_split_of_byte_soup(data: st.DataObject) -> None:
+    stream = data.draw(SOUP)
+    assert_feed_values_agrees_with_feed(stream, data.draw(cuts_for(stream)))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(VALUES, st.sampled_from([b"\n", b"\r\n"])), min_size=1, max_size=30), st.data())
+def test_feed_values_agrees_with_feed_on_runs_of_simple_events(
+    events: list[tuple[bytes, bytes]], data: st.DataObject
+) -> None:
+    # the shape of LLM streams: the single-event and run fast paths, and their fall-backs
+    stream = b"".join(b"data: " + value + eol + eol for value, eol in events)
+    assert_feed_values_agrees_with_feed(stream, data.draw(cuts_for(stream)))

@@ -137,13 +137,14 @@ async def test_keep_text_keeps_the_generated_text() -> None:
     assert t.output_text == "tok0 tok1 tok2 "
 
 
-async def test_a_non_streamed_request_counts_the_body_without_decoding() -> None:
+async def test_a_non_streamed_request_records_no_stream_events() -> None:
     async def plain(request: Received, reply: Reply) -> None:
         await reply.send_json(200, {"object": "chat.completion", "choices": []})
 
     async with StreamServer(plain) as server, Client() as client:
         t = await client.request(chat_spec(stream=False), server.base_url)
     assert t.ok and t.events == [] and t.response_body_bytes > 0
+    assert t.first_token_ns is None  # nothing was generated (tests/wire/test_nonstreamed.py has the decoding)
 
 
 async def test_a_large_body_is_sent_whole_and_upload_time_recorded() -> None:

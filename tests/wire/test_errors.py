@@ -144,6 +144,22 @@ async def test_invalid_json_in_an_event_stops_with_the_decoders_message() -> Non
     assert [e.kind for e in t.events] == [EventKind.CONTENT, EventKind.CONTENT]
 
 
+async def test_events_read_together_with_an_invalid_one_are_kept() -> None:
+    async def good_then_bad_in_one_read(request: Received, reply: Reply) -> None:
+        await reply.start(200, SSE_HEADERS)
+        good = b"".join(b"data: " + orjson.dumps(chat_chunk(f"t{i}")) + b"\n\n" for i in range(3))
+        await reply.send(good + b'data: {"choices": [\n\n' + b"data: [DONE]\n\n")  # one write: one read
+        await reply.end()
+
+    t = await _request(good_then_bad_in_one_read)
+    assert t.error is not None
+    assert (t.error.phase, t.error.kind) == (Phase.STREAM, "decode")
+    assert "SSE event 4" in t.error.message
+    assert [e.kind for e in t.events] == [EventKind.CONTENT] * 3
+    assert len({e.read_index for e in t.events}) == 1
+    assert t.first_token_ns == t.last_token_ns == t.events[0].at_ns
+
+
 async def test_non_utf8_bytes_warn_with_the_offset_and_the_stream_goes_on() -> None:
     async def bad_bytes(request: Received, reply: Reply) -> None:
         await reply.start(200, SSE_HEADERS)

@@ -1,16 +1,21 @@
-"""TLS through wrap_bio: versions, session resumption on a fresh connection, ALPN, HTTP/2 streaming."""
+"""TLS through wrap_bio: versions, session resumption on a fresh connection, ALPN, HTTP/2 streaming, and the TLS
+context built outside every request's clock."""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from latscope import wire
 from latscope.dialects.openai import OpenAIStreamDecoder
-from latscope.timeline import EventKind
+from latscope.timeline import EventKind, Phase, metrics
 from latscope.wire import Client
+from latscope.wire.tls import make_ssl_context
 from tests.support.stream_server import StreamServer, models_handler, paced_stream
 from tests.support.tls_certs import LocalPKI
 from tests.wire.conftest import chat_spec
@@ -136,3 +141,45 @@ def test_tls_resumption_and_http2_on_uvloop(pki: LocalPKI) -> None:
         return t.connection.tls_session_resumed, t.connection.alpn, len(content)
 
     assert wire.run(scenario()) == (True, "h2", 5)
+
+
+async def test_the_tls_context_is_built_before_the_first_requests_clock_starts(
+    pki: LocalPKI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Loading the system trust store takes 20-30 ms; stand in for it with a deliberately slow build, so that time
+    # would show up as pool wait if it were spent after `started_ns`.
+    built_at_ns: list[int] = []
+
+    def slow_context(**options: Any) -> ssl.SSLContext:
+        time.sleep(0.05)
+        built_at_ns.append(time.monotonic_ns())
+        return make_ssl_context(**options)
+
+    monkeypatch.setattr("latscope.wire.client.make_ssl_context", slow_context)
+    ctx = pki.server_context()
+    async with StreamServer(paced_stream(1), ssl_context=ctx) as server, Client(ca_file=pki.ca_file) as client:
+        first = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+        second = await client.request(chat_spec(), server.base_url, new_connection=True)
+    assert first.ok and second.ok, (first.error, second.error)
+    assert len(built_at_ns) == 1  # one context for the client's life
+    assert built_at_ns[0] < first.started_ns
+    pool = metrics.pool_ms(first)
+    assert pool is not None and pool < 25.0, metrics.phases_ms(first)
+
+
+async def test_a_plain_http_client_never_builds_a_tls_context(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(**options: Any) -> ssl.SSLContext:
+        raise AssertionError("a TLS context was built for plain http")
+
+    monkeypatch.setattr("latscope.wire.client.make_ssl_context", refuse)
+    async with StreamServer(paced_stream(1)) as server, Client() as client:
+        t = await client.request(chat_spec(), server.base_url)
+    assert t.ok, t.error
+
+
+async def test_an_unreadable_ca_file_is_recorded_in_the_tls_phase(tmp_path: Path) -> None:
+    async with Client(ca_file=str(tmp_path / "missing.pem")) as client:
+        t = await client.request(chat_spec(), "https://127.0.0.1:9/v1")
+    assert t.error is not None
+    assert (t.error.phase, t.error.kind) == (Phase.TLS, "tls-config")
+    assert "missing.pem" in t.error.message

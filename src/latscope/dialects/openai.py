@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping, Sequence
-from itertools import repeat
+from collections.abc import Iterator, Mapping, Sequence
+from itertools import count, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -227,6 +227,16 @@ def _spec(
 # -- streams -----------------------------------------------------------------------------------------------------
 
 
+class EventDecodeError(StreamDecodeError):
+    """An event of the stream could not be decoded (invalid JSON). ``chunks`` are the events of the same feed that
+    were decoded before it, in order: they arrived intact, so the caller records them before failing the stream
+    (the wire client's ``Exchange`` does)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.chunks: list[Chunk] = []  #: set by the decoder's ``feed`` on the way out
+
+
 class OpenAIStreamDecoder:
     """Decodes an OpenAI-style event stream into one :class:`Chunk` per SSE event (a :class:`StreamDecoder`).
 
@@ -234,17 +244,20 @@ class OpenAIStreamDecoder:
     Kinds: a role-only delta → ROLE; non-empty text → CONTENT (tokens=1); ``delta.reasoning_content`` /
     ``delta.reasoning`` → REASONING (tokens=1); ``finish_reason`` without text → FINISH (a text chunk that carries
     it keeps CONTENT and has ``finish_reason`` set); ``usage`` or ``timings`` with nothing more token-relevant →
-    USAGE; an error object → ERROR; ``[DONE]`` → DONE; a known shape carrying nothing (an empty delta, ``choices:
-    []`` alone) → OTHER; an unknown shape → OTHER and a warning (once). Only ``choices[0]`` is read.
+    USAGE; an explicitly empty text (``"content": ""`` / ``"text": ""``) with none of those and no role → CONTENT
+    with no text (tokens=1: llama-cpp-python sends one per generated token whose text is not printable yet); an
+    error object → ERROR; ``[DONE]`` → DONE; a known shape carrying nothing (an empty delta, ``choices: []`` alone)
+    → OTHER; an unknown shape → OTHER and a warning (once). Only ``choices[0]`` is read.
 
     ``usage`` / ``timings`` / the lab's ``latscope`` object are picked up from whichever chunk carries them: a
     ``latscope.sent_ns`` integer (monotonic ns, sent by ``latscope lab --truth``) becomes ``server_sent_ns`` and the
     object is kept as ``extra["latscope"]``.
 
-    Invalid JSON raises :class:`StreamDecodeError` naming the event (1-based) and its stream byte offset. Invalid
-    UTF-8 is replaced (as the SSE spec says) and reported in ``warnings`` with its byte offset. A stream that ends
-    without ``[DONE]`` gets a warning at :meth:`close`, not an error. Events whose SSE type is neither ``message``
-    nor ``error`` are decoded like ``message`` ones.
+    Invalid JSON raises :class:`EventDecodeError` (a :class:`StreamDecodeError`) naming the event (1-based) and its
+    stream byte offset, with the chunks of the same feed decoded before it in ``chunks``. Invalid UTF-8 is replaced
+    (as the SSE spec says) and reported in ``warnings`` with its byte offset. A stream that ends without ``[DONE]``
+    gets a warning at :meth:`close`, not an error. Events whose SSE type is neither ``message`` nor ``error`` are
+    decoded like ``message`` ones.
     """
 
     __slots__ = (
@@ -313,8 +326,7 @@ class OpenAIStreamDecoder:
             # an event with an SSE type of its own (`event: error`) among them: the general way, event by event
             events = sse.last_events()
             self._batch = events
-            decode = self._decode_text_chunk
-            return [decode(self, event) for event in events]
+            return self._decode_all(map(self._decode_text_chunk, repeat(self), events))
         if not values:
             return []
         self._batch = None
@@ -324,8 +336,20 @@ class OpenAIStreamDecoder:
             chunks = self._decode_run(values)
             if chunks is not None:
                 return chunks
-        decode_value = self._decode_value
-        return [decode_value(value, index) for index, value in enumerate(values)]
+        return self._decode_all(map(self._decode_value, values, count()))
+
+    @staticmethod
+    def _decode_all(chunks: Iterator[Chunk]) -> list[Chunk]:
+        """The chunks of several events, decoded by the ``chunks`` map. ``list.extend`` appends each chunk as it is
+        made (C-level iteration, no bytecode per event), so when an event fails to decode, the chunks before it are
+        already in the list and leave with the error (:class:`EventDecodeError`)."""
+        out: list[Chunk] = []
+        try:
+            out.extend(chunks)
+        except EventDecodeError as exc:
+            exc.chunks = out
+            raise
+        return out
 
     def close(self) -> list[Chunk]:
         """The body ended: add the end-of-stream warnings (no ``[DONE]``, a truncated event). Returns no chunk."""
@@ -473,7 +497,7 @@ class OpenAIStreamDecoder:
             except _JSONDecodeError as exc:
                 if not data.strip():
                     return self._unknown(event, None)
-                raise StreamDecodeError(
+                raise EventDecodeError(
                     f"invalid JSON in SSE event {self._number(event)} (ending at stream byte {event[4]}): {exc}; "
                     f"data: {_excerpt(data)}"
                 ) from None
@@ -487,6 +511,7 @@ class OpenAIStreamDecoder:
         text = ""
         finish = None
         role = False
+        content = None
         if choices:
             try:
                 choice = choices[0]
@@ -525,6 +550,10 @@ class OpenAIStreamDecoder:
                 kind = _USAGE
             elif role:
                 kind = _ROLE
+            elif content == "":
+                # A token whose text is empty, as llama-cpp-python sends one for each token it generates while it
+                # holds back an incomplete UTF-8 sequence or drops a control token: the server generated a token now.
+                kind = _CONTENT
             elif choices is None and not lab:
                 return self._unknown(event, obj)
             else:
@@ -539,7 +568,8 @@ class OpenAIStreamDecoder:
             sent_ns = lab.get("sent_ns")
             if sent_ns.__class__ is not int:
                 sent_ns = None
-        return _new_chunk(Chunk, (kind, text, 1 if text else 0, finish, usage_obj, timings, None, sent_ns, extra))
+        tokens = 1 if kind is _CONTENT or kind is _REASONING else 0
+        return _new_chunk(Chunk, (kind, text, tokens, finish, usage_obj, timings, None, sent_ns, extra))
 
     def _unknown(self, event: SSEEvent, obj: dict[str, Any] | None) -> Chunk:
         """An event of a shape this decoder does not know: OTHER, a warning the first time, fields kept."""

@@ -14,7 +14,9 @@ Mark naming follows one scheme, ``<phase>_start_ns`` / ``<phase>_end_ns``, in re
     send_start_ns .. send_end_ns    request headers and body written to the socket; ``headers_sent_ns`` in between
     first_byte_ns                   the first response byte was read (TTFB)
     headers_received_ns             the response status line and headers were parsed
-    first_token_ns .. last_token_ns the read that carried the first / last token-bearing stream event
+    first_token_ns .. last_token_ns the read that carried the first / last token-bearing stream event; for a
+                                    non-streamed response both are the read that completed the body (every token
+                                    arrives with the whole body, so TTFT is the time to the whole answer)
     ended_ns                        the response ended (or the request failed)
 
 Hot-path records (:class:`Read`, :class:`StreamEvent`) are named tuples: one is made per socket read and per stream
@@ -187,6 +189,9 @@ class Timeline:
     connection: ConnectionInfo | None = None
     status: int | None = None
     response_headers: dict[str, str] = field(default_factory=dict)  #: lower-case names; repeated ones joined ", "
+    #: the trailer section (HTTP/2 trailers, or the trailer of a chunked HTTP/1.1 body), named like the headers;
+    #: where servers put what they know only at the end (a Server-Timing with the whole generation's phases)
+    response_trailers: dict[str, str] = field(default_factory=dict)
     response_body_bytes: int = 0  #: body bytes after HTTP framing was removed
 
     reads: list[Read] = field(default_factory=list)

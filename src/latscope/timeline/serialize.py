@@ -2,9 +2,10 @@
 
 Layout: one JSON object per timeline. Marks are absolute ``time.monotonic_ns()`` integers (only differences are
 meaningful; they are exact). ``reads`` is ``[[at_ns, nbytes], ...]`` and ``events`` is
-``[[at_ns, read_index, kind, text_chars, tokens, server_sent_ns], ...]`` to keep long streams compact. Headers are
-stored already redacted (see :mod:`latscope.timeline.redact`); :func:`timeline_to_dict` redacts again so a caller
-that filled a timeline by hand cannot leak a key either.
+``[[at_ns, read_index, kind, text_chars, tokens, server_sent_ns], ...]`` to keep long streams compact. Headers and
+trailers are written redacted (see :mod:`latscope.timeline.redact`): :func:`timeline_to_dict` redacts them whatever the
+timeline holds, so a caller that filled a timeline by hand cannot leak a key either. ``response_trailers`` was added
+to schema 1 later; a record without it reads as having none.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def timeline_to_dict(t: Timeline) -> dict[str, Any]:
         out[name] = getattr(t, name)
     out["request_headers"] = redact_headers(t.request_headers)
     out["response_headers"] = redact_headers(t.response_headers)
+    out["response_trailers"] = redact_headers(t.response_trailers)
     out["marks"] = {name: getattr(t, name) for name in _MARKS}
     if t.connection is not None:
         conn = {f.name: getattr(t.connection, f.name) for f in fields(ConnectionInfo)}
@@ -108,6 +110,7 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
         t.response_body_bytes = data.get("response_body_bytes") or 0
         t.request_headers = dict(data.get("request_headers") or {})
         t.response_headers = dict(data.get("response_headers") or {})
+        t.response_trailers = dict(data.get("response_trailers") or {})  # absent in records written before trailers
         for name, value in (data.get("marks") or {}).items():
             if name not in _MARKS:
                 raise TimelineFormatError(f"marks.{name}: unknown mark")

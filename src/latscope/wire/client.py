@@ -8,22 +8,24 @@ kind, message) next to everything measured before it. Exceptions are for misuse 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Sequence
 from time import monotonic_ns
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
 from latscope import __version__
-from latscope.dialects import openai
+from latscope.dialects import DIALECTS, openai
 from latscope.dialects.base import RequestSpec, StreamDecoder
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.redact import redact_headers, redact_url
 from latscope.wire.connection import Connection, open_connection
 from latscope.wire.errors import WireError, make_error, timeout_error
-from latscope.wire.exchange import ErrorBodyDecoder, Exchange
+from latscope.wire.exchange import ErrorBodyDecoder, Exchange, ResponseBodyDecoder
 from latscope.wire.models import Origin, OriginStats, Response, Timeouts, join_url, split_url
 from latscope.wire.pool import ConnectionPool
 from latscope.wire.tls import SessionCache, make_ssl_context
@@ -38,6 +40,13 @@ def default_decoder(spec: RequestSpec) -> StreamDecoder | None:
     if family == "openai" and mode in openai.MODES:
         return openai.OpenAIStreamDecoder(mode)
     return None
+
+
+def default_body_decoder(spec: RequestSpec) -> ResponseBodyDecoder | None:
+    """The decoder of a non-streamed response body for ``spec.dialect`` (the registered dialect's
+    ``decode_response``), or None when the dialect is unknown."""
+    dialect = DIALECTS.get(spec.dialect) if spec.dialect else None
+    return dialect.decode_response if dialect is not None else None
 
 
 def asks_for_stream(spec: RequestSpec) -> bool:
@@ -83,7 +92,8 @@ class Client:
         self.headers = list(headers)
         self.keep_text = keep_text
         self.trace_context = trace_context
-        # built on first https use: loading the system trust store costs milliseconds
+        # built before the first https request's clock starts (see _prepare_tls), not here: loading the system trust
+        # store costs 20-30 ms, which a client that only speaks plain http should not pay
         self._ssl_context: ssl.SSLContext | None = None
         self._sessions = SessionCache()
         self._pool = ConnectionPool(self._open, max_per_origin=max_connections_per_origin, may_multiplex=http2)
@@ -113,6 +123,7 @@ class Client:
         caller pass the record to fill (it is returned).
         """
         t = timeline if timeline is not None else Timeline()
+        self._prepare_tls(base_url)
         t.started_ns = monotonic_ns()
         if scheduled_ns is not None:
             t.scheduled_ns = scheduled_ns
@@ -132,6 +143,7 @@ class Client:
         streamed = decoder is not None or asks_for_stream(spec)
         if streamed and decoder is None:
             decoder = default_decoder(spec)
+        body_decoder = None if streamed else default_body_decoder(spec)
         request_headers = self._headers(origin, spec.headers, headers, spec.method, spec.body, t)
         exchange = Exchange(
             t,
@@ -139,6 +151,7 @@ class Client:
             streamed=streamed,
             keep_text=self.keep_text,
             error_decoder=self.error_decoder,
+            body_decoder=body_decoder,
         )
         await self._exchange(origin, target, spec.method, request_headers, spec.body, exchange, new_connection)
         return t
@@ -148,6 +161,7 @@ class Client:
         :class:`~latscope.wire.errors.WireError` when no complete response came; returns 4xx/5xx responses (their
         timeline carries the http-status error; :meth:`Response.raise_for_status` raises it)."""
         t = Timeline(method="GET", url=redact_url(url))
+        self._prepare_tls(url)
         t.started_ns = monotonic_ns()
         try:
             origin, target = split_url(url)
@@ -187,12 +201,26 @@ class Client:
 
     # --- internals ----------------------------------------------------------------------------------------------
 
-    async def _open(self, origin: Origin, t: Timeline, deadline_ns: int | None) -> Connection:
-        ctx = None
-        if origin.tls:
-            if self._ssl_context is None:
+    def _prepare_tls(self, url: str) -> None:
+        """Build the TLS context before an https request's clock starts: loading the trust store takes 20-30 ms,
+        which would otherwise be counted as the first request's pool wait. A context that cannot be built (an
+        unreadable ``ca_file``) is left to :meth:`_ssl_context_for`, which records the failure in the timeline."""
+        if self._ssl_context is None and urlsplit(url).scheme.lower() == "https":
+            with contextlib.suppress(OSError, ssl.SSLError):
                 self._ssl_context = make_ssl_context(verify=self.verify, ca_file=self.ca_file, http2=self.http2)
-            ctx = self._ssl_context
+
+    def _ssl_context_for(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            try:
+                self._ssl_context = make_ssl_context(verify=self.verify, ca_file=self.ca_file, http2=self.http2)
+            except (OSError, ssl.SSLError) as exc:
+                where = f" (CA file {self.ca_file})" if self.ca_file else ""
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise make_error(f"TLS set-up failed{where}: {reason}", phase=Phase.TLS, kind="tls-config") from None
+        return self._ssl_context
+
+    async def _open(self, origin: Origin, t: Timeline, deadline_ns: int | None) -> Connection:
+        ctx = self._ssl_context_for() if origin.tls else None
         return await open_connection(
             origin,
             t,

@@ -5,6 +5,10 @@ inside ``data_received``, so everything here runs on the hot path of the read th
 read's stamp. The body goes to the dialect's stream decoder and each decoded chunk becomes one
 :class:`~latscope.timeline.model.StreamEvent`; error statuses collect the body and decode it as an API error; a
 streamed request answered with something other than an event stream counts the body and then fails naming the type.
+
+A non-streamed request answered 2xx with JSON keeps its body and decodes it whole at the end with the dialect's
+``decode_response`` (usage, finish reason, llama.cpp ``timings``, the text when kept). It records no stream events:
+the first (and last) token mark is the read that completed the body, since every token arrives with the whole body.
 """
 
 from __future__ import annotations
@@ -12,16 +16,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from latscope.dialects.base import ApiError, Chunk, StreamDecodeError, StreamDecoder
+from latscope.dialects.base import ApiError, Chunk, DecodedResponse, StreamDecodeError, StreamDecoder
 from latscope.timeline.model import EventKind, Phase, StreamEvent, Timeline
 from latscope.wire.errors import WireError, make_error
 
 #: the decoder of an error body: ``(status, body, content_type) -> ApiError`` (``openai.decode_error_body``)
 ErrorBodyDecoder = Callable[[int, bytes, str | None], ApiError]
 
+#: the decoder of a non-streamed 2xx JSON body: ``body -> DecodedResponse`` (a dialect's ``decode_response``)
+ResponseBodyDecoder = Callable[[bytes], DecodedResponse]
+
 #: error bodies are kept up to this size for decoding; the rest is counted, not kept (an HTML error page from a
 #: proxy can be large, and the message is always at the start).
 MAX_ERROR_BODY_BYTES = 65_536
+
+#: a non-streamed body is decoded only up to this size; a larger one (logprobs for a very long answer) is counted and
+#: left undecoded with a warning, rather than held in memory whole by a load generator running many requests.
+MAX_DECODED_BODY_BYTES = 64 * 1024 * 1024
 
 _CONTENT = EventKind.CONTENT
 _REASONING = EventKind.REASONING
@@ -32,6 +43,7 @@ _DECODE = 0  # feed the stream decoder
 _COUNT = 1  # count bytes only (non-streamed request, or a streamed one with the wrong content type)
 _KEEP = 2  # keep the whole body (Client.get)
 _ERROR_BODY = 3  # keep up to MAX_ERROR_BODY_BYTES for the error decoder
+_DECODE_BODY = 4  # keep the whole body for the dialect's non-streamed decoder (up to MAX_DECODED_BODY_BYTES)
 
 _SSE_TYPE = "text/event-stream"
 
@@ -43,11 +55,25 @@ def media_type(content_type: str | None) -> str | None:
     return content_type.split(";", 1)[0].strip().lower() or None
 
 
+def is_json_type(kind: str | None) -> bool:
+    """True for ``application/json`` and the ``+json`` structured syntax suffix (RFC 6839 §3.1)."""
+    return kind is not None and (kind == "application/json" or kind.endswith("+json"))
+
+
+def join_fields(fields: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Header or trailer fields as one dict: repeated names joined with ", " (RFC 9110 §5.3)."""
+    joined: dict[str, str] = {}
+    for name, value in fields:
+        joined[name] = f"{joined[name]}, {value}" if name in joined else value
+    return joined
+
+
 class Exchange:
     """Records one response into ``timeline``. ``headers_future`` completes when the head arrived (or the request
     failed), ``done`` when the response ended or failed; either way the outcome is in the timeline."""
 
     __slots__ = (
+        "_body_decoder",
         "_decoder",
         "_error_decoder",
         "_feed",
@@ -77,6 +103,7 @@ class Exchange:
         keep_body: bool = False,
         keep_text: bool = False,
         error_decoder: ErrorBodyDecoder | None = None,
+        body_decoder: ResponseBodyDecoder | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         self.timeline = timeline
@@ -94,6 +121,7 @@ class Exchange:
         self._decoder = decoder
         self._feed: Callable[[bytes], list[Chunk]] | None = None
         self._error_decoder = error_decoder
+        self._body_decoder = body_decoder
         self._mode = _COUNT
         self._pending_error: WireError | None = None
         self._text_parts: list[str] = []
@@ -106,9 +134,7 @@ class Exchange:
         t.status = status
         t.headers_received_ns = at_ns
         self.response_header_list = list(headers)
-        joined: dict[str, str] = {}
-        for name, value in headers:
-            joined[name] = f"{joined[name]}, {value}" if name in joined else value
+        joined = join_fields(headers)
         t.response_headers = joined
         ctype = joined.get("content-type")
         if status >= 400:
@@ -129,6 +155,8 @@ class Exchange:
                     phase=Phase.HEADERS,
                     kind="content-type",
                 )
+        elif self._body_decoder is not None and 200 <= status < 300 and is_json_type(media_type(ctype)):
+            self._mode = _DECODE_BODY
         if not self.headers_future.done():
             self.headers_future.set_result(None)
 
@@ -140,6 +168,16 @@ class Exchange:
             mode = self._mode
             if mode == _KEEP or (mode == _ERROR_BODY and self.body_bytes - len(data) < MAX_ERROR_BODY_BYTES):
                 self.body_parts.append(data)
+            elif mode == _DECODE_BODY:
+                if self.body_bytes <= MAX_DECODED_BODY_BYTES:
+                    self.body_parts.append(data)
+                else:
+                    self.body_parts.clear()
+                    self._mode = _COUNT
+                    self.timeline.warnings.append(
+                        f"the response body is larger than {MAX_DECODED_BODY_BYTES} bytes: it was not decoded "
+                        "(no usage, finish reason or server timings from it)"
+                    )
             return
         try:
             chunks = feed(data)
@@ -152,6 +190,10 @@ class Exchange:
             return
         if chunks:
             self._record(chunks, at_ns, read_index)
+
+    def trailers(self, fields: Sequence[tuple[str, str]]) -> None:
+        """The trailer section (lower-case names; HTTP/2 trailers or the chunked trailer of HTTP/1.1) arrived."""
+        self.timeline.response_trailers = join_fields(fields)
 
     def end(self, at_ns: int) -> None:
         """The response ended cleanly with the read stamped ``at_ns``."""
@@ -167,6 +209,8 @@ class Exchange:
                 return
             if chunks:
                 self._record(chunks, at_ns, len(self.reads) - 1)
+        if self._mode == _DECODE_BODY:
+            self._decode_body(at_ns)
         if self._mode == _ERROR_BODY:
             self._pending_error = self._status_error()
         elif self._pending_error is not None and self._pending_error.kind == "content-type":
@@ -235,6 +279,39 @@ class Exchange:
             self._pending_error = make_error(
                 f"the server sent an error in the stream: {c.error.message}", phase=Phase.STREAM, kind="api-error"
             )
+
+    def _decode_body(self, at_ns: int) -> None:
+        """Decode a whole non-streamed body into usage, finish reason, timings and (kept) text. A body that does not
+        decode is a warning, not a failure: the response itself arrived complete."""
+        assert self._body_decoder is not None
+        t = self.timeline
+        body = b"".join(self.body_parts)
+        self.body_parts = []
+        try:
+            decoded = self._body_decoder(body)
+        except Exception as exc:  # StreamDecodeError, or a decoder bug: the timing record stays valid either way
+            t.warnings.append(f"the response body could not be decoded: {exc}")
+            return
+        if decoded.error is not None:
+            self._pending_error = make_error(
+                f"the server sent an error instead of a result: {decoded.error.message}",
+                phase=Phase.STREAM,
+                kind="api-error",
+            )
+        if decoded.finish_reason is not None:
+            t.finish_reason = decoded.finish_reason
+        if decoded.usage is not None:
+            t.usage = decoded.usage
+        if decoded.timings is not None:
+            t.server_fields["timings"] = decoded.timings
+        text = decoded.reasoning + decoded.text  # the order a stream would have sent them in
+        generated = decoded.usage.completion_tokens if decoded.usage is not None else None
+        if text or generated:
+            # every token arrives with the whole body: the read that completed it is the first and the last token's
+            last_read_ns = self.reads[-1].at_ns if self.reads else at_ns
+            t.first_token_ns = t.last_token_ns = last_read_ns
+        if self.keep_text and text:
+            self._text_parts.append(text)
 
     def _decode_failed(self, exc: StreamDecodeError, at_ns: int) -> None:
         self.fail(make_error(str(exc), phase=Phase.STREAM, kind="decode"), at_ns)

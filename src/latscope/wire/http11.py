@@ -35,8 +35,9 @@ from latscope.wire.transport import WireProtocol
 _new_tuple = tuple.__new__  # builds a Read without NamedTuple's Python-level __new__ (hot path)
 _ParserError = httptools.HttpParserError  # every httptools parse error derives from it
 
-#: largest response head accepted (status line and headers; some gateways send long header sets). llhttp itself
-#: has no limit, and a server that never ends its head must not grow the client's memory without bound.
+#: largest response head accepted (status line and headers; some gateways send long header sets), and the limit of
+#: a chunked body's trailer section too. llhttp itself has no limit, and a server that never ends its head must not
+#: grow the client's memory without bound.
 MAX_RESPONSE_HEAD_BYTES = 256 * 1024
 
 
@@ -48,6 +49,11 @@ class _BeyondResponse(Exception):
 class _UnusableStatus(Exception):
     """Raised from a parser callback on a status the client cannot go on from: ``101 Switching Protocols`` (it never
     asks for an upgrade) or one below 100 (RFC 9110 §15: status codes are 100-599; llhttp reads any three digits)."""
+
+
+class _FieldsTooLarge(Exception):
+    """Raised from a parser callback when the header (or trailer) fields exceed :data:`MAX_RESPONSE_HEAD_BYTES`: a
+    head that arrives whole in one large read is never seen incomplete, so the per-read count alone would miss it."""
 
 
 class _ResponseReader:
@@ -62,7 +68,11 @@ class _ResponseReader:
     * ``complete`` — the final response ended; ``keep_alive`` says whether the connection may carry another
       request (llhttp's verdict: HTTP version, ``Connection`` header, and whether the body was delimited by the
       close);
-    * ``head_bytes`` — bytes fed before the head completed (for :data:`MAX_RESPONSE_HEAD_BYTES`).
+    * ``head_bytes`` — bytes fed before the head completed, ``field_bytes`` — bytes of the header and trailer fields
+      parsed (both for :data:`MAX_RESPONSE_HEAD_BYTES`);
+    * ``trailers`` — the trailer fields of a chunked body (RFC 9112 §7.1.2), raw like ``headers``; llhttp reports
+      them through ``on_header`` too, after the head, so ``on_header`` fills ``fields``, which is the head's list
+      until the head completes and the trailers' list after.
 
     Interim ``1xx`` responses (RFC 9110 §15.2) are parsed and forgotten.
     """
@@ -70,6 +80,8 @@ class _ResponseReader:
     __slots__ = (
         "body",
         "complete",
+        "field_bytes",
+        "fields",
         "head_bytes",
         "head_done",
         "head_ready",
@@ -80,6 +92,7 @@ class _ResponseReader:
         "on_body",
         "parser",
         "status",
+        "trailers",
     )
 
     def __init__(self) -> None:
@@ -88,6 +101,8 @@ class _ResponseReader:
         self.on_body: Callable[[bytes], None] = self.body.append
         self.parser: httptools.HttpResponseParser | None = None
         self.headers: list[tuple[bytes, bytes]] = []
+        self.trailers: list[tuple[bytes, bytes]] = []
+        self.fields = self.headers  # where on_header appends: the head's fields, then the trailer's
         self.status = 0
         self.http_version = ""
         self.head_done = False
@@ -96,6 +111,7 @@ class _ResponseReader:
         self.complete = False
         self.keep_alive = False
         self.head_bytes = 0
+        self.field_bytes = 0
 
     def start(self) -> None:
         """Expect a new response (a request was just sent): fresh parser, fresh state."""
@@ -106,7 +122,8 @@ class _ResponseReader:
         # llhttp refuses the pair unless told (a guard against request smuggling, which is a proxy's concern).
         self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
         self.body.clear()
-        self.headers = []
+        self.headers = self.fields = []
+        self.trailers = []
         self.status = 0
         self.http_version = ""
         self.head_done = False
@@ -115,16 +132,20 @@ class _ResponseReader:
         self.complete = False
         self.keep_alive = False
         self.head_bytes = 0
+        self.field_bytes = 0
 
     # --- httptools callbacks ------------------------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         if self.complete:
             raise _BeyondResponse
-        self.headers = []  # an interim response's headers are not the final one's
+        self.headers = self.fields = []  # an interim response's headers are not the final one's
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        self.field_bytes += len(name) + len(value)
+        if self.field_bytes > MAX_RESPONSE_HEAD_BYTES:
+            raise _FieldsTooLarge
+        self.fields.append((name, value))
 
     def on_headers_complete(self) -> None:
         parser = self.parser
@@ -136,6 +157,7 @@ class _ResponseReader:
             self.informational = True
             return
         self.status = status
+        self.fields = self.trailers = []  # any field from now on is a trailer field
         self.http_version = parser.get_http_version()
         self.keep_alive = parser.should_keep_alive()
         self.head_done = True
@@ -350,7 +372,10 @@ class HTTP11Connection:
             # close`) only means this connection must not carry another request.
             self._on_end(ex, at_ns, keep_alive=False)
             return
-        if isinstance(cause, _UnusableStatus):
+        if isinstance(cause, _FieldsTooLarge):
+            section = "trailer section" if reader.head_done else "head"
+            message = f"the response {section} is larger than {MAX_RESPONSE_HEAD_BYTES} bytes"
+        elif isinstance(cause, _UnusableStatus):
             status = cause.args[0]
             message = (
                 "101 Switching Protocols without an upgrade being asked for"
@@ -369,8 +394,7 @@ class HTTP11Connection:
         if ex.timeline.connection is not None:
             ex.timeline.connection.http_version = version
             ex.timeline.connection.tcp_info_at_headers = read_tcp_info(self.protocol.sock)
-        # lower-case names, as h11 gave them and as Exchange and the signal parsers expect
-        headers = [(k.decode("ascii", "replace").lower(), v.decode("latin-1")) for k, v in reader.headers]
+        headers = _decode_fields(reader.headers)
         content_length: int | None = None
         chunked = False
         for name, value in headers:
@@ -384,6 +408,9 @@ class HTTP11Connection:
         ex.response(reader.status, headers, at_ns)
 
     def _on_end(self, ex: Exchange, at_ns: int, *, keep_alive: bool) -> None:
+        trailers = self._reader.trailers
+        if trailers:
+            ex.trailers(_decode_fields(trailers))
         if ex.timeline.connection is not None:
             ex.timeline.connection.tcp_info_at_end = read_tcp_info(self.protocol.sock)
         ex.end(at_ns)
@@ -456,3 +483,9 @@ class HTTP11Connection:
         self._reader.parser = None  # the parser refers back to the reader: do not keep the pair alive
         if self.on_release is not None:
             self.on_release(self)
+
+
+def _decode_fields(fields: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """Raw header or trailer fields as strings: lower-case names, as h11 gave them and as Exchange and the signal
+    parsers expect; values latin-1 (RFC 9110 §5.5: bytes beyond ASCII are opaque, and latin-1 keeps every byte)."""
+    return [(k.decode("ascii", "replace").lower(), v.decode("latin-1")) for k, v in fields]

@@ -3,12 +3,16 @@
 Reads belong to the connection, not to a stream, so each read is recorded in the timeline of every stream that got
 a frame from it (``Read.nbytes`` is the size of the whole read, frames of other streams included); a read that only
 carried connection frames (SETTINGS, PING, WINDOW_UPDATE) is recorded nowhere.
+
+GOAWAY (RFC 9113 §6.8) ends the connection for new requests only: the streams up to its last stream id were taken by
+the server and may still be answered, those above it were never processed and fail at once (kind ``goaway``; safe
+to retry). h2 itself treats a received GOAWAY as the end of the connection (see :class:`_ClientStateMachine`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from time import monotonic_ns
 
 import h2.config
@@ -28,6 +32,8 @@ _DataReceived = h2.events.DataReceived
 _ResponseReceived = h2.events.ResponseReceived
 _StreamEnded = h2.events.StreamEnded
 _new_tuple = tuple.__new__
+_CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
+_RECV_GOAWAY = h2.connection.ConnectionInputs.RECV_GOAWAY
 
 #: our receive window, per stream and for the connection (bytes). The protocol default of 64 KiB would make a fast
 #: stream wait for WINDOW_UPDATE round trips, which is the client throttling the server, not a server bottleneck.
@@ -35,6 +41,24 @@ RECEIVE_WINDOW_BYTES = 16 * 1024 * 1024
 
 #: connection-specific headers HTTP/2 forbids (RFC 9113 §8.2.2); ``host`` becomes ``:authority``.
 _DROPPED_HEADERS = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"})
+
+
+class _ClientStateMachine(h2.connection.H2ConnectionStateMachine):
+    """h2's connection state machine, but a received GOAWAY leaves an open client connection open.
+
+    h2 moves the connection to CLOSED on GOAWAY and from then on refuses every frame, so the answers to the streams
+    the GOAWAY still covers are lost with "Invalid input ConnectionInputs.RECV_HEADERS in state
+    ConnectionState.CLOSED" (python-hyper/h2#1181). nginx with keep-alive off sends exactly that: GOAWAY naming the
+    request's own stream, then the response. RFC 9113 §6.8 lets those streams complete, so the connection stays in
+    CLIENT_OPEN here: frames, WINDOW_UPDATEs and RST_STREAMs for them keep flowing, and :class:`HTTP2Connection`
+    itself opens no new stream after a GOAWAY (``_goaway``) and closes once the covered streams are done. Every other
+    transition is h2's own.
+    """
+
+    def process_input(self, input_: h2.connection.ConnectionInputs) -> list[h2.events.Event]:
+        if input_ is _RECV_GOAWAY and self.state is _CLIENT_OPEN:
+            return []
+        return super().process_input(input_)
 
 
 class HTTP2Connection:
@@ -50,6 +74,7 @@ class HTTP2Connection:
         self.on_release: Callable[[HTTP2Connection], None] | None = None
         config = h2.config.H2Configuration(client_side=True, header_encoding=None)
         self._h2 = h2.connection.H2Connection(config=config)
+        self._h2.state_machine = _ClientStateMachine()  # still IDLE: nothing was sent or received yet
         self._streams: dict[int, Exchange] = {}
         self._reserved = 0
         self._closed = False
@@ -96,6 +121,15 @@ class HTTP2Connection:
         origin = self.origin
         fields = [(":method", method), (":scheme", origin.scheme), (":authority", origin.authority), (":path", target)]
         fields += [(name.lower(), value) for name, value in headers if name.lower() not in _DROPPED_HEADERS]
+        if self._goaway:
+            # the GOAWAY (or the close) came after the pool handed this connection out: nothing was sent
+            self._unreserve()
+            raise make_error(
+                "the server ended the HTTP/2 connection (GOAWAY or close) before the request was sent; "
+                "it was not processed and is safe to retry",
+                phase=Phase.SEND,
+                kind="goaway",
+            )
         try:
             stream_id = conn.get_next_available_stream_id()
             self._streams[stream_id] = exchange
@@ -166,6 +200,12 @@ class HTTP2Connection:
                     if event.stream_id not in touched:
                         touched[event.stream_id] = self._record_read(ex, at_ns, nbytes)
                     self._on_response(ex, event, at_ns)
+            elif isinstance(event, h2.events.TrailersReceived):
+                ex = streams.get(event.stream_id)
+                if ex is not None:
+                    if event.stream_id not in touched:
+                        touched[event.stream_id] = self._record_read(ex, at_ns, nbytes)
+                    ex.trailers(_decode_fields(event.headers))
             elif isinstance(event, _StreamEnded):
                 ex = streams.get(event.stream_id)
                 if ex is not None:
@@ -215,9 +255,7 @@ class HTTP2Connection:
     def _on_response(self, ex: Exchange, event: h2.events.ResponseReceived, at_ns: int) -> None:
         status = 0
         headers: list[tuple[str, str]] = []
-        for name, value in event.headers or ():
-            key = name.decode("ascii", "replace") if isinstance(name, bytes) else name
-            val = value.decode("latin-1") if isinstance(value, bytes) else value
+        for key, val in _decode_fields(event.headers, pseudo=True):
             if key == ":status":
                 status = int(val)
             elif not key.startswith(":"):
@@ -245,24 +283,36 @@ class HTTP2Connection:
         self._flush()
 
     def _on_goaway(self, event: h2.events.ConnectionTerminated, at_ns: int) -> None:
+        """No new request may go on this connection; streams above the last stream id were never processed (RFC 9113
+        §6.8) and fail now; the others are answered as usual and the connection closes after the last of them."""
         self._goaway = True
         last = event.last_stream_id if event.last_stream_id is not None else 0
         code = getattr(event.error_code, "name", event.error_code)
         for stream_id, ex in list(self._streams.items()):
-            if stream_id > last:  # never processed by the server (RFC 9113 §6.8)
+            if stream_id > last:
                 phase = Phase.HEADERS if ex.timeline.status is None else Phase.STREAM
-                ex.fail(make_error(f"the server sent GOAWAY ({code})", phase=phase, kind="goaway"), at_ns)
+                message = (
+                    f"the server sent GOAWAY ({code}, last stream {last}) before processing this request "
+                    f"(stream {stream_id}); it is safe to retry"
+                )
+                ex.fail(make_error(message, phase=phase, kind="goaway"), at_ns)
                 self._end_stream(stream_id)
+        if self.on_release is not None:
+            self.on_release(self)  # the pool stops handing it out now, not when its last stream ends
         if not self._streams:
             self.close()
 
     def _end_stream(self, stream_id: int) -> None:
         if self._streams.pop(stream_id, None) is not None:
-            self._reserved = max(0, self._reserved - 1)
-            if self.on_release is not None:
-                self.on_release(self)
-            if self._goaway and not self._streams:
-                self.close()
+            self._unreserve()
+
+    def _unreserve(self) -> None:
+        """A reserved request slot is free again (its stream ended, or its request was never sent)."""
+        self._reserved = max(0, self._reserved - 1)
+        if self.on_release is not None:
+            self.on_release(self)
+        if self._goaway and not self._streams:
+            self.close()
 
     def _lost_error(self, ex: Exchange, exc: BaseException | None) -> WireError:
         t = ex.timeline
@@ -300,3 +350,18 @@ class HTTP2Connection:
         self._window_waiters = []
         if self.on_release is not None:
             self.on_release(self)
+
+
+def _decode_fields(
+    fields: Iterable[tuple[bytes | str, bytes | str]] | None, *, pseudo: bool = False
+) -> list[tuple[str, str]]:
+    """Header fields as h2 reports them (bytes, as ``header_encoding=None`` asks) as ``(name, value)`` strings: names
+    ASCII (HPACK sends them lower-case, RFC 9113 §8.2.1), values latin-1 like HTTP/1.1's. Pseudo-headers are kept
+    only when ``pseudo``."""
+    out: list[tuple[str, str]] = []
+    for name, value in fields or ():
+        key = name.decode("ascii", "replace") if isinstance(name, bytes) else name
+        if not pseudo and key.startswith(":"):
+            continue
+        out.append((key, value.decode("latin-1") if isinstance(value, bytes) else value))
+    return out

@@ -9,6 +9,7 @@ import click
 import orjson
 from rich.console import Console
 
+from latscope.cli.options import parse_headers
 from latscope.load.arrivals import ArrivalSpecError, ClosedLoop, InterArrival, OpenLoop, parse_numbers
 from latscope.load.config import (
     BenchConfig,
@@ -24,12 +25,7 @@ _SPEC_ERRORS = (ArrivalSpecError, BenchConfigError, LengthSpecError, SloSpecErro
 
 
 def _headers(values: tuple[str, ...], api_key: str | None) -> tuple[tuple[str, str], ...]:
-    out: list[tuple[str, str]] = []
-    for value in values:
-        name, sep, rest = value.partition(":")
-        if not sep or not name.strip():
-            raise click.BadParameter(f"expected 'Name: value', got {value!r}", param_hint="--header")
-        out.append((name.strip(), rest.strip()))
+    out = parse_headers(values)
     if api_key:
         out.append(("Authorization", f"Bearer {api_key}"))
     return tuple(out)

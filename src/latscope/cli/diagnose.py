@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from latscope.cli.probe import parse_headers
+from latscope.cli.options import parse_headers
 from latscope.diagnose import DiagnoseError, Diagnosis, ProgressEvent, UnknownFindingError, diagnose
 from latscope.diagnose.plan import diagnosed_ids, select
 from latscope.report.diagnosis import diagnosis_report

@@ -10,6 +10,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from latscope.cli.options import parse_headers
 from latscope.probe import MODES, ProbeError, ProbeResult, normalise_base_url, probe, ttft_side
 from latscope.report.waterfall import TtftSegment, requests_table, waterfall
 from latscope.signals.join import TtftSplit
@@ -21,17 +22,6 @@ from latscope.wire.loop import run
 #: exit statuses: 0 every request completed; 1 some failed; 2 none completed (or the target could not be probed)
 EXIT_SOME_FAILED = 1
 EXIT_UNREACHABLE = 2
-
-
-def parse_headers(values: tuple[str, ...]) -> list[tuple[str, str]]:
-    """``Name: value`` strings → header pairs (click.BadParameter on a malformed one)."""
-    out: list[tuple[str, str]] = []
-    for value in values:
-        name, sep, rest = value.partition(":")
-        if not sep or not name.strip():
-            raise click.BadParameter(f"expected 'Name: value', got {value!r}", param_hint="--header")
-        out.append((name.strip(), rest.strip()))
-    return out
 
 
 def _fail(console: Console, message: str) -> None:

@@ -620,6 +620,23 @@ def _plain_chat(obj: Any) -> Chunk | None:
         finish = choice.get("finish_reason")
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
+    return _plain_text_chunk(obj, kind, text, finish)
+
+
+def _plain_completions(obj: Any) -> Chunk | None:
+    """:func:`_plain_chat` for legacy completions (text in ``choices[0].text``)."""
+    try:
+        choice = obj["choices"][0]
+        text = choice["text"]
+        finish = choice.get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return _plain_text_chunk(obj, _CONTENT, text, finish)
+
+
+def _plain_text_chunk(obj: Any, kind: EventKind, text: Any, finish: Any) -> Chunk | None:
+    """The text-only chunk for ``text``/``finish`` taken from ``obj``, or None when ``obj`` carries more (usage,
+    timings) or a field has an unexpected type. The lab's ``latscope`` stamp is allowed."""
     if (
         not text
         or text.__class__ is not str
@@ -637,33 +654,6 @@ def _plain_chat(obj: Any) -> Chunk | None:
     if sent_ns.__class__ is not int:
         sent_ns = None
     return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, sent_ns, {"latscope": lab}))
-
-
-def _plain_completions(obj: Any) -> Chunk | None:
-    """:func:`_plain_chat` for legacy completions (text in ``choices[0].text``)."""
-    try:
-        choice = obj["choices"][0]
-        text = choice["text"]
-        finish = choice.get("finish_reason")
-    except (KeyError, IndexError, TypeError, AttributeError):
-        return None
-    if (
-        not text
-        or text.__class__ is not str
-        or (finish is not None and finish.__class__ is not str)
-        or obj.get("usage") is not None
-        or "timings" in obj
-    ):
-        return None
-    lab = obj.get("latscope")
-    if lab is None:
-        return _new_chunk(Chunk, (_CONTENT, text, 1, finish, None, None, None, None, None))
-    if lab.__class__ is not dict:
-        return None
-    sent_ns = lab.get("sent_ns")
-    if sent_ns.__class__ is not int:
-        sent_ns = None
-    return _new_chunk(Chunk, (_CONTENT, text, 1, finish, None, None, None, sent_ns, {"latscope": lab}))
 
 
 def _error_chunk(error: ApiError) -> Chunk:

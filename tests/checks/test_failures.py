@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from latscope.checks import failures
+from latscope.checks.evidence import RequestSample
 from tests.checks.builders import failed, ok, reset
 
 
@@ -20,3 +21,17 @@ def test_too_many_failed_allows_a_quarter() -> None:
     assert failures.too_many_failed([failed(), failed(), ok(), ok()]) is not None
     assert failures.too_many_failed([failed()], ok_elsewhere=3) is None
     assert failures.rate_limited([ok(), failed()]) and not failures.rate_limited([reset()])
+
+
+def test_refused_covers_client_errors_and_streams_that_end_without_a_token() -> None:
+    assert failed(status=400, message="context_length_exceeded").refused
+    assert failed(status=413, message="too large").refused
+    assert not failed(status=429).refused  # overloaded, not refused
+    assert not failed(status=500, message="boom").refused
+    # llama-cpp-python's answer to a streamed prompt over its context: 200 and an empty chunked body
+    empty = ok(status=200, events=0)
+    assert empty.refused and "no token" in failures.describe(empty)
+    in_stream = RequestSample("r", error_kind="api-error", error_phase="stream", status=200, events=1, error_events=1)
+    assert in_stream.refused
+    assert not ok(status=200, events=4, output_tokens=3, ttft_ms=5.0).refused
+    assert not ok(status=200, events=2, output_tokens=0).refused  # role + finish: answered with nothing to say

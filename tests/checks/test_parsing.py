@@ -159,3 +159,13 @@ def test_repeats_of_one_padding_size_group_even_when_their_prompts_differ_by_a_f
     out = check_request_parsing(ParsingEvidence(padding="user", points=fast + slow, fast_parser=FAST), REF)
     assert out.evidence["server_ms_per_mb_fastest"] == pytest.approx(2.0)
     assert not isinstance(out, Finding)
+
+
+def test_a_server_whose_own_parse_timing_is_cheap_contradicts_the_client_side_slope() -> None:
+    # 40 ms per MB between upload and first byte, but the server times its parse + validate at 2 ms per MB: the time
+    # went elsewhere on the path (measured through nginx: a proxy hop stalling a large body), not into parsing
+    slow = points(40.0)
+    cheap = tuple(ParsePoint(p.body_bytes, p.server_ms, p.send_ms, 2.0 * p.body_bytes / MB) for p in slow)
+    out = check_request_parsing(ParsingEvidence(padding="user", points=cheap, control=CONTROL, fast_parser=FAST), REF)
+    assert isinstance(out, Inconclusive) and "elsewhere on the path" in out.reason
+    assert out.evidence["server_reported_parse_ms_per_mb"] == 2.0

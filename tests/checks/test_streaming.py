@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from latscope.checks.evidence import RequestSample, StreamEvidence
 from latscope.checks.streaming import check_nagle, check_proxy_buffering
 from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Severity
@@ -137,3 +139,52 @@ def test_nagle_evidence_carries_the_per_read_picture_of_each_condition() -> None
 def test_proxy_not_tested_when_the_platform_has_no_quickack() -> None:
     out = check_proxy_buffering(ev(quickack_supported=False), REF)
     assert isinstance(out, NotTested) and "Nagle cannot be excluded" in out.reason
+
+
+def test_nagle_inconclusive_when_one_of_two_streams_is_late() -> None:
+    # quick mode has two streams per condition: one stalled stream is not a majority (measured through nginx)
+    out = check_nagle(ev(reused=(stream(70.0, first_read=3), stream(5.0))), REF)
+    assert isinstance(out, Inconclusive) and "1 of 2" in out.reason
+
+
+def test_nagle_clear_when_late_streams_carry_their_first_token_alone() -> None:
+    # 40 ms late with a token every 6 ms: a held first token would have six more behind it in the same read; alone,
+    # it was late before the server wrote it (a busy host), not held by Nagle
+    late = tuple(
+        ok("late", ttft_after_setup_ms=t, reused=True, first_read_token_events=1, itl_ms=(6.0,) * 15)
+        for t in (44.0, 46.0)
+    )
+    out = check_nagle(ev(reused=late), REF)
+    assert isinstance(out, Clear) and out.evidence["late_streams_without_pileup"] == 2
+    assert "alone" in out.reason
+
+
+def test_proxy_clear_when_ttft_grows_but_every_first_token_arrives_alone() -> None:
+    # TTFT noise between the two lengths, while the streams show one event per read at a 6 ms cadence
+    noisy = tuple(
+        ok("q", ttft_after_setup_ms=t, e2e_after_setup_ms=t + 90.0, first_read_token_events=1, itl_ms=(6.0,) * 15)
+        for t in (30.0, 31.0)
+    )
+    out = check_proxy_buffering(ev(quickack=noisy), REF)
+    assert isinstance(out, Clear) and "arrived alone" in out.reason
+
+
+def test_proxy_finding_over_http11_when_http2_streams_are_not_held() -> None:
+    # nginx with proxy buffering over TLS: HTTP/2 forwarded as it comes, HTTP/1.1 held in 16 KB bursts
+    h2 = tuple(dataclasses.replace(s, http_version="HTTP/2") for s in QUICK)
+    h2_short = tuple(dataclasses.replace(s, http_version="HTTP/2") for s in QUICK_SHORT)
+    held = tuple(stream(186.0 + d, e2e=186.5 + d, per_read=16, bursts=(3300,), accel=None) for d in (0.0, 0.5, -0.4))
+    evidence = ev(quickack=h2, quickack_short=h2_short, quickack_http11=held, quickack_short_http11=QUICK_SHORT)
+    out = check_proxy_buffering(evidence, REF)
+    assert isinstance(out, Finding) and out.evidence["protocol"] == "HTTP/1.1"
+    assert out.evidence["other_protocol"]["protocol"] == "HTTP/2"
+    assert out.evidence["other_protocol"]["outcome"] == "clear"
+    assert "over HTTP/1.1" in out.rule and "only HTTP/1.1" in out.cost_basis
+
+
+def test_proxy_clear_needs_both_protocols_clear() -> None:
+    out = check_proxy_buffering(ev(quickack_http11=QUICK, quickack_short_http11=QUICK_SHORT), REF)
+    assert isinstance(out, Clear) and out.evidence["other_protocol"]["outcome"] == "clear"
+    partial = tuple(stream(24.0 + d, e2e=180.0) for d in (0.0, 0.2, -0.2))
+    out = check_proxy_buffering(ev(quickack_http11=partial, quickack_short_http11=QUICK_SHORT), REF)
+    assert isinstance(out, Inconclusive) and "HTTP/1.1" in out.reason

@@ -8,6 +8,7 @@ machine without it these tests are skipped with that reason. The model is writte
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -70,13 +71,14 @@ def _wait_ready(server: LlamaServer, deadline: float) -> None:
     raise RuntimeError(f"llama-cpp-python server not ready after {STARTUP_TIMEOUT_S} s:\n{server.log_tail()}")
 
 
-@pytest.fixture(scope="session")
-def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    """Start llama-cpp-python's OpenAI server on a free loopback port with the tiny model; stop it by pid."""
-    python = llama_python()
-    if python is None:
-        pytest.skip("llama-cpp-python is not installed here: set LATSCOPE_LLAMA_PYTHON (.ci/run builds it)")
-    workdir = tmp_path_factory.mktemp("llama")
+#: llama-cpp-python's default context in these tests (tokens of prompt the model slot holds).
+DEFAULT_N_CTX = 4096
+
+
+@contextlib.contextmanager
+def running_llama_server(python: str, workdir: Path, *, n_ctx: int = DEFAULT_N_CTX) -> Iterator[LlamaServer]:
+    """Start llama-cpp-python's OpenAI server on a free loopback port with the tiny model and a context of ``n_ctx``
+    tokens; stop it by pid on exit."""
     model_path = write_tiny_llama(workdir / "tiny-llama.gguf")
     port = free_port()
     log_path = workdir / "server.log"
@@ -86,7 +88,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
                 python, "-m", "llama_cpp.server",
                 "--model", str(model_path), "--model_alias", "tiny-llama",
                 "--host", "127.0.0.1", "--port", str(port),
-                "--n_ctx", "4096", "--n_threads", "1", "--verbose", "False",
+                "--n_ctx", str(n_ctx), "--n_threads", "1", "--verbose", "False",
                 # by default llama-cpp-python cancels the running stream when another request arrives (it closes the
                 # chunked body unfinished); queueing is what its single model slot does otherwise, and what we test
                 "--interrupt_requests", "False",
@@ -106,3 +108,19 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
             process.kill()
             process.wait()
         print(f"llama-cpp-python log ({log_path}):\n{server.log_tail(15)}")
+
+
+def require_llama_python() -> str:
+    """The interpreter with ``llama_cpp.server``, or skip the test with the reason."""
+    python = llama_python()
+    if python is None:
+        pytest.skip("llama-cpp-python is not installed here: set LATSCOPE_LLAMA_PYTHON (.ci/run builds it)")
+    return python
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """llama-cpp-python serving the tiny model with a 4096-token context, for the whole session."""
+    python = require_llama_python()
+    with running_llama_server(python, tmp_path_factory.mktemp("llama")) as server:
+        yield server

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
+from collections.abc import Callable
 
 import orjson
 import pytest
 
 from latscope.dialects.openai import OpenAIStreamDecoder
-from latscope.timeline import EventKind, Phase, metrics
+from latscope.timeline import EventKind, Phase, Timeline, metrics
+from latscope.timeline.model import ConnectionInfo
+from latscope.timeline.serialize import dumps, loads, timeline_from_dict, timeline_to_dict
 from latscope.wire import Client, Response, WireError, tcpinfo
+from latscope.wire.trace import new_traceparent
 from tests.support.stream_server import (
     SSE_HEADERS,
     Received,
@@ -123,6 +128,56 @@ async def test_quickack_mode_sets_the_option_before_every_read(monkeypatch: pyte
     assert all(calls)  # the kernel reported the option on right after it was set
 
 
+@pytest.mark.skipif(not tcpinfo.quickack_supported(), reason="TCP_QUICKACK is Linux-only")
+async def test_delayed_ack_mode_starts_new_connections_in_it_and_keeps_them_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    at_connect: list[bool | None] = []
+    after_read: list[bool | None] = []
+    real = tcpinfo.set_delayed_ack
+
+    def spy(into: list[bool | None]) -> Callable[[socket.socket], bool]:
+        def set_and_look(sock: socket.socket) -> bool:
+            applied = real(sock)
+            into.append(tcpinfo.quickack_enabled(sock))
+            return applied
+
+        return set_and_look
+
+    monkeypatch.setattr("latscope.wire.connection.set_delayed_ack", spy(at_connect))
+    monkeypatch.setattr("latscope.wire.transport.set_delayed_ack", spy(after_read))
+    async with StreamServer(paced_stream(5, 0.002)) as server, Client(delayed_ack=True) as client:
+        first = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+        second = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+    assert first.ok and second.ok
+    assert first.connection is not None and first.connection.delayed_ack is True
+    assert first.connection.quickack is False
+    assert second.connection is not None and second.connection.delayed_ack and second.connection.reused
+    assert at_connect == [False]  # once, for the one new connection: the kernel reports quick ACKs off
+    assert len(after_read) == len(first.reads) + len(second.reads) and not any(after_read)
+
+
+async def test_delayed_ack_is_off_by_default_and_excludes_quickack(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[socket.socket] = []
+    monkeypatch.setattr("latscope.wire.connection.set_delayed_ack", calls.append)
+    monkeypatch.setattr("latscope.wire.transport.set_delayed_ack", calls.append)
+    async with StreamServer(paced_stream(2)) as server, Client() as client:
+        t = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+    assert t.connection is not None and t.connection.delayed_ack is False
+    assert calls == []
+    with pytest.raises(ValueError, match="opposite"):
+        Client(quickack=True, delayed_ack=True)
+
+
+def test_delayed_ack_survives_serialisation_and_old_records_read_as_off() -> None:
+    t = Timeline(connection=ConnectionInfo(connection_id=1, reused=False, delayed_ack=True))
+    assert loads(dumps(t)).connection == t.connection
+    record = timeline_to_dict(t)
+    del record["connection"]["delayed_ack"]  # a record written before the field existed
+    old = timeline_from_dict(record).connection
+    assert old is not None and old.delayed_ack is False
+
+
 async def test_quickack_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[socket.socket] = []
     monkeypatch.setattr("latscope.wire.transport.set_quickack", calls.append)
@@ -194,3 +249,18 @@ async def test_events_coalesced_in_one_read_share_its_stamp() -> None:
     assert len({e.at_ns for e in content}) == 1 and len({e.read_index for e in content}) == 1
     assert max(metrics.token_events_per_read(t)) == 5
     assert metrics.itl_ms(t) == [0.0] * 4
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_does_not_repeat_its_parents_trace_ids() -> None:
+    new_traceparent()  # the parent holds ids drawn ahead
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.write(write_end, new_traceparent()[1].encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child_id = os.read(read_end, 64).decode()
+    os.close(read_end)
+    os.close(write_end)
+    assert len(child_id) == 32 and child_id != new_traceparent()[1]

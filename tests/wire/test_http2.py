@@ -165,3 +165,28 @@ async def test_a_request_handed_a_connection_that_got_goaway_since_fails_unsent(
     assert not conn.usable and protocol.closed
     after = server.receive_data(bytes(protocol.written[sent_before:]))
     assert not any(isinstance(e, h2.events.RequestReceived) for e in after)  # no request went out
+
+
+@pytest.mark.parametrize("size", [100, 64 * 1024 + 1, 300_000])
+async def test_a_request_body_of_any_size_arrives_whole(pki: LocalPKI, h2_context: ssl.SSLContext, size: int) -> None:
+    # 300,000 bytes is more than the server's initial flow-control window (65,535): the client waits for its updates
+    body = orjson.dumps({"stream": True, "pad": "x" * size})
+
+    async def echo_length(request: Received, reply: Reply) -> None:
+        await reply.start(200, SSE_HEADERS)
+        await reply.send_event(chat_chunk(str(len(request.body))))
+        await reply.send(b"data: [DONE]\n\n")
+        await reply.end()
+
+    spec = chat_spec()
+    async with (
+        StreamServer(echo_length, ssl_context=h2_context) as server,
+        Client(ca_file=pki.ca_file) as client,
+    ):
+        big = type(spec)(spec.method, spec.path, body, spec.headers, spec.dialect, spec.model)
+        t = await client.request(big, server.base_url)
+        received = server.requests[0]
+    assert t.ok, t.error
+    assert received.http_version == "HTTP/2" and received.body == body
+    assert t.send_start_ns is not None and t.headers_sent_ns is not None and t.send_end_ns is not None
+    assert t.send_start_ns <= t.headers_sent_ns <= t.send_end_ns

@@ -6,7 +6,7 @@ import asyncio
 
 from latscope.dialects.openai import OpenAIStreamDecoder
 from latscope.timeline import metrics
-from latscope.wire import Client
+from latscope.wire import Client, Origin
 from tests.support.stream_server import Received, Reply, StreamServer, paced_stream
 from tests.wire.conftest import chat_spec
 
@@ -84,6 +84,6 @@ async def test_fresh_connections_beyond_the_cap_are_closed_when_idle() -> None:
             assert t.ok
         await asyncio.sleep(0.05)
         stats = client.stats()[f"http://127.0.0.1:{server.port}"]
-        open_now = sum(1 for conns in client._pool._conns.values() for c in conns if c.is_open)
+        open_now = client._pool.open_connections(Origin("http", "127.0.0.1", server.port))
     assert stats.connections_opened == 5 and server.connections == 5
     assert open_now <= 2

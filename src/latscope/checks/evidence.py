@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from latscope.timeline import metrics
-from latscope.timeline.model import TOKEN_KINDS, Timeline
+from latscope.timeline.model import TOKEN_KINDS, EventKind, Timeline
 
 #: Server-reported phases kept on a sample (Server-Timing, llama.cpp ``timings``, the lab's object), by name.
 SERVER_PHASES = ("parse", "validate", "window_wait", "queue", "prefill", "decode")
+#: The error kind :mod:`latscope.wire` gives a response whose stream (or body) carried an error object.
+API_ERROR_KIND = "api-error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,10 @@ class RequestSample:
         output_tokens: tokens the server generated (``usage``) or the events carried.
         x_accel_buffering: the response's ``X-Accel-Buffering`` header (None when absent).
         server_ms: server-reported phases by name (subset of :data:`SERVER_PHASES`).
+        events: stream events the response carried, of any kind (0 for a stream that ended empty).
+        error_events: in-stream error objects among them.
+        stale_retry: the request first went to a kept-alive connection that the server had closed without saying
+            so, and failed before any response byte; this sample is its one retry on a new connection.
     """
 
     label: str
@@ -76,11 +82,35 @@ class RequestSample:
     output_tokens: int = 0
     x_accel_buffering: str | None = None
     server_ms: dict[str, float] = field(default_factory=dict)
+    events: int = 0
+    error_events: int = 0
+    stale_retry: bool = False
 
     @property
     def ok(self) -> bool:
         """True when the request completed without error."""
         return self.error_kind is None
+
+    @property
+    def refused(self) -> bool:
+        """The server turned this request down as such (not overloaded, not broken): a 4xx other than 429, or a
+        2xx stream that carried no token and either no event at all or an in-stream error.
+
+        The second form is how servers that start streaming before they look at the prompt refuse one: llama-cpp-
+        python answers a prompt longer than its context with ``200 OK`` and an empty chunked body when the request
+        asks for a stream (``400 context_length_exceeded`` only without ``stream``); others send an error object
+        as the stream's only event.
+        """
+        status = self.status
+        if status is None:
+            return False
+        if 400 <= status < 500:
+            return status != 429
+        if not 200 <= status < 300 or self.output_tokens or self.ttft_ms is not None:
+            return False
+        if self.error_kind == API_ERROR_KIND or self.error_events:
+            return True
+        return self.ok and self.events == 0
 
     @property
     def setup_paid_ms(self) -> float | None:
@@ -158,6 +188,8 @@ class RequestSample:
             output_tokens=metrics.output_tokens(t),
             x_accel_buffering=headers.get("x-accel-buffering"),
             server_ms=server,
+            events=len(t.events),
+            error_events=sum(1 for e in t.events if e.kind is EventKind.ERROR),
         )
 
 
@@ -258,6 +290,7 @@ class QueueEvidence:
         long_alone_ms: long TTFTs with nothing else in flight (their prefill, plus the short's fixed costs).
         short_contended_ms: short TTFTs sent while ``longs_per_round`` long requests were in flight.
         server_queue_ms: what the server reported as queue time for the contended short requests (may be empty).
+        long_contended_ms: per round, the TTFTs of its long requests (how the server worked through them).
         failures: requests that failed.
         note: how the long prompt was sized (halved after a rejection, capped …).
     """
@@ -271,6 +304,7 @@ class QueueEvidence:
     server_queue_ms: tuple[float, ...] = ()
     failures: tuple[RequestSample, ...] = ()
     note: str | None = None
+    long_contended_ms: tuple[tuple[float, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +320,8 @@ class StreamEvidence:
         quickack: the client ACKs every read at once (TCP_QUICKACK 1 before each read), one pool after a warm-up:
             the control, with Nagle's wait for an ACK removed.
         quickack_short: quickack, ``max_tokens`` 1: TTFT when there is nothing to hold back.
+        quickack_http11 / quickack_short_http11: the same two on a client that offers only HTTP/1.1, when the
+            target negotiated HTTP/2 (a proxy may buffer one protocol and not the other); empty otherwise.
     """
 
     max_tokens: int
@@ -294,6 +330,8 @@ class StreamEvidence:
     delayed_ack: tuple[RequestSample, ...] = ()
     quickack: tuple[RequestSample, ...] = ()
     quickack_short: tuple[RequestSample, ...] = ()
+    quickack_http11: tuple[RequestSample, ...] = ()
+    quickack_short_http11: tuple[RequestSample, ...] = ()
     delayed_ack_supported: bool = True
     quickack_supported: bool = True
 

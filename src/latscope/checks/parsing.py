@@ -44,6 +44,10 @@ MIN_SIZES = 3
 SLOPE_Z = 2.0
 #: The server's own parse/validate report confirms the client-side slope when within this fraction of it.
 CONFIRM_TOLERANCE = 0.5
+#: A server whose own parse/validate report covers less than this share of the excess contradicts the client-side
+#: slope: the excess is real time, but not spent parsing (the server would have timed it). The lower edge of the
+#: confirmation band, so a report either confirms, contradicts, or (above the band) leaves the finding as measured.
+CONTRADICT_SHARE = 1.0 - CONFIRM_TOLERANCE
 #: A fit this good (R²) is high-confidence evidence on its own.
 HIGH_CONFIDENCE_R2 = 0.9
 #: A target further away than this (ms of RTT) adds upload transfer time to the server-side time.
@@ -182,6 +186,17 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
     confirmed = reported is not None and abs(reported - excess) <= CONFIRM_TOLERANCE * excess
     if reported is not None:
         evidence["server_reported_parse_ms_per_mb"] = round(reported, 3)
+        evidence["excess_ms_per_mb"] = round(excess, 3)
+        if reported < CONTRADICT_SHARE * excess:
+            # the server timed its own parsing and validation and found them cheap: the time per MB went somewhere
+            # between the client and the parser (a proxy buffering the body, the network), not into parsing
+            return Inconclusive(
+                PARSE_ID,
+                f"server-side time grows {floor.slope:.2f} ms per MB of body ({excess:.2f} beyond receiving it and "
+                f"a fast parser), but the server reports only {reported:.2f} ms per MB of parsing and validation: "
+                "the time goes elsewhere on the path (a proxy in front, the network)",
+                evidence,
+            )
     remote = ev.rtt_ms is not None and ev.rtt_ms >= REMOTE_RTT_MS
     confidence = Confidence.HIGH if confirmed or (fit.r2 >= HIGH_CONFIDENCE_R2 and not remote) else Confidence.MEDIUM
     if receiving is None:

@@ -14,14 +14,13 @@ read. They are told apart by their mechanisms (reference/network-timing.md):
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from latscope.checks import failures
 from latscope.checks.evidence import Reference, RequestSample, StreamEvidence
 from latscope.checks.severity import cost_context, severity_for
 from latscope.checks.stats import median, robust_sd
-from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome, make_finding
+from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Outcome, make_finding
 
 NAGLE_ID = "stream-coalescing-nagle"
 PROXY_ID = "stream-proxy-buffering"
@@ -29,8 +28,14 @@ PROXY_ID = "stream-proxy-buffering"
 #: Half of Linux's minimum delayed-ACK time (40 ms; Windows: 200 ms): a stream start held this much longer than with
 #: quickack waited for an ACK, not for the scheduler.
 NAGLE_MIN_HOLD_MS = 20.0
-#: Nagle holds every stream start in delayed-ACK mode: at least this share of the samples must show the hold.
+#: Nagle holds every stream start in delayed-ACK mode: more than this share of the samples must show the hold (a
+#: strict majority: with the two samples of a quick run, one stream late from a busy host's stall is not enough).
 NAGLE_HELD_SHARE = 0.5
+#: A first token held back (by Nagle waiting for an ACK, or by a buffer) for this many of the server's token
+#: intervals has the tokens generated meanwhile waiting behind it: they arrive in the same read. A stream that
+#: started that late with its first token alone in its read was not held; it was delayed before the server wrote
+#: (a stall of a busy host, the scheduler), which is not what these checks name.
+PILEUP_INTERVALS = 2.0
 #: A read completing this many token events or more is a burst (one event per read is an unbuffered stream).
 BURST_EVENTS = 4
 #: TTFT growth (ms) between ``max_tokens`` 1 and the typical length that buffering must exceed: above a loaded
@@ -62,8 +67,32 @@ def per_read_summary(samples: tuple[RequestSample, ...] | list[RequestSample]) -
     }
 
 
+def late_without_pileup(sample: RequestSample, late_ms: float) -> bool:
+    """True when ``sample`` reached its first token ``late_ms`` late with that token alone in its read, although
+    at its own cadence (median inter-token gap) :data:`PILEUP_INTERVALS` or more tokens would have piled up behind
+    a held first token: the lateness was not a hold of written data. False when the stream's first read carried
+    several tokens, or its cadence is unknown or too slow to tell."""
+    if sample.first_read_token_events >= 2:
+        return False
+    gap = median(sample.itl_ms)
+    return gap is not None and gap > 0.0 and late_ms >= PILEUP_INTERVALS * gap
+
+
 def _all_samples(ev: StreamEvidence) -> tuple[RequestSample, ...]:
-    return (*ev.fresh, *ev.reused, *ev.delayed_ack, *ev.quickack, *ev.quickack_short)
+    return (
+        *ev.fresh,
+        *ev.reused,
+        *ev.delayed_ack,
+        *ev.quickack,
+        *ev.quickack_short,
+        *ev.quickack_http11,
+        *ev.quickack_short_http11,
+    )
+
+
+def _majority(held: int, streams: int) -> bool:
+    """More than :data:`NAGLE_HELD_SHARE` of ``streams`` were held."""
+    return streams > 0 and held > NAGLE_HELD_SHARE * streams
 
 
 def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
@@ -93,14 +122,17 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     control_p50 = median(control)
     assert control_p50 is not None
     measured: list[tuple[str, list[RequestSample], float, int]] = []
+    unpiled: dict[str, int] = {}
     for name, samples in candidates:
-        ttfts = _ttfts(samples)
-        p50 = median(ttfts)
+        timed = [(s, s.ttft_after_setup_ms - control_p50) for s in samples if s.ttft_after_setup_ms is not None]
+        p50 = median([late for _, late in timed])
         assert p50 is not None
-        held = sum(1 for v in ttfts if v - control_p50 >= NAGLE_MIN_HOLD_MS)
-        measured.append((name, samples, p50 - control_p50, held))
+        late = [(s, v) for s, v in timed if v >= NAGLE_MIN_HOLD_MS]
+        # late streams whose first token came alone, at a cadence that would have piled tokens up behind a hold
+        unpiled[name] = sum(1 for s, v in late if late_without_pileup(s, v))
+        measured.append((name, samples, p50, len(late) - unpiled[name]))
     # the condition that shows the hold best; reused connections first (what users see) when both show it
-    name, samples, hold, held = max(measured, key=lambda m: (m[3] >= math.ceil(NAGLE_HELD_SHARE * len(m[1])), m[2]))
+    name, samples, hold, held = max(measured, key=lambda m: (_majority(m[3], len(m[1])), m[2]))
     coalesced = sum(1 for s in samples if s.first_read_token_events >= 2)
     control_coalesced = sum(1 for s in ev.quickack if s.ok and s.first_read_token_events >= 2)
     evidence: dict[str, Any] = {
@@ -109,6 +141,7 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
         "ttft_quickack_ms_p50": round(control_p50, 3),
         "hold_ms": round(hold, 3),
         "held_streams": held,
+        "late_streams_without_pileup": unpiled[name],
         "streams": len(samples),
         "start_coalesced_streams": coalesced,
         "start_coalesced_streams_quickack": control_coalesced,
@@ -129,13 +162,19 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     if fresh:
         evidence["ttft_fresh_ms_p50"] = round(median(fresh) or 0.0, 3)
     if held == 0:
+        alone = ""
+        if unpiled[name]:
+            alone = (
+                f"; {unpiled[name]} started late with its first token alone in its read, so it was not held after "
+                "the server wrote (a stall elsewhere)"
+            )
         return Clear(
             NAGLE_ID,
             f"streams in delayed-ACK mode reached their first token {hold:.1f} ms from the quickack control's "
-            f"{control_p50:.1f} ms: nothing waited for an ACK",
+            f"{control_p50:.1f} ms: nothing waited for an ACK{alone}",
             evidence,
         )
-    if hold < NAGLE_MIN_HOLD_MS or held < math.ceil(NAGLE_HELD_SHARE * len(samples)):
+    if hold < NAGLE_MIN_HOLD_MS or not _majority(held, len(samples)):
         return Inconclusive(
             NAGLE_ID,
             f"{held} of {len(samples)} delayed-ACK streams started ≥ {NAGLE_MIN_HOLD_MS:g} ms late (median hold "
@@ -163,33 +202,80 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     )
 
 
+def _rank(outcome: Outcome) -> int:
+    """Which of two protocols' outcomes the report shows: a finding on either is the finding; an undecided or
+    unmeasured one outranks a clear one (a clear needs both protocols clear)."""
+    if isinstance(outcome, Finding):
+        return 3
+    if isinstance(outcome, Inconclusive):
+        return 2
+    return 1 if isinstance(outcome, NotTested) else 0
+
+
 def check_proxy_buffering(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     """Finding when TTFT grows with ``max_tokens`` (tokens held until a buffer fills or the stream ends) by at least
-    :data:`PROXY_MIN_GROWTH_MS` and :data:`PROXY_MIN_HELD_FRACTION` of the generation time, with quickack on."""
+    :data:`PROXY_MIN_GROWTH_MS` and :data:`PROXY_MIN_HELD_FRACTION` of the generation time, with quickack on.
+
+    The comparison runs over the protocol the client negotiated and, when that was HTTP/2, over HTTP/1.1 too
+    (``quickack_http11``): a proxy may hold one protocol's stream and not the other's (nginx 1.22 with proxy
+    buffering holds HTTP/1.1 over TLS in 16 KB bursts and forwards its HTTP/2 writes), and most clients speak only
+    HTTP/1.1. A finding on either protocol is the finding.
+    """
     if not ev.quickack_supported:
         return NotTested(PROXY_ID, "TCP_QUICKACK is not available on this client platform: Nagle cannot be excluded")
     broken = failures.too_many_failed(_all_samples(ev))
     if broken:
         return NotTested(PROXY_ID, f"the target misbehaved during the streaming experiment: {broken}")
-    short = _ttfts(ev.quickack_short)
-    long = _ttfts(ev.quickack)
+    main_protocol = next((s.http_version for s in ev.quickack if s.ok and s.http_version), None)
+    main = _buffering(ev.quickack_short, ev.quickack, ev, reference, main_protocol, alternative=False)
+    if not (ev.quickack_http11 or ev.quickack_short_http11):
+        return main
+    alt = _buffering(ev.quickack_short_http11, ev.quickack_http11, ev, reference, "HTTP/1.1", alternative=True)
+    chosen, other = (alt, main) if _rank(alt) > _rank(main) else (main, alt)
+    if not isinstance(chosen, NotTested):
+        chosen.evidence["other_protocol"] = _summary(other)
+    return chosen
+
+
+def _summary(outcome: Outcome) -> dict[str, Any]:
+    """The headline numbers of one protocol's buffering comparison (or why it did not measure)."""
+    if isinstance(outcome, NotTested):
+        return {"not_tested": outcome.reason}
+    keys = ("protocol", "ttft_growth_ms", "held_fraction", "max_token_events_per_read")
+    return {k: outcome.evidence.get(k) for k in keys} | {"outcome": type(outcome).__name__.lower()}
+
+
+def _buffering(
+    short_samples: tuple[RequestSample, ...],
+    long_samples: tuple[RequestSample, ...],
+    ev: StreamEvidence,
+    reference: Reference | None,
+    protocol: str | None,
+    *,
+    alternative: bool,
+) -> Finding | Inconclusive | NotTested | Clear:
+    """The buffering comparison over one protocol (``alternative``: HTTP/1.1 next to a negotiated HTTP/2)."""
+    over = f" over {protocol}" if protocol else ""
+    short = _ttfts(short_samples)
+    long = _ttfts(long_samples)
     if not short or not long:
-        reason = failures.summarise((*ev.quickack_short, *ev.quickack)) or "no stream completed"
-        return NotTested(PROXY_ID, f"the buffering comparison could not measure: {reason}")
+        reason = failures.summarise((*short_samples, *long_samples)) or "no stream completed"
+        return NotTested(PROXY_ID, f"the buffering comparison{over} could not measure: {reason}")
     short_p50 = median(short)
     long_p50 = median(long)
-    ends = [s.e2e_after_setup_ms for s in ev.quickack if s.ok and s.e2e_after_setup_ms is not None]
+    ends = [s.e2e_after_setup_ms for s in long_samples if s.ok and s.e2e_after_setup_ms is not None]
     end_p50 = median(ends)
     assert short_p50 is not None and long_p50 is not None
     growth = long_p50 - short_p50
     generation = (end_p50 - short_p50) if end_p50 is not None else 0.0
     fraction = growth / generation if generation > 0 else 0.0
     noise = max(robust_sd(short) or 0.0, robust_sd(long) or 0.0)
-    long_ok = [s for s in ev.quickack if s.ok]
+    long_ok = [s for s in long_samples if s.ok]
     bursty = sum(1 for s in long_ok if s.max_token_events_per_read >= BURST_EVENTS)
     bursts = sorted({b for s in long_ok for b in s.burst_bytes})
-    headers = {s.x_accel_buffering for s in (*ev.quickack, *ev.reused) if s.ok}
+    headers = {s.x_accel_buffering for s in (*long_samples, *([] if alternative else ev.reused)) if s.ok}
     evidence: dict[str, Any] = {
+        "protocol": protocol,
         "max_tokens": ev.max_tokens,
         "ttft_max_tokens_1_ms_p50": round(short_p50, 3),
         f"ttft_max_tokens_{ev.max_tokens}_ms_p50": round(long_p50, 3),
@@ -204,26 +290,42 @@ def check_proxy_buffering(ev: StreamEvidence, reference: Reference | None) -> Ou
         "burst_bytes": bursts[:16],
         "x_accel_buffering": sorted(h for h in headers if h is not None) or None,
     }
+    unpiled = sum(1 for s in long_ok if late_without_pileup(s, growth))
+    evidence["streams_first_token_alone"] = unpiled
     if growth < PROXY_MIN_GROWTH_MS or fraction < PROXY_CLEAR_HELD_FRACTION:
         return Clear(
             PROXY_ID,
-            f"TTFT is {short_p50:.1f} ms with max_tokens 1 and {long_p50:.1f} ms with {ev.max_tokens}: the first token "
-            "is not held back for later ones",
+            f"TTFT{over} is {short_p50:.1f} ms with max_tokens 1 and {long_p50:.1f} ms with {ev.max_tokens}: the "
+            "first token is not held back for later ones",
+            evidence,
+        )
+    if unpiled == len(long_ok):
+        return Clear(
+            PROXY_ID,
+            f"TTFT{over} grew {growth:.1f} ms from max_tokens 1 to {ev.max_tokens}, but every stream's first token "
+            "arrived alone in its read although tokens came fast enough to pile up behind a held one: nothing was "
+            "held back (the growth is the host's noise)",
             evidence,
         )
     if fraction < PROXY_MIN_HELD_FRACTION or growth < NOISE_Z * noise:
         return Inconclusive(
             PROXY_ID,
-            f"TTFT grows {growth:.1f} ms with max_tokens ({fraction:.0%} of the generation time, noise "
+            f"TTFT{over} grows {growth:.1f} ms with max_tokens ({fraction:.0%} of the generation time, noise "
             f"{noise:.1f} ms): between the clear and the finding thresholds; more samples would settle it",
             evidence,
         )
     basis = (
-        f"ms added to the TTFT of a request generating {ev.max_tokens} tokens: tokens are held until the buffer in "
-        "front of the stream fills or the response ends (measured with quickack on, so not Nagle)"
+        f"ms added to the TTFT of a request generating {ev.max_tokens} tokens{over}: tokens are held until the "
+        "buffer in front of the stream fills or the response ends (measured with quickack on, so not Nagle)"
     )
+    if alternative:
+        basis += (
+            "; clients that speak only HTTP/1.1 pay it (httpx and requests by default, and the SDKs built on them), "
+            "HTTP/2 clients did not here"
+        )
     rule = (
-        f"TTFT grew {growth:.1f} ms from max_tokens 1 to {ev.max_tokens} ({fraction:.0%} of the generation held back)"
+        f"TTFT{over} grew {growth:.1f} ms from max_tokens 1 to {ev.max_tokens} ({fraction:.0%} of the generation "
+        "held back)"
     )
     if None in headers:
         rule += "; the response does not send 'X-Accel-Buffering: no'"

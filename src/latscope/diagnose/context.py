@@ -19,7 +19,7 @@ from latscope.dialects import openai
 from latscope.dialects.base import RequestSpec
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.signals.join import apply_server_signals
-from latscope.timeline.model import Timeline
+from latscope.timeline.model import Phase, Timeline
 from latscope.wire import Client, Timeouts
 
 #: Limits of one diagnose request, s: generous for a slow target, bounded so a stalled one cannot hang the run. No
@@ -125,13 +125,28 @@ class Context:
         new_connection: bool = False,
         timeline: Timeline | None = None,
     ) -> RequestSample:
-        """Send one request, join the server's signals into its timeline, and return its sample."""
+        """Send one request, join the server's signals into its timeline, and return its sample.
+
+        A request that went to a kept-alive connection and lost it before anything of the response but its head
+        arrived (the server had closed it, or closed it under the request) is sent once more on a new connection, as
+        HTTP clients do for a connection that turns out closed (RFC 9112 §9.3.1): the sample is the retry's, marked
+        ``stale_retry``. Servers close after some responses without saying so — uvicorn after an unhandled
+        exception: llama-cpp-python's 500 for a body that is not JSON, its empty stream for a prompt over the context
+        — and the next request on that connection races the close (measured: it fails before the response head, or
+        gets a ``200`` head and then the close). Nothing of it was delivered, and the experiments' requests are free
+        of side effects, so repeating it costs only time.
+        """
         t = await client.request(spec, self.base_url, label=label, new_connection=new_connection, timeline=timeline)
         self.requests_sent += 1
+        stale = is_stale_connection_failure(t)
+        if stale:
+            t = await client.request(spec, self.base_url, label=label, new_connection=True)
+            self.requests_sent += 1
         join_server_signals(t)
         self._done += 1
         self._emit(ProgressEvent("request", self.experiment, self._done, self._planned, label))
-        return RequestSample.from_timeline(t, label)
+        sample = RequestSample.from_timeline(t, label)
+        return dataclasses.replace(sample, stale_retry=True) if stale else sample
 
     async def send_all(self, client: Client, specs: Sequence[tuple[RequestSpec, str]]) -> list[RequestSample]:
         """Send ``specs`` one after another on ``client`` (labels given), returning their samples in order."""
@@ -156,6 +171,27 @@ class Context:
                 self.progress(event)
             except Exception:  # a display problem must never end a diagnosis
                 self.progress = None
+
+
+#: Failures that mean "the connection went away under the request" when they happen on a reused connection before
+#: any event arrived: the peer's close (FIN or RST) raced our request onto it.
+STALE_ERROR_KINDS = frozenset({"closed", "reset", "lost", "truncated"})
+STALE_ERROR_PHASES = frozenset({Phase.SEND, Phase.HEADERS, Phase.STREAM})
+
+
+def is_stale_connection_failure(t: Timeline) -> bool:
+    """True when ``t`` failed on a reused connection that the server closed before delivering any of the response
+    (at most its head)."""
+    error = t.error
+    info = t.connection
+    return (
+        error is not None
+        and info is not None
+        and info.reused
+        and error.kind in STALE_ERROR_KINDS
+        and error.phase in STALE_ERROR_PHASES
+        and not t.events
+    )
 
 
 def join_server_signals(t: Timeline) -> None:

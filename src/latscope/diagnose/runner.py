@@ -157,7 +157,7 @@ async def diagnose(
             )
         elif family == "streaming":
             evidence[family] = await _run_experiment(
-                ctx, family, streaming.planned_requests(quick), lambda: streaming.run(ctx, max_tokens), runs
+                ctx, family, streaming.planned_requests(quick, ctx.tls), lambda: streaming.run(ctx, max_tokens), runs
             )
     outcomes = _decide(ids, evidence, reference)
     return Diagnosis(

@@ -52,6 +52,10 @@ RECENT_TTFT = 512
 #: Pool size of an open loop without a concurrency cap: no client-side limit on connections.
 UNCAPPED_POOL = 1 << 20
 
+#: Closed-loop users started per event-loop turn. A user's first step builds a request and opens a connection
+#: (~0.2 ms); thousands started in one turn would stall the loop for a second, reads unstamped meanwhile.
+USER_START_BATCH = 64
+
 #: Grace for in-flight requests after an external stop (Ctrl-C) before they are cancelled, s.
 STOP_GRACE_S = 1.0
 
@@ -380,7 +384,11 @@ class StepWorker:
         a = self.assignment
         users = split_evenly(arrival.concurrency, a.worker, a.workers)
         items = self.plan.iterate(start=a.worker, stride=a.workers)
-        self._users = [asyncio.create_task(self._user(items), name=f"latscope-user-{i}") for i in range(users)]
+        self._users = []
+        for i in range(users):
+            if i and i % USER_START_BATCH == 0:
+                await asyncio.sleep(0)  # let the loop stamp reads between batches of first steps
+            self._users.append(asyncio.create_task(self._user(items), name=f"latscope-user-{i}"))
         timeout = None if self.end_ns is None else max(0.0, (self.end_ns - time.monotonic_ns()) / 1e9)
         if self._users:
             # Dispatching ends when the first user runs out of requests (quota, stop) or at the end of the duration;

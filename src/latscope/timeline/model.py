@@ -113,6 +113,7 @@ class ConnectionInfo:
     tcp_info_at_headers: TcpInfo | None = None  #: TCP_INFO when the response headers arrived
     tcp_info_at_end: TcpInfo | None = None  #: TCP_INFO when the response ended
     quickack: bool = False  #: True when the client set TCP_QUICKACK before every read
+    delayed_ack: bool = False  #: True when the client held the connection in delayed-ACK mode (TCP_QUICKACK 0)
 
 
 @dataclass(frozen=True, slots=True)

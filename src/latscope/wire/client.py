@@ -13,7 +13,6 @@ import ssl
 from collections.abc import Sequence
 from time import monotonic_ns
 from types import TracebackType
-from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -22,16 +21,24 @@ from latscope import __version__
 from latscope.dialects import DIALECTS, openai
 from latscope.dialects.base import RequestSpec, StreamDecoder
 from latscope.timeline.model import Phase, Timeline
-from latscope.timeline.redact import redact_headers, redact_url
+from latscope.timeline.redact import redact_url
 from latscope.wire.connection import Connection, open_connection
 from latscope.wire.errors import WireError, make_error, timeout_error
 from latscope.wire.exchange import ErrorBodyDecoder, Exchange, ResponseBodyDecoder
 from latscope.wire.models import Origin, OriginStats, Response, Timeouts, join_url, split_url
 from latscope.wire.pool import ConnectionPool
+from latscope.wire.request import BODY_METHODS, HeaderSet, merge_headers
 from latscope.wire.tls import SessionCache, make_ssl_context
-from latscope.wire.trace import new_traceparent
 
 USER_AGENT = f"latscope/{__version__}"
+
+#: URLs and header sets a client remembers (see Client._target and Client._header_set); when full, it forgets them
+#: all and starts again (O(1) per request on average). A load test uses a handful; a caller that varies its headers
+#: per request refills it, at the cost of merging each set once, as it would without the cache.
+_CACHE_ENTRIES = 256
+
+#: what a client remembers about one ``(base_url, path)``: the full URL redacted, and its origin and target
+_Target = tuple[str, Origin, str]
 
 
 def default_decoder(spec: RequestSpec) -> StreamDecoder | None:
@@ -49,6 +56,10 @@ def default_body_decoder(spec: RequestSpec) -> ResponseBodyDecoder | None:
     return dialect.decode_response if dialect is not None else None
 
 
+#: the spec headers of :meth:`Client.get`
+_ACCEPT_ANY = (("accept", "*/*"),)
+
+
 def asks_for_stream(spec: RequestSpec) -> bool:
     """True when the request body is a JSON object with ``"stream": true``."""
     if not spec.body or b'"stream"' not in spec.body:
@@ -64,7 +75,10 @@ class Client:
     """An instrumented HTTP client for streamed LLM requests. Use one per experiment; it owns a connection pool.
 
     ``http2`` offers ``h2`` by ALPN on https (plain http is always HTTP/1.1); ``quickack`` sets TCP_QUICKACK before
-    every read and after every write (to tell Nagle/delayed-ACK holding from proxy buffering); ``headers`` go on
+    every read and after every write (to tell Nagle/delayed-ACK holding from proxy buffering); ``delayed_ack`` does
+    the opposite: new connections start in the kernel's delayed-ACK mode (TCP_QUICKACK 0 after connect and after
+    every read), the mode a reused keep-alive connection is in, so a server's Nagle holding shows on fresh
+    connections too (Linux only; ``ConnectionInfo.delayed_ack`` says whether it was applied); ``headers`` go on
     every request (per-call headers override them by name); ``keep_text`` keeps the generated text in
     ``Timeline.output_text``; ``trace_context`` sends a fresh W3C ``traceparent`` with each request.
     """
@@ -76,6 +90,7 @@ class Client:
         ca_file: str | None = None,
         http2: bool = True,
         quickack: bool = False,
+        delayed_ack: bool = False,
         timeouts: Timeouts = Timeouts(),  # noqa: B008 - frozen, so one shared default is safe
         max_connections_per_origin: int = 256,
         headers: Sequence[tuple[str, str]] = (),
@@ -84,10 +99,13 @@ class Client:
     ) -> None:
         if max_connections_per_origin < 1:
             raise ValueError("max_connections_per_origin must be at least 1")
+        if quickack and delayed_ack:
+            raise ValueError("quickack and delayed_ack are opposite ACK modes: set one of them")
         self.verify = verify
         self.ca_file = ca_file
         self.http2 = http2
         self.quickack = quickack
+        self.delayed_ack = delayed_ack
         self.timeouts = timeouts
         self.headers = list(headers)
         self.keep_text = keep_text
@@ -100,6 +118,8 @@ class Client:
         #: decodes 4xx/5xx bodies; OpenAI's decoder reads the shapes of most servers (TGI, FastAPI, HTML pages too)
         self.error_decoder: ErrorBodyDecoder = openai.decode_error_body
         self._closed = False
+        self._targets: dict[tuple[str, str], _Target] = {}
+        self._header_sets: dict[tuple[object, ...], HeaderSet] = {}
 
     # --- public API ---------------------------------------------------------------------------------------------
 
@@ -123,7 +143,9 @@ class Client:
         caller pass the record to fill (it is returned).
         """
         t = timeline if timeline is not None else Timeline()
-        self._prepare_tls(base_url)
+        target = self._targets.get((base_url, spec.path))
+        if target is None:
+            self._prepare_tls(base_url)
         t.started_ns = monotonic_ns()
         if scheduled_ns is not None:
             t.scheduled_ns = scheduled_ns
@@ -131,20 +153,25 @@ class Client:
         t.dialect = spec.dialect or None
         t.model = spec.model
         t.label = label
-        url = join_url(base_url, spec.path)
-        t.url = redact_url(url)
         t.request_body_bytes = len(spec.body)
-        try:
-            origin, target = split_url(url)
-        except WireError as err:
-            t.error = err.to_record()
-            t.ended_ns = t.error.at_ns
-            return t
+        if target is None:
+            url = join_url(base_url, spec.path)
+            t.url = redact_url(url)
+            try:
+                target = self._target(base_url, spec.path, url, t.url)
+            except WireError as err:
+                t.error = err.to_record()
+                t.ended_ns = t.error.at_ns
+                return t
+        else:
+            t.url = target[0]
+        origin, path = target[1], target[2]
         streamed = decoder is not None or asks_for_stream(spec)
         if streamed and decoder is None:
             decoder = default_decoder(spec)
         body_decoder = None if streamed else default_body_decoder(spec)
-        request_headers = self._headers(origin, spec.headers, headers, spec.method, spec.body, t)
+        header_set = self._header_set(origin, path, spec.method, spec.headers, headers, len(spec.body))
+        request_headers = header_set.fill(len(spec.body), t)
         exchange = Exchange(
             t,
             decoder=decoder,
@@ -153,7 +180,9 @@ class Client:
             error_decoder=self.error_decoder,
             body_decoder=body_decoder,
         )
-        await self._exchange(origin, target, spec.method, request_headers, spec.body, exchange, new_connection)
+        await self._exchange(
+            origin, path, spec.method, request_headers, spec.body, exchange, new_connection, header_set
+        )
         return t
 
     async def get(self, url: str, *, headers: Sequence[tuple[str, str]] = ()) -> Response:
@@ -168,9 +197,10 @@ class Client:
         except WireError as err:
             err.timeline = t
             raise
-        request_headers = self._headers(origin, [("accept", "*/*")], headers, "GET", b"", t)
+        header_set = self._header_set(origin, target, "GET", _ACCEPT_ANY, headers, 0)
+        request_headers = header_set.fill(0, t)
         exchange = Exchange(t, decoder=None, streamed=False, keep_body=True, error_decoder=self.error_decoder)
-        await self._exchange(origin, target, "GET", request_headers, b"", exchange, False)
+        await self._exchange(origin, target, "GET", request_headers, b"", exchange, False, header_set)
         if t.status is None or (t.error is not None and t.error.kind != "http-status"):
             raise WireError.from_timeline(t)
         return Response(t.status, exchange.response_header_list, exchange.body_bytes_kept, t)
@@ -229,39 +259,59 @@ class Client:
             timeouts=self.timeouts,
             deadline_ns=deadline_ns,
             quickack=self.quickack,
+            delayed_ack=self.delayed_ack,
         )
 
-    def _headers(
+    def _target(self, base_url: str, path: str, url: str, redacted_url: str) -> _Target:
+        """Origin and target of ``base_url`` + ``path``, remembered: splitting and redacting the URL again for every
+        request of a load test cost more than the rest of its set-up."""
+        origin, target = split_url(url)
+        if len(self._targets) >= _CACHE_ENTRIES:
+            self._targets.clear()
+        entry = self._targets[(base_url, path)] = (redacted_url, origin, target)
+        return entry
+
+    def _header_set(
         self,
         origin: Origin,
+        target: str,
+        method: str,
         spec_headers: Sequence[tuple[str, str]],
         call_headers: Sequence[tuple[str, str]],
-        method: str,
-        body: bytes,
-        t: Timeline,
-    ) -> list[tuple[str, str]]:
-        """Request headers: Host and User-Agent, then the spec's, the client's and the call's (later names replace
-        earlier ones), Content-Length, and a fresh ``traceparent``. The timeline keeps them redacted."""
-        merged: dict[str, tuple[str, str]] = {
-            "host": ("Host", origin.authority),
-            "user-agent": ("User-Agent", USER_AGENT),
-        }
-        for source in (spec_headers, self.headers, call_headers):
-            for name, value in source:
-                merged[name.lower()] = (name, value)
-        if body or method in ("POST", "PUT", "PATCH"):
-            merged["content-length"] = ("Content-Length", str(len(body)))
-        merged.pop("transfer-encoding", None)  # the body is sent whole, with a length
-        given = merged.get("traceparent")
-        if given is not None:
-            parts = given[1].split("-")
-            t.trace_id = parts[1] if len(parts) == 4 else None
-        elif self.trace_context:
-            value, t.trace_id = new_traceparent()
-            merged["traceparent"] = ("traceparent", value)
-        out = list(merged.values())
-        t.request_headers = redact_headers(out)
-        return out
+        body_bytes: int,
+    ) -> HeaderSet:
+        """The request's header set: Host and User-Agent, then the spec's, the client's and the call's headers (later
+        names replace earlier ones), Content-Length, and a slot for a fresh ``traceparent``. Merged once per
+        combination and remembered (see :mod:`latscope.wire.request`)."""
+        with_length = body_bytes > 0 or method in BODY_METHODS
+        try:
+            key: tuple[object, ...] = (
+                origin,
+                target,
+                method,
+                tuple(spec_headers),
+                tuple(self.headers),  # a public list a caller may change between requests
+                tuple(call_headers),
+                with_length,
+                self.trace_context,
+            )
+            found = self._header_sets.get(key)
+        except TypeError:  # an unhashable header (a list pair): merged for this request only
+            key, found = (), None
+        if found is not None:
+            return found
+        header_set = merge_headers(
+            ("Host", origin.authority),
+            USER_AGENT,
+            (spec_headers, self.headers, call_headers),
+            with_length=with_length,
+            trace_context=self.trace_context,
+        )
+        if key:
+            if len(self._header_sets) >= _CACHE_ENTRIES:
+                self._header_sets.clear()
+            self._header_sets[key] = header_set
+        return header_set
 
     async def _exchange(
         self,
@@ -272,6 +322,7 @@ class Client:
         body: bytes,
         exchange: Exchange,
         new_connection: bool,
+        header_set: HeaderSet | None = None,
     ) -> None:
         t = exchange.timeline
         timeouts = self.timeouts
@@ -280,17 +331,11 @@ class Client:
         try:
             if self._closed:
                 raise make_error("the client is closed", phase=Phase.POOL, kind="closed")
-            conn = await self._with_deadline(
-                self._pool.acquire(origin, t, new_connection=new_connection, deadline_ns=deadline_ns),
-                deadline_ns,
-                Phase.POOL,
-            )
+            # every phase checks the total deadline where it waits: no task or timer wraps the request as a whole
+            conn = await self._pool.acquire(origin, t, new_connection=new_connection, deadline_ns=deadline_ns)
             t.connection_ready_ns = monotonic_ns()
-            await self._with_deadline(
-                conn.send(method, target, headers, body, exchange, timeouts.send_s), deadline_ns, Phase.SEND
-            )
-            await self._await_headers(exchange, deadline_ns)
-            await self._await_body(exchange, deadline_ns)
+            await self._send(conn, method, target, headers, body, exchange, header_set, deadline_ns)
+            await self._await_response(conn, exchange, deadline_ns)
         except WireError as err:
             exchange.fail(err, monotonic_ns())
             if conn is not None:
@@ -313,50 +358,48 @@ class Client:
                     # after application data was read, so a TLS 1.3 ticket (sent after the handshake) is in it
                     self._sessions.save(origin, ssl_object.session)
 
-    async def _with_deadline(self, awaitable: Any, deadline_ns: int | None, phase: Phase) -> Any:
-        if deadline_ns is None:
-            return await awaitable
-        try:
-            return await asyncio.wait_for(awaitable, max(0.0, (deadline_ns - monotonic_ns()) / 1e9))
-        except TimeoutError:
-            raise self._total_timeout(phase) from None
+    async def _send(
+        self,
+        conn: Connection,
+        method: str,
+        target: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        exchange: Exchange,
+        header_set: HeaderSet | None,
+        deadline_ns: int | None,
+    ) -> None:
+        """Write the request within the send timeout, or within what is left of the total one when that is less."""
+        limit_s = self.timeouts.send_s
+        if deadline_ns is not None:
+            left_s = (deadline_ns - monotonic_ns()) / 1e9
+            if left_s < limit_s:
+                if left_s <= 0:
+                    raise self._total_timeout(Phase.SEND)
+                try:
+                    await conn.send(method, target, headers, body, exchange, left_s, header_set)
+                except WireError as err:
+                    if err.kind == "timeout":
+                        raise self._total_timeout(Phase.SEND) from None
+                    raise
+                return
+        await conn.send(method, target, headers, body, exchange, limit_s, header_set)
 
     def _total_timeout(self, phase: Phase) -> WireError:
         return timeout_error(phase, f"total timeout of {self.timeouts.total_s:g} s exceeded during {phase}")
 
-    async def _await_headers(self, exchange: Exchange, deadline_ns: int | None) -> None:
-        future = exchange.headers_future
-        if future.done():
-            return
-        limit = self.timeouts.headers_s
-        total_left = None if deadline_ns is None else (deadline_ns - monotonic_ns()) / 1e9
-        timeout = limit if total_left is None else max(0.0, min(limit, total_left))
-        await asyncio.wait([future], timeout=timeout)
-        if not future.done():
-            if total_left is not None and total_left <= limit:
-                raise self._total_timeout(Phase.HEADERS)
-            raise timeout_error(Phase.HEADERS, f"no response head within {limit:g} s of sending the request")
-
-    async def _await_body(self, exchange: Exchange, deadline_ns: int | None) -> None:
-        """Wait for the end of the body. The read timeout is a limit on the gap between reads, checked against the
-        last read's stamp when a wait runs out, so nothing is re-armed per read on the hot path."""
+    async def _await_response(self, conn: Connection, exchange: Exchange, deadline_ns: int | None) -> None:
+        """Wait for the response to end (or fail). The headers, read-gap and total limits are watched by one timer
+        (:class:`_Watchdog`) that fails the exchange when one runs out; the wait itself is a plain await of the
+        exchange's ``done`` future: one wake-up per request, nothing re-armed per read."""
         done = exchange.done
-        read_ns = int(self.timeouts.read_s * 1e9)
-        t = exchange.timeline
-        while not done.done():
-            now = monotonic_ns()
-            last = t.reads[-1].at_ns if t.reads else (t.headers_received_ns or now)
-            gap_left_ns = read_ns - (now - last)
-            if deadline_ns is not None and deadline_ns - now <= 0:
-                raise self._total_timeout(Phase.STREAM)
-            if gap_left_ns <= 0:
-                raise timeout_error(
-                    Phase.STREAM,
-                    f"no data for {self.timeouts.read_s:g} s while reading the stream "
-                    f"(after {len(t.events)} events, {exchange.body_bytes} body bytes)",
-                )
-            wait_ns = gap_left_ns if deadline_ns is None else min(gap_left_ns, deadline_ns - now)
-            await asyncio.wait([done], timeout=wait_ns / 1e9)
+        if done.done():
+            return
+        watchdog = _Watchdog(self, conn, exchange, deadline_ns)
+        try:
+            await done
+        finally:
+            watchdog.cancel()
 
     @staticmethod
     def _phase(t: Timeline) -> Phase:
@@ -374,3 +417,72 @@ class Client:
         if t.dns_start_ns is not None:
             return Phase.DNS
         return Phase.POOL
+
+
+class _Watchdog:
+    """The response timeouts of one request on one timer: ``headers_s`` from the end of the send to the response
+    head, ``read_s`` between two reads, and the total deadline.
+
+    The timer is set for the nearest limit. When it fires before that limit has passed (a read came in since), it
+    is set again for the new nearest one, so nothing is done per read. A limit that has passed fails the exchange
+    and abandons the connection; the request's task, awaiting the exchange's end, then wakes once, as it does when
+    the response ends.
+    """
+
+    __slots__ = ("_client", "_conn", "_deadline_ns", "_exchange", "_handle", "_loop")
+
+    def __init__(self, client: Client, conn: Connection, exchange: Exchange, deadline_ns: int | None) -> None:
+        self._client = client
+        self._conn = conn
+        self._exchange = exchange
+        self._deadline_ns = deadline_ns
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = None
+        self._check()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _check(self) -> None:
+        self._handle = None
+        ex = self._exchange
+        if ex.finished:
+            return
+        now = monotonic_ns()
+        t = ex.timeline
+        timeouts = self._client.timeouts
+        head = t.headers_received_ns is None
+        wake_ns = None
+        if head:
+            limit_ns = (t.send_end_ns or now) + int(timeouts.headers_s * 1e9)
+            # the read gap starts counting once the head is in, at the earliest now: look again by then
+            wake_ns = now + int(timeouts.read_s * 1e9)
+        else:
+            last = t.reads[-1].at_ns if t.reads else (t.headers_received_ns or now)
+            limit_ns = last + int(timeouts.read_s * 1e9)
+        deadline_ns = self._deadline_ns
+        total = deadline_ns is not None and deadline_ns <= limit_ns
+        if total:
+            assert deadline_ns is not None
+            limit_ns = deadline_ns
+        if now < limit_ns:
+            if wake_ns is not None and wake_ns < limit_ns:
+                limit_ns = wake_ns
+            self._handle = self._loop.call_later((limit_ns - now) / 1e9, self._check)
+            return
+        if total:
+            err = self._client._total_timeout(Phase.HEADERS if head else Phase.STREAM)
+        elif head:
+            err = timeout_error(
+                Phase.HEADERS, f"no response head within {timeouts.headers_s:g} s of sending the request"
+            )
+        else:
+            err = timeout_error(
+                Phase.STREAM,
+                f"no data for {timeouts.read_s:g} s while reading the stream "
+                f"(after {len(t.events)} events, {ex.body_bytes} body bytes)",
+            )
+        ex.fail(err, now)
+        self._conn.abandon(ex)

@@ -15,11 +15,13 @@ from time import monotonic_ns
 from typing import Protocol
 
 from latscope.timeline.model import ConnectionInfo, Phase, Timeline
-from latscope.wire.errors import connect_error, make_error, timeout_error, tls_error
+from latscope.wire.errors import WireError, connect_error, make_error, timeout_error, tls_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.http2 import HTTP2Connection
 from latscope.wire.http11 import HTTP11Connection
 from latscope.wire.models import Origin, Timeouts
+from latscope.wire.request import HeaderSet
+from latscope.wire.tcpinfo import set_delayed_ack
 from latscope.wire.tls import ALPN_H2, SessionCache
 from latscope.wire.transport import WireProtocol
 
@@ -58,8 +60,11 @@ class Connection(Protocol):
         body: bytes,
         exchange: Exchange,
         send_timeout_s: float,
+        header_set: HeaderSet | None = None,
     ) -> None:
-        """Write one request and attach ``exchange`` to receive its response; marks send_* in the timeline."""
+        """Write one request and attach ``exchange`` to receive its response; marks send_* in the timeline.
+        ``headers`` are ``header_set.fill(...)``'s when ``header_set`` is given (which lets the connection reuse
+        work done for the set's earlier requests)."""
 
     def abandon(self, exchange: Exchange) -> None:
         """The caller gave up on ``exchange`` (timeout, cancel): stop delivering to it; close when needed."""
@@ -83,6 +88,15 @@ def _remaining(deadline_ns: int | None, limit_s: float) -> float:
     return max(0.0, min(limit_s, (deadline_ns - monotonic_ns()) / 1e9))
 
 
+def _total_limits(deadline_ns: int | None, limit_s: float) -> bool:
+    """True when the request's total deadline, not the phase's own limit, is what a timeout now would mean."""
+    return deadline_ns is not None and (deadline_ns - monotonic_ns()) / 1e9 < limit_s
+
+
+def _total_timeout(timeouts: Timeouts, phase: Phase) -> WireError:
+    return timeout_error(phase, f"total timeout of {timeouts.total_s:g} s exceeded during {phase}")
+
+
 async def resolve(
     origin: Origin, t: Timeline, timeout_s: float
 ) -> list[tuple[socket.AddressFamily, socket.SocketKind, int, tuple[str, int] | tuple[str, int, int, int]]]:
@@ -95,7 +109,8 @@ async def resolve(
     loop = asyncio.get_running_loop()
     t.dns_start_ns = monotonic_ns()
     try:
-        infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout_s)
+        async with asyncio.timeout(timeout_s):  # not wait_for: that would run the lookup as a task of its own
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise make_error(f"DNS lookup of {host} failed: {exc.strerror}", phase=Phase.DNS, kind="dns") from None
     except TimeoutError:
@@ -117,14 +132,24 @@ async def open_connection(
     timeouts: Timeouts,
     deadline_ns: int | None,
     quickack: bool,
+    delayed_ack: bool = False,
 ) -> Connection:
     """Resolve, connect and (for https) handshake, recording each phase in ``t``; return the HTTP connection.
 
-    Raises :class:`~latscope.wire.errors.WireError` naming the phase that failed; the marks of the phases that ran
-    stay in ``t``.
+    ``deadline_ns`` is the request's total deadline (monotonic ns): a phase that runs into it fails with a "total
+    timeout" error naming itself. ``quickack`` ACKs every read at once; ``delayed_ack`` puts the new connection in
+    delayed-ACK mode instead (see :func:`~latscope.wire.tcpinfo.set_delayed_ack`). Raises
+    :class:`~latscope.wire.errors.WireError` naming the phase that failed; the marks of the phases that ran stay in
+    ``t``.
     """
     loop = asyncio.get_running_loop()
-    addresses = await resolve(origin, t, _remaining(deadline_ns, timeouts.connect_s))
+    total_limits = _total_limits(deadline_ns, timeouts.connect_s)
+    try:
+        addresses = await resolve(origin, t, _remaining(deadline_ns, timeouts.connect_s))
+    except WireError as err:
+        if err.kind == "timeout" and total_limits:
+            raise _total_timeout(timeouts, Phase.DNS) from None
+        raise
 
     t.connect_start_ns = monotonic_ns()
     sock: socket.socket | None = None
@@ -135,12 +160,14 @@ async def open_connection(
             candidate.setblocking(False)
             # asyncio transports set TCP_NODELAY themselves; setting it before connect keeps it uniform on both loops
             candidate.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            total_limits = _total_limits(deadline_ns, timeouts.connect_s)
             try:
-                await asyncio.wait_for(
-                    loop.sock_connect(candidate, sockaddr), _remaining(deadline_ns, timeouts.connect_s)
-                )
+                async with asyncio.timeout(_remaining(deadline_ns, timeouts.connect_s)):
+                    await loop.sock_connect(candidate, sockaddr)
             except TimeoutError:
                 candidate.close()
+                if total_limits:
+                    raise _total_timeout(timeouts, Phase.CONNECT) from None
                 where = f"{origin.host}:{origin.port}"
                 raise timeout_error(
                     Phase.CONNECT, f"TCP connect to {where} took longer than {timeouts.connect_s:g} s"
@@ -160,12 +187,17 @@ async def open_connection(
         assert last_exc is not None
         raise connect_error(last_exc, origin.host, origin.port)
 
-    protocol = WireProtocol(sock, quickack=quickack)
+    # before the first byte is sent or received, so even the first response segment is ACKed in that mode
+    delayed = delayed_ack and not quickack and set_delayed_ack(sock)
+    protocol = WireProtocol(sock, quickack=quickack, delayed_ack=delayed)
     try:
         await loop.create_connection(lambda: protocol, sock=sock)
     except OSError as exc:
         sock.close()
         raise connect_error(exc, origin.host, origin.port) from None
+    except BaseException:
+        sock.close()
+        raise
     local = sock.getsockname()
     remote = sock.getpeername()
     info = ConnectionInfo(
@@ -176,6 +208,7 @@ async def open_connection(
         remote_address=remote[0],
         remote_port=remote[1],
         quickack=quickack,
+        delayed_ack=delayed,
     )
 
     alpn: str | None = None
@@ -184,15 +217,22 @@ async def open_connection(
         session = sessions.get(origin)
         info.tls_session_offered = session is not None
         t.tls_start_ns = monotonic_ns()
+        total_limits = _total_limits(deadline_ns, timeouts.tls_s)
         handshake = protocol.start_tls(ssl_context, origin.host, session)
         try:
-            await asyncio.wait_for(handshake, _remaining(deadline_ns, timeouts.tls_s))
+            async with asyncio.timeout(_remaining(deadline_ns, timeouts.tls_s)):
+                await handshake
         except TimeoutError:
             protocol.abort()
+            if total_limits:
+                raise _total_timeout(timeouts, Phase.TLS) from None
             raise timeout_error(Phase.TLS, f"TLS handshake took longer than {timeouts.tls_s:g} s") from None
         except (OSError, ssl.SSLError, EOFError) as exc:
             protocol.abort()
             raise tls_error(exc) from None
+        except BaseException:  # cancelled: the half-open connection is nobody's now
+            protocol.abort()
+            raise
         finally:
             # the handshake's last step ran inside data_received; its own stamp is more exact than this await's
             t.tls_end_ns = protocol.handshake_done_ns or monotonic_ns()

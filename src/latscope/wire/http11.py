@@ -1,9 +1,14 @@
 """HTTP/1.1 over one connection: one request at a time, keep-alive as the server allows.
 
-Requests are serialised by h11 (a fresh ``h11.Connection`` per request, used for nothing else). Responses are parsed
-by llhttp through ``httptools.HttpResponseParser``, the C parser uvicorn uses: the receive path is the client's hot
-loop, and h11's pure-Python chunked reader cost about 7 µs per HTTP chunk, i.e. per event, since servers frame each
-event as one chunk.
+Requests are serialised by h11 (a fresh ``h11.Connection`` per request, used for nothing else). h11 validates and
+writes a head in ~40 µs, the largest single cost of a short request on the client, so a header set sent more than
+once (:class:`~latscope.wire.request.HeaderSet`: every request of a load test) has its head written by h11 once,
+with placeholder values in the two per-request slots (Content-Length, traceparent), and each request joins the
+pieces around its own values (:class:`_HeadTemplate`). A small body goes out in the same write as the head.
+
+Responses are parsed by llhttp through ``httptools.HttpResponseParser``, the C parser uvicorn uses: the receive path
+is the client's hot loop, and h11's pure-Python chunked reader cost about 7 µs per HTTP chunk, i.e. per event, since
+servers frame each event as one chunk.
 
 The read path (:meth:`HTTP11Connection.data_received`): record the read, hand all its bytes to llhttp in one
 ``feed_data`` call, then give the exchange the head (if it completed in this read), the body bytes of the read
@@ -29,6 +34,7 @@ from latscope.timeline.model import ConnectionInfo, Phase, Read
 from latscope.wire.errors import WireError, lost_error, make_error, timeout_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin
+from latscope.wire.request import COALESCE_BODY_BYTES, HeaderSet
 from latscope.wire.tcpinfo import read_tcp_info
 from latscope.wire.transport import WireProtocol
 
@@ -39,6 +45,95 @@ _ParserError = httptools.HttpParserError  # every httptools parse error derives 
 #: a chunked body's trailer section too. llhttp itself has no limit, and a server that never ends its head must not
 #: grow the client's memory without bound.
 MAX_RESPONSE_HEAD_BYTES = 256 * 1024
+
+
+#: placeholder values h11 writes into a header set's slots; the head it wrote is split where they are. The length is
+#: the longest Content-Length h11 accepts (20 digits): no body the client sends has it.
+_LENGTH_MARK = "98765432109876543210"
+_TRACE_MARK = "00-5107ba11ce0f1a7e5c09e5107ba11ce0-5107ba11ce0f1a7e-01"
+_LENGTH_SLOT = 0
+_TRACE_SLOT = 1
+
+
+class _HeadTemplate:
+    """The head h11 wrote for one header set and request line, cut at its slots: ``parts`` are the bytes between
+    them, ``slots`` say which value goes in each gap (:data:`_LENGTH_SLOT`, :data:`_TRACE_SLOT`), ``must_close``
+    whether h11 found that the request ends the connection (``Connection: close`` among the fields)."""
+
+    __slots__ = ("method", "must_close", "parts", "slots", "target")
+
+    def __init__(self, method: str, target: str, parts: list[bytes], slots: list[int], must_close: bool) -> None:
+        self.method = method
+        self.target = target
+        self.parts = parts
+        self.slots = slots
+        self.must_close = must_close
+
+    def render(self, values: tuple[bytes, bytes], body: bytes) -> bytes:
+        """The head with ``values`` (Content-Length, traceparent) in their slots, ``body`` appended."""
+        parts = self.parts
+        out = [parts[0]]
+        for i, slot in enumerate(self.slots, 1):
+            out.append(values[slot])
+            out.append(parts[i])
+        out.append(body)
+        return b"".join(out)
+
+
+#: a header set whose head cannot be templated (a field value that contains a placeholder, an invalid field):
+#: every request with it is written by h11 in full, which also reports what is invalid.
+_NO_TEMPLATE = object()
+
+
+def _head_template(method: str, target: str, header_set: HeaderSet) -> _HeadTemplate | None:
+    """Have h11 write the head of ``header_set`` with placeholders in its slots; None when it cannot be templated."""
+    marked = header_set.fields.copy()
+    empty = header_set.fields.copy()  # the same request with an empty body: asks h11 whether it must close after
+    marks: list[tuple[bytes, int]] = []
+    if header_set.length_at is not None:
+        marked[header_set.length_at] = ("Content-Length", _LENGTH_MARK)
+        empty[header_set.length_at] = ("Content-Length", "0")
+        marks.append((_LENGTH_MARK.encode(), _LENGTH_SLOT))
+    if header_set.trace_at is not None:
+        marked[header_set.trace_at] = empty[header_set.trace_at] = ("traceparent", _TRACE_MARK)
+        marks.append((_TRACE_MARK.encode(), _TRACE_SLOT))
+    try:
+        head = h11.Connection(h11.CLIENT).send(h11.Request(method=method, target=target, headers=marked))
+        probe = h11.Connection(h11.CLIENT)
+        probe.send(h11.Request(method=method, target=target, headers=empty))
+        probe.send(h11.EndOfMessage())
+    except h11.LocalProtocolError:
+        return None
+    assert head is not None
+    found: list[tuple[int, int, int]] = []  # (offset, length, slot)
+    for mark, slot in marks:
+        if head.count(mark) != 1:
+            return None
+        found.append((head.index(mark), len(mark), slot))
+    found.sort()
+    parts: list[bytes] = []
+    pos = 0
+    for offset, length, _ in found:
+        parts.append(head[pos:offset])
+        pos = offset + length
+    parts.append(head[pos:])
+    return _HeadTemplate(method, target, parts, [slot for _, _, slot in found], probe.our_state is h11.MUST_CLOSE)
+
+
+def _template_for(header_set: HeaderSet, method: str, target: str) -> _HeadTemplate | None:
+    """The head template of ``header_set``, built the second time the set is sent (a set sent once is written the
+    ordinary way: a template costs two h11 writes)."""
+    cached = header_set.http11
+    if isinstance(cached, _HeadTemplate):
+        return cached if cached.method == method and cached.target == target else None
+    if cached is _NO_TEMPLATE:
+        return None
+    header_set.uses += 1
+    if header_set.uses < 2:
+        return None
+    template = _head_template(method, target, header_set)
+    header_set.http11 = _NO_TEMPLATE if template is None else template
+    return template
 
 
 class _BeyondResponse(Exception):
@@ -224,6 +319,7 @@ class HTTP11Connection:
         body: bytes,
         exchange: Exchange,
         send_timeout_s: float,
+        header_set: HeaderSet | None = None,
     ) -> None:
         t = exchange.timeline
         self._idle = False
@@ -231,21 +327,36 @@ class HTTP11Connection:
         self._exchange = exchange
         self._head_request = method.upper() == "HEAD"
         self._reader.start()
-        # h11 only serialises (and validates) the request; its receive side is never used.
-        conn = h11.Connection(h11.CLIENT)
+        protocol = self.protocol
         try:
-            head = conn.send(h11.Request(method=method, target=target, headers=headers))
+            template = None if header_set is None else _template_for(header_set, method, target)
+            coalesce = len(body) <= COALESCE_BODY_BYTES
+            if template is not None:
+                assert header_set is not None
+                trace_at = header_set.trace_at
+                trace = b"" if trace_at is None else headers[trace_at][1].encode("ascii")
+                head = template.render((b"%d" % len(body), trace), body if coalesce else b"")
+                tail = b"" if coalesce else body
+                self._reuse_allowed = not template.must_close
+            else:
+                # h11 only serialises (and validates) the request; its receive side is never used.
+                conn = h11.Connection(h11.CLIENT)
+                head = conn.send(h11.Request(method=method, target=target, headers=headers))
+                tail = conn.send(h11.Data(data=body)) if body else b""
+                tail += conn.send(h11.EndOfMessage())
+                # a `Connection: close` among the caller's headers: this connection ends with the response
+                self._reuse_allowed = conn.our_state is not h11.MUST_CLOSE
+                if coalesce and tail:
+                    head += tail
+                    tail = b""
             t.send_start_ns = monotonic_ns()
-            self.protocol.write(head)
+            protocol.write(head)
             t.headers_sent_ns = monotonic_ns()
-            tail = conn.send(h11.Data(data=body)) if body else b""
-            tail += conn.send(h11.EndOfMessage())
             if tail:
-                self.protocol.write(tail)
-            # a `Connection: close` among the caller's headers: this connection ends with the response
-            self._reuse_allowed = conn.our_state is not h11.MUST_CLOSE
-            if self.protocol.write_pending:  # skip the await (a loop iteration) when everything went out at once
-                await asyncio.wait_for(self.protocol.drain(), send_timeout_s)
+                protocol.write(tail)
+            if protocol.write_pending:  # skip the await (a loop iteration) when everything went out at once
+                async with asyncio.timeout(send_timeout_s):  # not wait_for: that runs drain() as a task of its own
+                    await protocol.drain()
         except TimeoutError:
             raise timeout_error(
                 Phase.SEND, f"writing the request took longer than {send_timeout_s:g} s ({len(body)} body bytes)"

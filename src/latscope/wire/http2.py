@@ -25,6 +25,7 @@ from latscope.timeline.model import ConnectionInfo, Phase, Read
 from latscope.wire.errors import WireError, lost_error, make_error, timeout_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin
+from latscope.wire.request import COALESCE_BODY_BYTES, HeaderSet
 from latscope.wire.tcpinfo import read_tcp_info
 from latscope.wire.transport import WireProtocol
 
@@ -115,6 +116,7 @@ class HTTP2Connection:
         body: bytes,
         exchange: Exchange,
         send_timeout_s: float,
+        header_set: HeaderSet | None = None,
     ) -> None:
         t = exchange.timeline
         conn = self._h2
@@ -135,12 +137,21 @@ class HTTP2Connection:
             self._streams[stream_id] = exchange
             t.send_start_ns = monotonic_ns()
             conn.send_headers(stream_id, fields, end_stream=not body)
+            sent = 0
+            if body and len(body) <= COALESCE_BODY_BYTES:
+                # HEADERS and the DATA the flow-control windows allow go out in one write
+                sent = self._queue_data(stream_id, body, 0)
+                if sent == len(body):
+                    conn.end_stream(stream_id)
             self._flush()
             t.headers_sent_ns = monotonic_ns()
-            if body:
-                await asyncio.wait_for(self._send_body(stream_id, body), send_timeout_s)
+            # asyncio.timeout, not wait_for: wait_for would run each of these as a task of its own
+            if sent < len(body):
+                async with asyncio.timeout(send_timeout_s):
+                    await self._send_body(stream_id, body, sent)
             if self.protocol.write_pending:  # skip the await (a loop iteration) when everything went out at once
-                await asyncio.wait_for(self.protocol.drain(), send_timeout_s)
+                async with asyncio.timeout(send_timeout_s):
+                    await self.protocol.drain()
         except TimeoutError:
             raise timeout_error(
                 Phase.SEND, f"writing the request took longer than {send_timeout_s:g} s ({len(body)} body bytes)"
@@ -223,8 +234,12 @@ class HTTP2Connection:
                     self._end_stream(event.stream_id)
             elif isinstance(event, h2.events.ConnectionTerminated):
                 self._on_goaway(event, at_ns)
-            elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
+            elif isinstance(event, h2.events.WindowUpdated):
                 self._wake_senders()
+            elif isinstance(event, h2.events.RemoteSettingsChanged):
+                self._wake_senders()
+                if self.on_release is not None:
+                    self.on_release(self)  # the server's stream limit may have grown: the pool may hand it out again
         # drop exchanges that failed mid-body (e.g. invalid JSON) so later frames are only acknowledged
         for stream_id in touched:
             ex = streams.get(stream_id)
@@ -264,19 +279,30 @@ class HTTP2Connection:
             ex.timeline.connection.tcp_info_at_headers = read_tcp_info(self.protocol.sock)
         ex.response(status, headers, at_ns)
 
-    async def _send_body(self, stream_id: int, body: bytes) -> None:
+    def _queue_data(self, stream_id: int, body: bytes, pos: int) -> int:
+        """Queue DATA frames of ``body`` from ``pos`` as far as the flow-control windows allow; the new position."""
         conn = self._h2
         view = memoryview(body)
-        pos = 0
         while pos < len(body):
             window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
             if window <= 0:
+                break
+            end = min(pos + window, len(body))
+            conn.send_data(stream_id, bytes(view[pos:end]))
+            pos = end
+        return pos
+
+    async def _send_body(self, stream_id: int, body: bytes, pos: int) -> None:
+        """Send ``body`` from ``pos`` frame by frame, waiting for window updates and for the socket to drain."""
+        conn = self._h2
+        while pos < len(body):
+            sent = self._queue_data(stream_id, body, pos)
+            if sent == pos:
                 waiter = asyncio.get_running_loop().create_future()
                 self._window_waiters.append(waiter)
                 await waiter
                 continue
-            conn.send_data(stream_id, bytes(view[pos : pos + window]))
-            pos += window
+            pos = sent
             self._flush()
             await self.protocol.drain()
         conn.end_stream(stream_id)

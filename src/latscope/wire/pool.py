@@ -3,24 +3,59 @@
 Reuse is the point of a pool and also a thing latscope measures (``no-connection-reuse``), so every hand-out is
 accounted for: the timeline's :class:`~latscope.timeline.model.ConnectionInfo` says whether the connection was new or
 reused and how many requests it carried before, and :class:`~latscope.wire.models.OriginStats` sums it up per origin.
+
+Every operation is O(1) amortised per request, whatever the number of connections: a load generator holds thousands
+of them, and a scan of them per request would cost more CPU than the request itself and stall the event loop for
+seconds while they open (the loop's stalls are then measured as the server's latency). Per origin the pool keeps
+the set of open connections (what the cap counts), the *spare* connections — those that may take another request,
+most recently released last — and a FIFO queue of waiting requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import operator
 from collections import deque
 from collections.abc import Awaitable, Callable
 from time import monotonic_ns
 from typing import Any
 
-from latscope.timeline.model import Phase, Timeline
+from latscope.timeline.model import ConnectionInfo, Phase, Timeline
 from latscope.wire.connection import Connection
-from latscope.wire.errors import WireError, timeout_error
+from latscope.wire.errors import WireError, make_error, timeout_error
 from latscope.wire.models import Origin, OriginStats
 
 #: ``opener(origin, timeline, deadline_ns)`` opens one connection, timing its phases into the timeline.
 Opener = Callable[[Origin, Timeline, "int | None"], Awaitable[Connection]]
+
+#: a waiter's queue is rebuilt when it holds this many more entries than live waiters (cancelled or timed-out waits
+#: are left in place and skipped when reached, which keeps leaving the queue O(1)).
+_QUEUE_SLACK = 64
+
+
+class _OriginPool:
+    """One origin's connections and waiting requests.
+
+    ``conns`` — open connections, what ``max_per_origin`` counts (with ``opening``); ``spare`` — connections that may
+    take another request (idle HTTP/1.1 ones, HTTP/2 ones with free streams), in release order, used as a stack so the
+    warmest connection goes out first; a connection that turns out full or closed when popped is dropped from it and
+    comes back when it releases a request slot. ``waiters`` — the FIFO queue of waiting requests; ``waiting`` counts
+    the live ones in it, ``woken`` those woken that have not run yet (a new request queues behind both, so a woken
+    request is never overtaken by one that arrived after it).
+    """
+
+    __slots__ = ("conns", "multiplexed", "opening", "spare", "stats", "waiters", "waiting", "woken")
+
+    def __init__(self, stats: OriginStats) -> None:
+        self.conns: set[Connection] = set()
+        self.spare: dict[Connection, None] = {}  # an insertion-ordered set: popitem() takes the most recent
+        self.opening = 0
+        self.multiplexed: bool | None = None  #: what the origin's connections speak; None until one opened
+        self.waiters: deque[asyncio.Future[bool]] = deque()  # result True: woken; False: the deadline passed
+        self.waiting = 0
+        self.woken = 0
+        self.stats = stats
 
 
 class ConnectionPool:
@@ -29,129 +64,229 @@ class ConnectionPool:
     HTTP/1.1 connections carry one request at a time and go back to the pool when the response ended on a reusable
     connection (most recently used first). HTTP/2 connections are shared while they have stream capacity. While an
     https origin's protocol is still unknown and a connection to it is being opened, other requests wait for it
-    rather than open their own: if it speaks h2, they all share it, as a browser would.
+    rather than open their own: if it speaks h2, they all share it, as a browser would. Requests that find the cap
+    reached wait in arrival order.
     """
 
     def __init__(self, opener: Opener, *, max_per_origin: int, may_multiplex: bool) -> None:
         self._opener = opener
         self._max = max_per_origin
         self._may_multiplex = may_multiplex
-        self._conns: dict[Origin, list[Connection]] = {}
-        self._opening: dict[Origin, int] = {}
-        self._multiplexed: dict[Origin, bool] = {}  #: what an origin's connections turned out to speak
-        self._waiters: dict[Origin, deque[asyncio.Future[None]]] = {}
+        self._origins: dict[Origin, _OriginPool] = {}
+        self._closed = False
         self.stats: dict[Origin, OriginStats] = {}
 
     async def acquire(
         self, origin: Origin, t: Timeline, *, new_connection: bool = False, deadline_ns: int | None = None
     ) -> Connection:
-        """A connection for one request to ``origin``, its slot reserved; ``t.connection`` is filled in."""
-        stats = self.stats.setdefault(origin, OriginStats())
+        """A connection for one request to ``origin``, its slot reserved; ``t.connection`` is filled in. Waiting for
+        a connection, and opening one, end at ``deadline_ns`` (monotonic ns) with a timeout error."""
+        p = self._origins.get(origin)
+        if p is None:
+            p = self._origins[origin] = _OriginPool(self.stats.setdefault(origin, OriginStats()))
+        if self._closed:
+            raise _closed_error()
+        if new_connection:
+            return await self._open(origin, p, t, deadline_ns)
+        if not (p.waiting or p.woken):  # nobody is ahead of this request
+            conn = self._take(p)
+            if conn is not None:
+                return self._hand_out(conn, p, t, reused=True)
+            if self._may_open(origin, p):
+                return await self._open(origin, p, t, deadline_ns)
+        front = False
         while True:
-            if not new_connection:
-                conn = self._find(origin)
-                if conn is not None:
-                    return self._hand_out(conn, t, stats, reused=True)
-            opening = self._opening.get(origin, 0)
-            probing = opening > 0 and self._may_multiplex and origin.tls and origin not in self._multiplexed
-            if new_connection or (not probing and self._count(origin) + opening < self._max):
-                conn = await self._open(origin, t, stats, deadline_ns)
-                return self._hand_out(conn, t, stats, reused=False)
-            await self._wait(origin, deadline_ns)
+            await self._wait(origin, p, deadline_ns, front=front)
+            if self._closed:
+                raise _closed_error()
+            conn = self._take(p)
+            if conn is not None:
+                conn = self._hand_out(conn, p, t, reused=True)
+                self._pass_on(origin, p)
+                return conn
+            if self._may_open(origin, p):
+                return await self._open(origin, p, t, deadline_ns, pass_on=True)
+            front = True  # woken for nothing (another waiter took it): keep this request's place in the queue
 
-    def _hand_out(self, conn: Connection, t: Timeline, stats: OriginStats, *, reused: bool) -> Connection:
+    def open_connections(self, origin: Origin) -> int:
+        """How many connections to ``origin`` are open (what ``max_per_origin`` limits)."""
+        p = self._origins.get(origin)
+        return 0 if p is None else len(p.conns)
+
+    async def aclose(self) -> None:
+        """Close every connection; waiting requests fail with kind "closed"."""
+        self._closed = True
+        for p in self._origins.values():
+            for conn in list(p.conns):
+                conn.close()
+            p.conns.clear()
+            p.spare.clear()
+            self._wake_all(p)
+        await asyncio.sleep(0)  # let the transports run their close callbacks
+
+    # --- internals ----------------------------------------------------------------------------------------------
+
+    def _take(self, p: _OriginPool) -> Connection | None:
+        """The most recently released spare connection that can take a request now, or None."""
+        spare = p.spare
+        while spare:
+            # popitem, not del of the last key: it also trims the deleted slots at the dict's end, so this stays O(1)
+            conn, _ = spare.popitem()
+            if conn.available:
+                return conn  # an HTTP/2 connection with streams left is put back by _hand_out
+        return None
+
+    def _may_open(self, origin: Origin, p: _OriginPool) -> bool:
+        if p.opening and p.multiplexed is None and self._may_multiplex and origin.tls:
+            return False  # the first connection may speak h2: wait for it rather than open a second one
+        return len(p.conns) + p.opening < self._max
+
+    def _hand_out(self, conn: Connection, p: _OriginPool, t: Timeline, *, reused: bool) -> Connection:
         before = conn.requests
         conn.reserve()
-        t.connection = dataclasses.replace(conn.info, reused=reused, requests_before=before)
+        if conn.multiplexed and conn.available:
+            p.spare[conn] = None  # streams left: others may share it
+        t.connection = _copy_info(conn.info, reused, before)
+        stats = p.stats
         stats.requests += 1
         if before > 0:
             stats.reuses += 1
         return conn
 
-    async def _open(self, origin: Origin, t: Timeline, stats: OriginStats, deadline_ns: int | None) -> Connection:
-        self._opening[origin] = self._opening.get(origin, 0) + 1
+    async def _open(
+        self, origin: Origin, p: _OriginPool, t: Timeline, deadline_ns: int | None, *, pass_on: bool = False
+    ) -> Connection:
+        stats = p.stats
+        p.opening += 1
+        if pass_on:
+            self._pass_on(origin, p)  # the slot is claimed: the next waiter may find room for another
         try:
             conn = await self._opener(origin, t, deadline_ns)
         except BaseException as exc:
+            p.opening -= 1
             if isinstance(exc, WireError):
                 stats.connect_failures += 1
-            self._wake(origin, everyone=True)
+            self._wake(p)  # the slot it held is free again
             raise
-        finally:
-            self._opening[origin] -= 1
+        p.opening -= 1
         stats.connections_opened += 1
         if conn.info.tls_session_offered:
             stats.tls_sessions_offered += 1
             if conn.info.tls_session_resumed:
                 stats.tls_sessions_resumed += 1
-        self._multiplexed[origin] = conn.multiplexed
-        self._conns.setdefault(origin, []).append(conn)
+        learned = p.multiplexed is None
+        p.multiplexed = conn.multiplexed
+        if self._closed:
+            conn.close()
+            raise _closed_error()
+        p.conns.add(conn)
         conn_any: Any = conn
         conn_any.on_release = self._released
-        self._wake(origin, everyone=True)  # requests waiting to learn the protocol can look again
+        conn = self._hand_out(conn, p, t, reused=False)
+        if learned:
+            self._wake_all(p)  # requests waiting to learn the protocol can look again
+        else:
+            self._pass_on(origin, p)
         return conn
-
-    def _find(self, origin: Origin) -> Connection | None:
-        conns = self._conns.get(origin)
-        if not conns:
-            return None
-        for conn in reversed(conns):  # most recently opened/returned first: the warmest connection
-            if conn.available:
-                return conn
-        return None
-
-    def _count(self, origin: Origin) -> int:
-        conns = self._conns.get(origin)
-        if not conns:
-            return 0
-        alive = [c for c in conns if c.is_open]
-        if len(alive) != len(conns):
-            self._conns[origin] = alive
-        return len(alive)
-
-    async def _wait(self, origin: Origin, deadline_ns: int | None) -> None:
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue = self._waiters.setdefault(origin, deque())
-        queue.append(waiter)
-        timeout = None if deadline_ns is None else max(0.0, (deadline_ns - monotonic_ns()) / 1e9)
-        try:
-            await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            raise timeout_error(
-                Phase.POOL, f"no free connection to {origin} before the total timeout ({self._max} per origin)"
-            ) from None
-        finally:
-            if waiter in queue:
-                queue.remove(waiter)
 
     def _released(self, conn: Connection) -> None:
         """Called by a connection when it can take another request, or closed."""
-        conns = self._conns.get(conn.origin)
-        if conns is not None and conn in conns:
-            conns.remove(conn)
-            if conn.is_open:
-                if not conn.multiplexed and conn.available and self._count(conn.origin) >= self._max:
-                    # over the cap (``new_connection`` requests may exceed it): an idle extra is closed, not kept
-                    conn.close()
-                    return
-                conns.append(conn)  # at the end: most recently used
-        self._wake(conn.origin)
+        p = self._origins.get(conn.origin)
+        if p is None or conn not in p.conns:
+            return
+        if not conn.is_open:
+            p.conns.discard(conn)
+            p.spare.pop(conn, None)
+        elif conn.available:
+            if not conn.multiplexed and len(p.conns) > self._max:
+                # over the cap (``new_connection`` requests may exceed it): an idle extra is closed, not kept
+                conn.close()  # comes back here as closed
+                return
+            p.spare.pop(conn, None)
+            p.spare[conn] = None  # at the end: most recently used
+        else:
+            p.spare.pop(conn, None)  # open but refusing new requests (HTTP/2 GOAWAY): its close frees the slot
+            return
+        self._wake(p)
 
-    def _wake(self, origin: Origin, *, everyone: bool = False) -> None:
-        queue = self._waiters.get(origin)
-        while queue:
-            waiter = queue.popleft()
+    async def _wait(self, origin: Origin, p: _OriginPool, deadline_ns: int | None, *, front: bool) -> None:
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        waiters = p.waiters
+        if len(waiters) > 2 * p.waiting + _QUEUE_SLACK:
+            waiters = p.waiters = deque(w for w in waiters if not w.done())
+        if front:
+            waiters.appendleft(waiter)
+        else:
+            waiters.append(waiter)
+        p.waiting += 1
+        timer = None
+        if deadline_ns is not None:
+            timer = loop.call_later(max(0.0, (deadline_ns - monotonic_ns()) / 1e9), _expire, waiter, p)
+        try:
+            woken = await waiter
+        except asyncio.CancelledError:
+            if waiter.cancelled():
+                p.waiting -= 1  # cancelled while queued: the entry stays, skipped when reached
+            elif waiter.result():
+                p.woken -= 1
+                self._wake(p)  # woken, then cancelled before it could run: the wake goes to the next one
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if not woken:
+            raise timeout_error(
+                Phase.POOL, f"no free connection to {origin} before the total timeout ({self._max} per origin)"
+            )
+        p.woken -= 1
+
+    def _wake(self, p: _OriginPool) -> None:
+        """Wake the first live waiter."""
+        if not p.waiting:
+            return
+        waiters = p.waiters
+        while waiters:
+            waiter = waiters.popleft()
             if not waiter.done():
-                waiter.set_result(None)
-                if not everyone:
-                    return
+                waiter.set_result(True)
+                p.waiting -= 1
+                p.woken += 1
+                return
 
-    async def aclose(self) -> None:
-        """Close every connection."""
-        for conns in self._conns.values():
-            for conn in list(conns):
-                conn.close()
-        self._conns.clear()
-        for origin in list(self._waiters):
-            self._wake(origin, everyone=True)
-        await asyncio.sleep(0)  # let the transports run their close callbacks
+    def _wake_all(self, p: _OriginPool) -> None:
+        waiters = p.waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(True)
+                p.waiting -= 1
+                p.woken += 1
+
+    def _pass_on(self, origin: Origin, p: _OriginPool) -> None:
+        """A waiter got what it was woken for: wake the next one if there may be something left for it too."""
+        if p.waiting and (p.spare or self._may_open(origin, p)):
+            self._wake(p)
+
+
+def _expire(waiter: asyncio.Future[bool], p: _OriginPool) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+        p.waiting -= 1
+
+
+def _closed_error() -> WireError:
+    return make_error("the client is closed", phase=Phase.POOL, kind="closed")
+
+
+def _copy_info(info: ConnectionInfo, reused: bool, requests_before: int) -> ConnectionInfo:
+    """``info`` for one request: a copy with ``reused`` and ``requests_before`` set. Built from one attrgetter call,
+    a fifth of what ``dataclasses.replace`` costs (it walks ``fields()`` and builds keyword arguments each time)."""
+    new = ConnectionInfo(*_info_values(info))
+    new.reused = reused
+    new.requests_before = requests_before
+    return new
+
+
+#: every field of ConnectionInfo in declaration order, i.e. the order of its constructor's parameters
+_info_values = operator.attrgetter(*(f.name for f in dataclasses.fields(ConnectionInfo)))

@@ -16,7 +16,7 @@ import ssl
 from time import monotonic_ns
 from typing import Protocol, cast
 
-from latscope.wire.tcpinfo import set_quickack
+from latscope.wire.tcpinfo import TCP_QUICKACK, set_delayed_ack, set_quickack
 
 #: plaintext asked from OpenSSL per ``SSLObject.read`` call; a TLS record holds at most 16 KiB so one call
 #: usually drains one record, and the loop below drains the rest.
@@ -43,9 +43,15 @@ class WireProtocol(asyncio.Protocol):
     their stamps and replayed by :meth:`attach`.
     """
 
-    def __init__(self, sock: socket.socket, *, quickack: bool = False) -> None:
+    def __init__(self, sock: socket.socket, *, quickack: bool = False, delayed_ack: bool = False) -> None:
         self.sock = sock  #: the real socket (for TCP_INFO / TCP_QUICKACK; the transport owns it)
         self.quickack = quickack
+        self.delayed_ack = delayed_ack
+        #: the TCP_QUICKACK value set again after every read (1: ACK at once, 0: delayed-ACK mode), None: leave the
+        #: kernel's choice alone. One attribute test per read when neither mode is on.
+        self._ack_after_read: int | None = None
+        if TCP_QUICKACK is not None and (quickack or delayed_ack):
+            self._ack_after_read = 1 if quickack else 0
         self.transport: asyncio.Transport | None = None
         self.receiver: Receiver | None = None
         self.ssl_object: ssl.SSLObject | None = None
@@ -71,8 +77,12 @@ class WireProtocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         at_ns = monotonic_ns()  # first thing: this stamp is the measurement
-        if self.quickack:
-            set_quickack(self.sock)
+        ack = self._ack_after_read
+        if ack is not None:
+            if ack:
+                set_quickack(self.sock)
+            else:
+                set_delayed_ack(self.sock)
         if self.ssl_object is not None:
             data = self._decrypt(data, at_ns)
             if not data:

@@ -5,7 +5,8 @@
   next to its TTFT and end-to-end time, and its phases make the timeline summary.
 - The prompt-length sweep (``max_tokens`` 1, quickack on so the server's socket options cannot add to it): TTFT
   without connection setup vs prompt tokens, which the queueing experiment uses to size its long prompt. A prompt the
-  server refuses (context too long) ends the sweep there.
+  server refuses (context too long: a 4xx, or a stream that ends empty — see ``RequestSample.refused``) ends the
+  sweep there.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ async def run(ctx: Context, *, sweep: bool = True) -> BaselineEvidence:
                         accepted = tokens
                     else:
                         failures.append(sample)
-                        refused = sample.status is not None and 400 <= sample.status < 500
+                        refused = sample.refused
                 if refused:
                     break  # a longer prompt will be refused too (context length)
     return BaselineEvidence(

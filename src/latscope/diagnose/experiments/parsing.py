@@ -26,7 +26,13 @@ BYTES_PER_MB = 1024 * 1024
 #: Padding sizes (MB): from none to a few MB, past any real prompt, so the per-MB cost stands out from noise.
 SIZES_MB = (0.0, 0.5, 1.0, 2.0, 4.0)
 SIZES_MB_QUICK = (0.0, 1.0, 2.0)
-REPEATS = 2
+#: Repeats per size: the check keeps each size's fastest, so a stall must hit every repeat to bias it.
+REPEATS = 3
+#: Each repeat's body is this many bytes longer than the one before: a prime, so no two repeats split alike into TCP
+#: segments or 16 KB TLS records. A stall tied to how a body splits (a proxy's upstream hop holding a body's last
+#: small segment for a delayed ACK: measured through nginx, +40 ms on some body sizes) then cannot hit every
+#: repeat of a size alike. Three repeats stay far inside one size bucket of the check (64 KB).
+SIZE_JITTER_BYTES = 4099
 #: The first padded request (bytes) finds out whether the server accepts the padding at all.
 PROBE_PAD_BYTES = 1024
 #: The fast parser's time is the best of this many runs (the first one pays page faults for the new allocation).
@@ -117,7 +123,7 @@ async def run(ctx: Context) -> ParsingEvidence:
         usable = list(sizes)
         for repeat in range(REPEATS):
             for size_mb in list(usable):
-                spec = padded(ctx, padding, int(size_mb * BYTES_PER_MB))
+                spec = padded(ctx, padding, int(size_mb * BYTES_PER_MB) + repeat * SIZE_JITTER_BYTES)
                 sample = await ctx.send(client, spec, label=f"pad {size_mb:g} MB #{repeat + 1}")
                 point = _point(sample)
                 if point is None:

@@ -3,8 +3,9 @@
 1. Short requests alone (nothing else in flight): the short TTFT.
 2. The long prompt is sized from the baseline sweep so its prefill is clearly measurable (about
    :data:`TARGET_PREFILL_FACTOR` short TTFTs, at least :data:`TARGET_PREFILL_MIN_MS`), within
-   [:data:`LONG_TOKENS_MIN`, :data:`LONG_TOKENS_MAX`]; a prompt the server refuses (context length) is halved, one
-   that prefills too fast is doubled. Long requests alone give their TTFT.
+   [:data:`LONG_TOKENS_MIN`, :data:`LONG_TOKENS_MAX`]; a prompt the server refuses (context length: a 4xx, or a
+   stream that ends empty, see ``RequestSample.refused``) is halved, one that prefills too fast is doubled. Long
+   requests alone give their TTFT.
 3. Rounds: :data:`LONGS_PER_ROUND` long requests are sent at once; as soon as all are written, a short one follows.
    Its TTFT is the contended short TTFT.
 
@@ -26,8 +27,9 @@ from latscope.wire import Client
 SHORT_PROMPT_TOKENS = 16
 SHORT_ALONE = 5
 SHORT_ALONE_QUICK = 3
+#: Long requests alone: the check takes the fastest as the long prefill, so even a quick run needs two.
 LONG_ALONE = 2
-LONG_ALONE_QUICK = 1
+LONG_ALONE_QUICK = 2
 ROUNDS = 3
 ROUNDS_QUICK = 2
 #: Long requests in flight per round: with three, a FIFO queue holds a short request ≈ 3 prefills, a shortest-first
@@ -47,6 +49,10 @@ LONG_TOKENS_MIN = 1024
 LONG_TOKENS_MAX = 32768
 #: Used when the sweep gave no slope.
 LONG_TOKENS_DEFAULT = 4096
+#: The slope is fitted through sweep points of at least this many tokens when two or more exist: below it TTFT is
+#: mostly the request's fixed costs. With fewer (a server whose context refused the longer sweep prompts) every point
+#: is used.
+SLOPE_MIN_TOKENS = 128
 MAX_HALVINGS = 4
 MAX_DOUBLINGS = 2
 #: Longest wait (s) for the long requests to be written before the short one goes anyway.
@@ -66,14 +72,17 @@ def initial_long_tokens(baseline: BaselineEvidence | None, short_ttft_ms: float)
     """The first long prompt size to try (tokens) and how it was chosen, from the sweep's TTFT-vs-tokens slope."""
     target = max(TARGET_PREFILL_FACTOR * short_ttft_ms, TARGET_PREFILL_MIN_MS)
     cap = LONG_TOKENS_MAX
-    if baseline is not None and baseline.max_prompt_tokens_accepted is not None:
-        refused = any(s.status is not None and 400 <= s.status < 500 and s.status != 429 for s in baseline.failures)
-        if refused:
-            cap = max(LONG_TOKENS_MIN, baseline.max_prompt_tokens_accepted)
-    points = [] if baseline is None else [p for p in baseline.sweep if p.prompt_tokens >= 128] or list(baseline.sweep)
+    accepted = None if baseline is None else baseline.max_prompt_tokens_accepted
+    if baseline is not None and accepted is not None and any(s.refused for s in baseline.failures):
+        cap = max(LONG_TOKENS_MIN, accepted)
+    points = [] if baseline is None else list(baseline.sweep)
+    long_points = [p for p in points if p.prompt_tokens >= SLOPE_MIN_TOKENS]
+    if len(long_points) >= 2:
+        points = long_points  # a short prompt's TTFT is mostly fixed costs that would bend the slope
     fit = fit_line([p.prompt_tokens for p in points], [p.ttft_ms for p in points]) if len(points) >= 2 else None
     if fit is None or fit.slope <= 0:
-        return min(cap, LONG_TOKENS_DEFAULT), f"no prefill slope from the sweep: started at {LONG_TOKENS_DEFAULT}"
+        tokens = min(cap, LONG_TOKENS_DEFAULT)
+        return tokens, f"no prefill slope from the sweep: started at {tokens}"
     needed = int(target / fit.slope)
     affordable = int(LONG_PREFILL_BUDGET_MS / fit.slope)
     wanted = max(needed, min(LONG_TOKENS_PREFERRED, affordable))
@@ -95,6 +104,7 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
     long_alone: list[float] = []
     contended: list[float] = []
     server_queue: list[float] = []
+    long_rounds: list[tuple[float, ...]] = []
     notes: list[str] = []
     async with ctx.client(quickack=True) as client:
         for index in range(SHORT_ALONE_QUICK if quick else SHORT_ALONE):
@@ -115,11 +125,12 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
             sample = await _timed_long(ctx, client, tokens, f"long alone {tokens} tokens")
             if not sample.ok or sample.ttft_after_setup_ms is None:
                 failed.append(sample)
-                refused = sample.status is not None and 400 <= sample.status < 500 and sample.status != 429
-                if refused and halvings < MAX_HALVINGS and tokens // 2 >= SHORT_PROMPT_TOKENS * 4:
+                if sample.refused and halvings < MAX_HALVINGS and tokens // 2 >= SHORT_PROMPT_TOKENS * 4:
                     tokens //= 2
                     halvings += 1
-                    notes.append(f"refused ({sample.status}): halved to {tokens}")
+                    status = sample.status or 0
+                    why = f"HTTP {status}" if status >= 300 else f"HTTP {status} with a stream that carried no token"
+                    notes.append(f"refused ({why}): halved to {tokens}")
                     continue
                 break
             prefill = sample.ttft_after_setup_ms - short_ttft
@@ -156,6 +167,7 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
             if bad or short.ttft_after_setup_ms is None:
                 continue  # a round whose long requests failed did not hold the short one up: not evidence
             contended.append(short.ttft_after_setup_ms)
+            long_rounds.append(tuple(s.ttft_after_setup_ms for s in longs if s.ttft_after_setup_ms is not None))
             if "queue" in short.server_ms:
                 server_queue.append(short.server_ms["queue"])
     return QueueEvidence(
@@ -168,6 +180,7 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
         server_queue_ms=tuple(server_queue),
         failures=tuple(failed),
         note="; ".join(notes),
+        long_contended_ms=tuple(long_rounds),
     )
 
 
@@ -185,7 +198,8 @@ async def _round(
     deadline = time.monotonic() + WRITE_WAIT_S
     try:
         while time.monotonic() < deadline and any(
-            t.send_end_ns is None and not task.done() for t, task in zip(timelines, tasks, strict=True)
+            t.send_end_ns is None and t.error is None and not task.done()
+            for t, task in zip(timelines, tasks, strict=True)
         ):
             await asyncio.sleep(WRITE_POLL_S)
         await asyncio.sleep(delay_s)

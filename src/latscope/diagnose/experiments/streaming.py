@@ -8,6 +8,10 @@ Per-read analysis (events per read, burst sizes, gaps) comes with every sample; 
   state without relying on the server keeping connections alive;
 - ``quickack``: the client ACKs every read at once (``Client(quickack=True)``): the control, where Nagle's algorithm
   has nothing to wait for; also measured with ``max_tokens`` 1 (``quickack_short``) for the buffering comparison;
+- ``quickack_http11`` (only when the target negotiated HTTP/2): the quickack pair again on a client that offers only
+  HTTP/1.1. A proxy may hold one protocol's stream and forward the other's (nginx 1.22 with proxy buffering bursts
+  HTTP/1.1 over TLS by 16 KB and forwards HTTP/2 writes as they come), and most clients speak only HTTP/1.1 (httpx
+  and requests by default);
 - ``fresh`` (not in quick mode): new connections with the default ACK behaviour, for the per-read picture.
 """
 
@@ -23,10 +27,11 @@ STREAM_REQUESTS_QUICK = 2
 PROMPT_TOKENS = 16
 
 
-def planned_requests(quick: bool) -> int:
-    """Requests this experiment sends at most."""
+def planned_requests(quick: bool, tls: bool = False) -> int:
+    """Requests this experiment sends at most (over TLS, HTTP/2 may add the HTTP/1.1 pair)."""
     n = STREAM_REQUESTS_QUICK if quick else STREAM_REQUESTS
-    return 2 + n * (4 if quick else 5)
+    http11 = 1 + 2 * n if tls else 0
+    return 2 + n * (4 if quick else 5) + http11
 
 
 async def run(ctx: Context, max_tokens: int) -> StreamEvidence:
@@ -56,16 +61,11 @@ async def run(ctx: Context, max_tokens: int) -> StreamEvidence:
             delayed = []  # the client could not switch the ACK mode: these were ordinary fresh connections
     quick_long: list[RequestSample] = []
     quick_short: list[RequestSample] = []
-    async with ctx.client(quickack=True) as client:
-        await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label="warm-up (quickack)")
-        for i in range(n):
-            # interleaved, so a drift in the server's speed affects both lengths alike
-            quick_long.append(
-                await ctx.send(client, ctx.spec(PROMPT_TOKENS, max_tokens), label=f"quickack {i + 1}/{n}")
-            )
-            quick_short.append(
-                await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label=f"quickack max_tokens 1 {i + 1}/{n}")
-            )
+    await _quickack_pairs(ctx, max_tokens, n, quick_long, quick_short, http2=True)
+    long_http11: list[RequestSample] = []
+    short_http11: list[RequestSample] = []
+    if ctx.tls and any(s.ok and s.http_version == "HTTP/2" for s in quick_long):
+        await _quickack_pairs(ctx, max_tokens, n, long_http11, short_http11, http2=False)
     fresh: list[RequestSample] = []
     if not ctx.quick:
         async with ctx.client() as client:
@@ -82,6 +82,32 @@ async def run(ctx: Context, max_tokens: int) -> StreamEvidence:
         delayed_ack=tuple(delayed),
         quickack=tuple(quick_long),
         quickack_short=tuple(quick_short),
+        quickack_http11=tuple(long_http11),
+        quickack_short_http11=tuple(short_http11),
         delayed_ack_supported=delayed_ok,
         quickack_supported=quickack_supported(),
     )
+
+
+async def _quickack_pairs(
+    ctx: Context,
+    max_tokens: int,
+    n: int,
+    long: list[RequestSample],
+    short: list[RequestSample],
+    *,
+    http2: bool,
+) -> None:
+    """``n`` streams of ``max_tokens`` and ``n`` of 1 token, quickack on, after a warm-up, appended to ``long`` and
+    ``short``; ``http2`` False offers only HTTP/1.1."""
+    suffix = "" if http2 else " http/1.1"
+    async with ctx.client(quickack=True, http2=http2) as client:
+        await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label=f"warm-up (quickack{suffix})")
+        for i in range(n):
+            # interleaved, so a drift in the server's speed affects both lengths alike
+            long.append(
+                await ctx.send(client, ctx.spec(PROMPT_TOKENS, max_tokens), label=f"quickack{suffix} {i + 1}/{n}")
+            )
+            short.append(
+                await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label=f"quickack{suffix} max_tokens 1 {i + 1}/{n}")
+            )

@@ -1,0 +1,100 @@
+"""`diagnose` through a real nginx: each edge fault → its finding (medium or high) and nothing else above low; the
+tuned edge → nothing above low.
+
+The origin is the tuned lab (keep-alive, TCP_NODELAY, ``X-Accel-Buffering: no``), so whatever the diagnosis finds
+comes from nginx's directives, with nginx's own timings and quirks rather than the lab's: it buffers a proxied
+stream only over TLS + HTTP/1.1 (16 KB ``ssl_buffer_size`` bursts; over HTTP/2 it forwards each write), and with
+``tcp_nodelay off`` its Nagle hold shows even on fresh connections. The tuned edge and two fault cases run the whole
+battery (a false positive anywhere fails them); the connection faults run only the connection checks.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from latscope.diagnose import Diagnosis, diagnose
+from latscope.findings import Severity
+from latscope.lab.costmodel import CostModel
+from latscope.lab.edge.lab import EdgeLab
+from tests.edge.support import needs_nginx
+
+pytestmark = needs_nginx
+
+#: The lab fault matrix's costs (tests/diagnose): prefill 20 µs per token, a token every 6 ms — short, measurable.
+TEST_COST = CostModel.default().with_overrides(prefill_per_token_ms=0.02, decode_base_ms=6.0)
+CONNECTION_IDS = ("no-connection-reuse", "tls-no-resumption", "http2-not-negotiated")
+STREAMING_IDS = ("stream-coalescing-nagle", "stream-proxy-buffering")
+
+
+async def _diagnose(*faults: str, only: tuple[str, ...] | None = None) -> tuple[Diagnosis, str]:
+    """A quick diagnosis of the lab behind nginx with ``faults``; also nginx's error log for failure messages."""
+    async with EdgeLab(faults=faults, cost=TEST_COST) as lab:
+        result = await diagnose(lab.url, ca_file=str(lab.cert_path), quick=True, only=only)
+        log = lab.edge.error_log_tail() if lab.edge is not None else ""
+    return result, log
+
+
+def _above_low(result: Diagnosis) -> set[str]:
+    return {f.id for f in result.findings if f.severity.rank > Severity.LOW.rank}
+
+
+def _failed_experiments(result: Diagnosis) -> list[str]:
+    return [f"{e.name}: {e.status} {e.message}" for e in result.experiments if e.status != "ok"]
+
+
+async def test_the_tuned_edge_has_nothing_above_low() -> None:
+    result, log = await _diagnose()
+    assert not _failed_experiments(result), (_failed_experiments(result), log)
+    assert _above_low(result) == set(), result.to_dict()
+    clear = {c.id for c in result.clear}
+    assert {*CONNECTION_IDS, "queue-head-of-line", "stream-coalescing-nagle"} <= clear, result.to_dict()
+    assert result.target["alpn"] == "h2" and str(result.target["server"]).startswith("nginx")
+
+
+async def test_proxy_buffering_over_tls_without_http2_is_named_with_the_missing_http2() -> None:
+    # what a user of this nginx sees: HTTP/1.1 over TLS, where nginx holds the stream in 16 KB bursts
+    result, log = await _diagnose("proxy-buffering", "no-h2")
+    assert not _failed_experiments(result), (_failed_experiments(result), log)
+    assert _above_low(result) == {"stream-proxy-buffering", "http2-not-negotiated"}, result.to_dict()
+    buffering = result.finding("stream-proxy-buffering")
+    assert buffering is not None
+    assert buffering.evidence["protocol"] == "HTTP/1.1"
+    assert buffering.evidence["held_fraction"] > 0.5, buffering.evidence  # most of the generation is held back
+    assert buffering.evidence["bursty_streams"] >= 1, buffering.evidence
+    assert "X-Accel-Buffering" in buffering.rule  # nginx is told to ignore the origin's header
+
+
+async def test_proxy_buffering_behind_http2_is_found_over_http11() -> None:
+    # HTTP/2 clients are not held, but clients that speak only HTTP/1.1 (most SDKs) are: the finding says so
+    result, log = await _diagnose("proxy-buffering", only=STREAMING_IDS)
+    assert _above_low(result) == {"stream-proxy-buffering"}, (result.to_dict(), log)
+    buffering = result.finding("stream-proxy-buffering")
+    assert buffering is not None and buffering.evidence["protocol"] == "HTTP/1.1"
+    assert buffering.evidence["other_protocol"]["protocol"] == "HTTP/2"
+    assert buffering.evidence["other_protocol"]["outcome"] == "clear", buffering.evidence
+    assert "HTTP/1.1" in buffering.cost_basis
+
+
+async def test_nagle_at_the_edge_is_named_alone() -> None:
+    result, log = await _diagnose("nagle")
+    assert not _failed_experiments(result), (_failed_experiments(result), log)
+    assert _above_low(result) == {"stream-coalescing-nagle"}, result.to_dict()
+    nagle = result.finding("stream-coalescing-nagle")
+    assert nagle is not None
+    # the mechanism: the first token waits for the delayed ACK with the tokens generated meanwhile behind it
+    assert nagle.evidence["hold_ms"] >= 20.0 and nagle.evidence["start_coalesced_streams"] >= 1, nagle.evidence
+
+
+@pytest.mark.parametrize(
+    ("fault", "finding_id"),
+    [
+        ("tls-no-tickets", "tls-no-resumption"),
+        ("no-h2", "http2-not-negotiated"),
+        ("no-keepalive", "no-connection-reuse"),
+        ("short-keepalive", "no-connection-reuse"),
+    ],
+)
+async def test_a_connection_fault_at_the_edge_is_named_alone(fault: str, finding_id: str) -> None:
+    result, log = await _diagnose(fault, only=CONNECTION_IDS)
+    assert _above_low(result) == {finding_id}, (result.to_dict(), log)
+    assert {c.id for c in result.clear} == set(CONNECTION_IDS) - {finding_id}, result.to_dict()

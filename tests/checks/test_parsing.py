@@ -169,3 +169,12 @@ def test_a_server_whose_own_parse_timing_is_cheap_contradicts_the_client_side_sl
     out = check_request_parsing(ParsingEvidence(padding="user", points=cheap, control=CONTROL, fast_parser=FAST), REF)
     assert isinstance(out, Inconclusive) and "elsewhere on the path" in out.reason
     assert out.evidence["server_reported_parse_ms_per_mb"] == 2.0
+
+
+def test_an_excess_within_a_few_times_the_receiving_cost_is_inconclusive() -> None:
+    # a busy host stretches receiving and parsing alike: 20 ms/MB of server time against 7 ms/MB to receive the
+    # bytes is not the mark of a slow parser (measured: llama-cpp-python on an oversubscribed 2-core host)
+    ev = ParsingEvidence(padding="user", points=points(20.0), control=points(7.0, base=3.0), fast_parser=FAST)
+    out = check_request_parsing(ev, REF)
+    assert isinstance(out, Inconclusive) and "busy host" in out.reason
+    assert out.evidence["receive_ms_per_mb"] == 7.0

@@ -188,3 +188,16 @@ def test_proxy_clear_needs_both_protocols_clear() -> None:
     partial = tuple(stream(24.0 + d, e2e=180.0) for d in (0.0, 0.2, -0.2))
     out = check_proxy_buffering(ev(quickack_http11=partial, quickack_short_http11=QUICK_SHORT), REF)
     assert isinstance(out, Inconclusive) and "HTTP/1.1" in out.reason
+
+
+def test_proxy_finding_when_every_stream_shows_the_hold_however_noisy_the_ttfts() -> None:
+    # two samples a side, one max_tokens-1 request stalled 60 ms: the spread is large, but every long stream's first
+    # token came in one read with all the others, which is the buffering itself
+    held = (
+        stream(95.0, e2e=95.5, first_read=16, bursts=(3300,), accel=None),
+        stream(96.0, e2e=96.5, first_read=16, bursts=(3300,), accel=None),
+    )
+    short = (stream(4.0, e2e=4.8), stream(64.0, e2e=64.8))
+    out = check_proxy_buffering(ev(quickack=held, quickack_short=short), REF)
+    assert isinstance(out, Finding) and out.evidence["every_stream_held"] is True
+    assert out.evidence["noise_sd_ms"] > out.cost_ms / 3

@@ -17,6 +17,7 @@ from latscope.findings import Severity
 from latscope.lab.costmodel import CostModel
 from latscope.lab.edge.lab import EdgeLab
 from tests.edge.support import needs_nginx
+from tests.support.diagnosis import explain
 
 pytestmark = needs_nginx
 
@@ -44,18 +45,18 @@ def _failed_experiments(result: Diagnosis) -> list[str]:
 
 async def test_the_tuned_edge_has_nothing_above_low() -> None:
     result, log = await _diagnose()
-    assert not _failed_experiments(result), (_failed_experiments(result), log)
-    assert _above_low(result) == set(), result.to_dict()
+    assert not _failed_experiments(result), explain(result) + "\n" + log
+    assert _above_low(result) == set(), explain(result)
     clear = {c.id for c in result.clear}
-    assert {*CONNECTION_IDS, "queue-head-of-line", "stream-coalescing-nagle"} <= clear, result.to_dict()
+    assert {*CONNECTION_IDS, "queue-head-of-line", "stream-coalescing-nagle"} <= clear, explain(result)
     assert result.target["alpn"] == "h2" and str(result.target["server"]).startswith("nginx")
 
 
 async def test_proxy_buffering_over_tls_without_http2_is_named_with_the_missing_http2() -> None:
     # what a user of this nginx sees: HTTP/1.1 over TLS, where nginx holds the stream in 16 KB bursts
     result, log = await _diagnose("proxy-buffering", "no-h2")
-    assert not _failed_experiments(result), (_failed_experiments(result), log)
-    assert _above_low(result) == {"stream-proxy-buffering", "http2-not-negotiated"}, result.to_dict()
+    assert not _failed_experiments(result), explain(result) + "\n" + log
+    assert _above_low(result) == {"stream-proxy-buffering", "http2-not-negotiated"}, explain(result)
     buffering = result.finding("stream-proxy-buffering")
     assert buffering is not None
     assert buffering.evidence["protocol"] == "HTTP/1.1"
@@ -67,7 +68,7 @@ async def test_proxy_buffering_over_tls_without_http2_is_named_with_the_missing_
 async def test_proxy_buffering_behind_http2_is_found_over_http11() -> None:
     # HTTP/2 clients are not held, but clients that speak only HTTP/1.1 (most SDKs) are: the finding says so
     result, log = await _diagnose("proxy-buffering", only=STREAMING_IDS)
-    assert _above_low(result) == {"stream-proxy-buffering"}, (result.to_dict(), log)
+    assert _above_low(result) == {"stream-proxy-buffering"}, explain(result) + "\n" + log
     buffering = result.finding("stream-proxy-buffering")
     assert buffering is not None and buffering.evidence["protocol"] == "HTTP/1.1"
     assert buffering.evidence["other_protocol"]["protocol"] == "HTTP/2"
@@ -77,8 +78,8 @@ async def test_proxy_buffering_behind_http2_is_found_over_http11() -> None:
 
 async def test_nagle_at_the_edge_is_named_alone() -> None:
     result, log = await _diagnose("nagle")
-    assert not _failed_experiments(result), (_failed_experiments(result), log)
-    assert _above_low(result) == {"stream-coalescing-nagle"}, result.to_dict()
+    assert not _failed_experiments(result), explain(result) + "\n" + log
+    assert _above_low(result) == {"stream-coalescing-nagle"}, explain(result)
     nagle = result.finding("stream-coalescing-nagle")
     assert nagle is not None
     # the mechanism: the first token waits for the delayed ACK with the tokens generated meanwhile behind it
@@ -96,5 +97,5 @@ async def test_nagle_at_the_edge_is_named_alone() -> None:
 )
 async def test_a_connection_fault_at_the_edge_is_named_alone(fault: str, finding_id: str) -> None:
     result, log = await _diagnose(fault, only=CONNECTION_IDS)
-    assert _above_low(result) == {finding_id}, (result.to_dict(), log)
-    assert {c.id for c in result.clear} == set(CONNECTION_IDS) - {finding_id}, result.to_dict()
+    assert _above_low(result) == {finding_id}, explain(result) + "\n" + log
+    assert {c.id for c in result.clear} == set(CONNECTION_IDS) - {finding_id}, explain(result)

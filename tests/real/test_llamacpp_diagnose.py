@@ -26,20 +26,13 @@ from latscope.diagnose.context import Context
 from latscope.diagnose.experiments import baseline, parsing
 from latscope.findings import Clear, Finding, Inconclusive, NotTested, Severity
 from tests.real.conftest import LlamaServer, require_llama_python, running_llama_server
+from tests.support.diagnosis import explain
 
 
 @pytest.fixture(scope="module")
 def diagnosis(llama_server: LlamaServer) -> Diagnosis:
     """One full diagnosis of the server, shared by the tests below (about 15 s)."""
     return asyncio.run(diagnose(llama_server.base_url))
-
-
-def _explain(result: Diagnosis) -> str:
-    """Every outcome with its reason or rule and evidence: what a failed assertion needs to show."""
-    lines = [f"{e.name}: {e.status} {e.requests} requests {e.duration_s:.1f} s {e.message}" for e in result.experiments]
-    for outcome in result.outcomes:
-        lines.append(f"{type(outcome).__name__} {outcome.to_dict()}")
-    return "\n".join(lines)
 
 
 def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llama_server: LlamaServer) -> None:
@@ -52,11 +45,11 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
     ], llama_server.log_tail()
     assert diagnosis.target["server"] == "uvicorn"
     # over TLS only: this server is plain HTTP
-    assert {o.id for o in diagnosis.not_tested} == {"tls-no-resumption", "http2-not-negotiated"}, _explain(diagnosis)
+    assert {o.id for o in diagnosis.not_tested} == {"tls-no-resumption", "http2-not-negotiated"}, explain(diagnosis)
 
 
 def test_the_single_model_slot_is_named_as_head_of_line_queueing_and_nothing_else(diagnosis: Diagnosis) -> None:
-    assert {f.id for f in diagnosis.findings} == {"queue-head-of-line"}, _explain(diagnosis)
+    assert {f.id for f in diagnosis.findings} == {"queue-head-of-line"}, explain(diagnosis)
     finding = diagnosis.finding("queue-head-of-line")
     assert finding is not None and finding.severity.rank >= Severity.MEDIUM.rank
     evidence = finding.evidence
@@ -78,7 +71,7 @@ def test_the_long_prompt_is_resized_to_fit_the_context(diagnosis: Diagnosis) -> 
 
 def test_streaming_and_keep_alive_are_clear(diagnosis: Diagnosis) -> None:
     clear = {o.id for o in diagnosis.clear}
-    assert {"no-connection-reuse", "stream-coalescing-nagle"} <= clear, _explain(diagnosis)
+    assert {"no-connection-reuse", "stream-coalescing-nagle"} <= clear, explain(diagnosis)
     buffering = diagnosis.outcome("stream-proxy-buffering")
     assert isinstance(buffering, Clear | Inconclusive), buffering  # measured, and not a finding
 
@@ -141,7 +134,7 @@ def small_context_server(
 async def test_a_small_context_shrinks_the_long_prompt_until_it_fits(small_context_server: LlamaServer) -> None:
     result = await diagnose(small_context_server.base_url, quick=True, only="queue-head-of-line")
     finding = result.finding("queue-head-of-line")
-    assert finding is not None, _explain(result) + "\n" + small_context_server.log_tail()
+    assert finding is not None, explain(result) + "\n" + small_context_server.log_tail()
     assert finding.evidence["long_prompt_tokens"] < 1024 and "halved" in finding.evidence["note"]
 
 
@@ -151,6 +144,6 @@ async def test_a_context_too_small_for_any_long_prompt_is_not_tested_with_the_re
 ) -> None:
     result = await diagnose(small_context_server.base_url, quick=True, only="queue-head-of-line")
     outcome = result.outcome("queue-head-of-line")
-    assert isinstance(outcome, NotTested), _explain(result)
+    assert isinstance(outcome, NotTested), explain(result)
     assert "refused every long prompt" in outcome.reason and "no token" in outcome.reason
     assert [e.status for e in result.experiments] == ["ok", "ok"]

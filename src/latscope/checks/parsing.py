@@ -44,6 +44,13 @@ MIN_SIZES = 3
 SLOPE_Z = 2.0
 #: The server's own parse/validate report confirms the client-side slope when within this fraction of it.
 CONFIRM_TOLERANCE = 0.5
+#: Parsing must cost at least this many times what the same server spends receiving the same bytes (the control's
+#: per-MB cost). Receiving and parsing use the same CPU, so when the host is busy both stretch by the same factor and
+#: this ratio does not, while the absolute thresholds above do not hold on an oversubscribed host: measured on a
+#: 2-core host shared with other test runs, llama-cpp-python (stdlib json + pydantic, about 1 ms/MB idle) showed 12
+#: ms/MB beyond receiving at a receiving cost of 6.8 ms/MB (1.8×); the lab's slow-parse regexes, 60–70 ms/MB, are over
+#: ten times their server's receiving cost.
+RECEIVE_RATIO = 3.0
 #: A server whose own parse/validate report covers less than this share of the excess contradicts the client-side
 #: slope: the excess is real time, but not spent parsing (the server would have timed it). The lower edge of the
 #: confirmation band, so a report either confirms, contradicts, or (above the band) leaves the finding as measured.
@@ -182,6 +189,16 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             evidence,
         )
     excess = floor.slope - (receiving or 0.0) - fast
+    if receiving is not None and excess < RECEIVE_RATIO * receiving:
+        evidence["excess_ms_per_mb"] = round(excess, 3)
+        return Inconclusive(
+            PARSE_ID,
+            f"the server spends {excess:.2f} ms per MB beyond receiving the body and a fast parser, above the "
+            f"{threshold:.2f} ms/MB threshold but under {RECEIVE_RATIO:g}× the {receiving:.2f} ms/MB it needs to "
+            "receive the same bytes: a busy host stretches both alike; a run on a quiet host, or the server's own "
+            "parse timing (Server-Timing), would settle it",
+            evidence,
+        )
     reported = _server_reported_slope(ev)
     confirmed = reported is not None and abs(reported - excess) <= CONFIRM_TOLERANCE * excess
     if reported is not None:

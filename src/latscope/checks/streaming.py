@@ -307,7 +307,12 @@ def _buffering(
             "held back (the growth is the host's noise)",
             evidence,
         )
-    if fraction < PROXY_MIN_HELD_FRACTION or growth < NOISE_Z * noise:
+    # Every stream's first token arriving in one read with later ones shows the hold itself (measured with quickack
+    # on, so not Nagle): the growth is then the mechanism, and a stalled request among two or three samples, which
+    # inflates their spread, must not hide it.
+    every_piled = all(s.first_read_token_events >= 2 for s in long_ok)
+    evidence["every_stream_held"] = every_piled
+    if fraction < PROXY_MIN_HELD_FRACTION or (not every_piled and growth < NOISE_Z * noise):
         return Inconclusive(
             PROXY_ID,
             f"TTFT{over} grows {growth:.1f} ms with max_tokens ({fraction:.0%} of the generation time, noise "

@@ -119,6 +119,7 @@ class Client:
         self.error_decoder: ErrorBodyDecoder = openai.decode_error_body
         self._closed = False
         self._targets: dict[tuple[str, str], _Target] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._header_sets: dict[tuple[object, ...], HeaderSet] = {}
 
     # --- public API ---------------------------------------------------------------------------------------------
@@ -179,6 +180,7 @@ class Client:
             keep_text=self.keep_text,
             error_decoder=self.error_decoder,
             body_decoder=body_decoder,
+            loop=self._running_loop(),
         )
         await self._exchange(
             origin, path, spec.method, request_headers, spec.body, exchange, new_connection, header_set
@@ -261,6 +263,15 @@ class Client:
             quickack=self.quickack,
             delayed_ack=self.delayed_ack,
         )
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running event loop, remembered: ``asyncio.get_running_loop()`` makes a getpid() system call each time
+        on Python 3.11. The remembered loop is right while it runs, since a thread runs one loop at a time and a
+        client's connections belong to one loop anyway."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def _target(self, base_url: str, path: str, url: str, redacted_url: str) -> _Target:
         """Origin and target of ``base_url`` + ``path``, remembered: splitting and redacting the URL again for every
@@ -436,7 +447,8 @@ class _Watchdog:
         self._conn = conn
         self._exchange = exchange
         self._deadline_ns = deadline_ns
-        self._loop = asyncio.get_running_loop()
+        # the exchange's loop: asyncio.get_running_loop() costs a getpid() system call per call on Python 3.11
+        self._loop = exchange.done.get_loop()
         self._handle: asyncio.TimerHandle | None = None
         self._check()
 

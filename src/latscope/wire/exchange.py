@@ -70,7 +70,8 @@ def join_fields(fields: Sequence[tuple[str, str]]) -> dict[str, str]:
 
 class Exchange:
     """Records one response into ``timeline``. ``headers_future`` completes when the head arrived (or the request
-    failed), ``done`` when the response ended or failed; either way the outcome is in the timeline."""
+    failed), ``done`` when the response ended or failed; either way the outcome is in the timeline. Both belong to
+    ``loop`` (default: the running loop)."""
 
     __slots__ = (
         "_body_decoder",
@@ -104,8 +105,10 @@ class Exchange:
         keep_text: bool = False,
         error_decoder: ErrorBodyDecoder | None = None,
         body_decoder: ResponseBodyDecoder | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
-        loop = asyncio.get_running_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
         self.timeline = timeline
         self.reads = timeline.reads
         self.events = timeline.events

@@ -4,8 +4,9 @@
 2. The long prompt is sized from the baseline sweep so its prefill is clearly measurable (about
    :data:`TARGET_PREFILL_FACTOR` short TTFTs, at least :data:`TARGET_PREFILL_MIN_MS`), within
    [:data:`LONG_TOKENS_MIN`, :data:`LONG_TOKENS_MAX`]; a prompt the server refuses (context length: a 4xx, or a
-   stream that ends empty, see ``RequestSample.refused``) is halved, one that prefills too fast is doubled. Long
-   requests alone give their TTFT.
+   stream that ends empty, see ``RequestSample.refused``) is halved, one that prefills too fast is doubled, and
+   between a refused size and an accepted one that prefills too fast, sizes in between are tried. Long requests
+   alone give their TTFT.
 3. Rounds: :data:`LONGS_PER_ROUND` long requests are sent at once; as soon as all are written, a short one follows.
    Its TTFT is the contended short TTFT.
 
@@ -55,6 +56,10 @@ LONG_TOKENS_DEFAULT = 4096
 SLOPE_MIN_TOKENS = 128
 MAX_HALVINGS = 4
 MAX_DOUBLINGS = 2
+#: Sizes tried between an accepted and a refused long prompt, at most: two steps get within a quarter of the gap.
+MAX_BISECTIONS = 2
+#: Sizes between two tried ones are rounded to this many tokens (a prompt's chat template adds a few anyway).
+SIZE_STEP = 16
 #: Longest wait (s) for the long requests to be written before the short one goes anyway.
 WRITE_WAIT_S = 5.0
 WRITE_POLL_S = 0.0005
@@ -92,6 +97,71 @@ def initial_long_tokens(baseline: BaselineEvidence | None, short_ttft_ms: float)
     )
 
 
+async def _size_long_prompt(
+    ctx: Context,
+    client: Client,
+    tokens: int,
+    short_ttft: float,
+    target: float,
+    failed: list[RequestSample],
+    notes: list[str],
+) -> tuple[int, float | None]:
+    """Find the long prompt: start at ``tokens``; halve it while the server refuses it (its context is shorter), double
+    it while it prefills in under half of ``target`` ms, and once a refused size and an accepted one are known, try
+    between them while the accepted one is still short of that (a context of 1000 tokens should not leave the test
+    with a 250-token prompt). Returns the size used and its TTFT alone (None when every size was refused)."""
+    halvings = doublings = bisections = 0
+    accepted: tuple[int, float] | None = None  # the largest size that completed, and its TTFT
+    refused_at: int | None = None  # the smallest size the server refused
+    while True:
+        sample = await _timed_long(ctx, client, tokens, f"long alone {tokens} tokens")
+        if not sample.ok or sample.ttft_after_setup_ms is None:
+            failed.append(sample)
+            if not sample.refused:
+                break
+            refused_at = tokens
+            status = sample.status or 0
+            why = f"HTTP {status}" if status >= 300 else f"HTTP {status} with a stream that carried no token"
+            if accepted is None and halvings < MAX_HALVINGS and tokens // 2 >= SHORT_PROMPT_TOKENS * 4:
+                tokens //= 2
+                halvings += 1
+                notes.append(f"refused ({why}): halved to {tokens}")
+                continue
+            if accepted is not None and bisections < MAX_BISECTIONS:
+                tokens = _between(accepted[0], refused_at)
+                if tokens > accepted[0]:
+                    bisections += 1
+                    notes.append(f"refused ({why}): tried {tokens}")
+                    continue
+            break
+        ttft = sample.ttft_after_setup_ms
+        accepted = (tokens, ttft)
+        prefill = ttft - short_ttft
+        if prefill >= target / 2:
+            break
+        if refused_at is None and doublings < MAX_DOUBLINGS and tokens * 2 <= LONG_TOKENS_MAX:
+            tokens *= 2
+            doublings += 1
+            notes.append(f"prefill {prefill:.0f} ms: doubled to {tokens}")
+            continue
+        if refused_at is not None and bisections < MAX_BISECTIONS and _between(tokens, refused_at) > tokens:
+            tokens = _between(tokens, refused_at)
+            bisections += 1
+            notes.append(f"prefill {prefill:.0f} ms: tried {tokens}, below the {refused_at} refused")
+            continue
+        break
+    if accepted is None:
+        return tokens, None
+    if accepted[0] != tokens:
+        notes.append(f"kept {accepted[0]}")
+    return accepted
+
+
+def _between(accepted: int, refused: int) -> int:
+    """The midpoint of an accepted and a refused prompt size, rounded down to :data:`SIZE_STEP` tokens."""
+    return (accepted + refused) // 2 // SIZE_STEP * SIZE_STEP
+
+
 async def _timed_long(ctx: Context, client: Client, tokens: int, label: str) -> RequestSample:
     return await ctx.send(client, ctx.spec(tokens, 1), label=label)
 
@@ -119,28 +189,7 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
         tokens, how = initial_long_tokens(baseline, short_ttft)
         notes.append(how)
         target = max(TARGET_PREFILL_FACTOR * short_ttft, TARGET_PREFILL_MIN_MS)
-        halvings = doublings = 0
-        first_long: float | None = None
-        while True:
-            sample = await _timed_long(ctx, client, tokens, f"long alone {tokens} tokens")
-            if not sample.ok or sample.ttft_after_setup_ms is None:
-                failed.append(sample)
-                if sample.refused and halvings < MAX_HALVINGS and tokens // 2 >= SHORT_PROMPT_TOKENS * 4:
-                    tokens //= 2
-                    halvings += 1
-                    status = sample.status or 0
-                    why = f"HTTP {status}" if status >= 300 else f"HTTP {status} with a stream that carried no token"
-                    notes.append(f"refused ({why}): halved to {tokens}")
-                    continue
-                break
-            prefill = sample.ttft_after_setup_ms - short_ttft
-            if prefill < target / 2 and doublings < MAX_DOUBLINGS and halvings == 0 and tokens * 2 <= LONG_TOKENS_MAX:
-                tokens *= 2
-                doublings += 1
-                notes.append(f"prefill {prefill:.0f} ms: doubled to {tokens}")
-                continue
-            first_long = sample.ttft_after_setup_ms
-            break
+        tokens, first_long = await _size_long_prompt(ctx, client, tokens, short_ttft, target, failed, notes)
         if first_long is None:
             return QueueEvidence(
                 SHORT_PROMPT_TOKENS,

@@ -197,3 +197,23 @@ def test_summaries_round_trip_through_dicts(tmp_path: Path) -> None:
         client=health,
     )
     assert StepSummary.from_dict(s.to_dict()) == s
+
+
+def test_a_loop_that_lagged_while_busy_is_called_saturated_even_in_a_mostly_idle_step(tmp_path: Path) -> None:
+    # a 0.3 s burst at full CPU in a step that then idles: the means are low, the lagging samples are not
+    sample = WorkerHealth(
+        0,
+        loop_cpu=[0.99, 0.98, 0.97] + [0.02] * 30,
+        loop_lag_ms=[40.0, 80.0, 60.0] + [0.3] * 30,
+        machine_busy=[0.6] * 3 + [0.1] * 30,
+    )
+    health = ClientHealth.merge([sample])
+    assert not sample.saturated and health.saturated
+    s = summarize(tmp_path, [make_timeline()], client=health)
+    assert any("lagged" in w and "saturated at those times" in w for w in s.warnings), s.warnings
+
+
+def test_a_loop_that_lagged_with_nothing_busy_is_called_blocked(tmp_path: Path) -> None:
+    sample = WorkerHealth(0, loop_cpu=[0.1] * 4, loop_lag_ms=[0.5, 30.0, 50.0, 0.4], machine_busy=[0.2] * 4)
+    s = summarize(tmp_path, [make_timeline()], client=ClientHealth.merge([sample]))
+    assert any("something blocked it" in w for w in s.warnings), s.warnings

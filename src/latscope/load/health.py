@@ -12,7 +12,8 @@ itself rather than the server. Each worker runs a :class:`HealthMonitor` that sa
 * the event loop's lag: how late a timer callback runs beyond its due time (includes the loop's ~1 ms timer
   granularity, so values under ~1.1 ms mean "not lagging");
 * the process's resident memory (``VmRSS``, Linux);
-* the whole machine's CPU use (``/proc/stat``), to show when the target and the client compete for cores.
+* the whole machine's CPU use (``/proc/stat``), to show when the target and the client compete for cores;
+* the pauses of the garbage-collection guard (:mod:`latscope.load.tuning`), which it runs at each sample.
 
 :class:`ClientHealth` merges the workers' samples for ``run.json`` and decides whether to warn.
 """
@@ -29,6 +30,7 @@ from typing import Any
 
 from latscope.load.pacing import SPIN
 from latscope.load.stats import Dist, describe
+from latscope.load.tuning import StepTuning
 
 #: Seconds between samples: often enough for loop-lag percentiles over a short step, rare enough to cost nothing.
 SAMPLE_INTERVAL_S = 0.1
@@ -38,6 +40,9 @@ SATURATED_CPU = 0.90
 
 #: Share of samples above :data:`SATURATED_CPU` that makes a worker "saturated" (brief spikes are normal).
 SATURATED_SHARE = 0.25
+
+#: Share of all the machine's cores busy above which other processes compete with the client for CPU.
+MACHINE_BUSY = 0.90
 
 #: Timer lateness that means the loop is behind, in ms: twice the ~1 ms timer granularity.
 LAGGING_MS = 2.0
@@ -87,6 +92,7 @@ class WorkerHealth:
     loop_lag_ms: list[float] = field(default_factory=list)
     rss_max_bytes: int = 0
     machine_busy: list[float] = field(default_factory=list)  #: fraction of all cores busy, whole machine
+    gc_pauses_ms: list[float] = field(default_factory=list)  #: guarded garbage collections during the step, ms
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (sent from worker processes to the parent)."""
@@ -97,6 +103,7 @@ class WorkerHealth:
             "loop_lag_ms": self.loop_lag_ms,
             "rss_max_bytes": self.rss_max_bytes,
             "machine_busy": self.machine_busy,
+            "gc_pauses_ms": self.gc_pauses_ms,
         }
 
     @classmethod
@@ -109,6 +116,7 @@ class WorkerHealth:
             loop_lag_ms=[float(v) for v in data.get("loop_lag_ms", [])],
             rss_max_bytes=int(data.get("rss_max_bytes", 0)),
             machine_busy=[float(v) for v in data.get("machine_busy", [])],
+            gc_pauses_ms=[float(v) for v in data.get("gc_pauses_ms", [])],
         )
 
     @property
@@ -125,9 +133,10 @@ class WorkerHealth:
 class HealthMonitor:
     """Samples the current event loop's thread while a step runs. Start with :meth:`start`, end with :meth:`stop`."""
 
-    def __init__(self, worker: int, interval_s: float = SAMPLE_INTERVAL_S) -> None:
+    def __init__(self, worker: int, interval_s: float = SAMPLE_INTERVAL_S, tuning: StepTuning | None = None) -> None:
         self.health = WorkerHealth(worker)
         self.interval_s = interval_s
+        self.tuning = tuning  #: the step's interpreter settings, whose garbage-collection guard runs at each sample
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -166,6 +175,10 @@ class HealthMonitor:
             rss = rss_bytes()
             if rss is not None and rss > h.rss_max_bytes:
                 h.rss_max_bytes = rss
+            if self.tuning is not None:
+                pause = self.tuning.check(rss)
+                if pause is not None:
+                    h.gc_pauses_ms.append(pause)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +194,10 @@ class ClientHealth:
     rss_max_mb: float | None  #: highest resident memory of any one worker, MiB
     rss_total_mb: float | None  #: sum of the workers' highest resident memory, MiB
     machine_busy_mean: float | None  #: mean fraction of all the machine's cores busy (client + target + others)
+    lagging_cpu_mean: float | None = None  #: mean loop CPU over the samples whose lag exceeded LAGGING_MS
+    lagging_machine_busy_mean: float | None = None  #: mean machine busy share over those samples
+    gc_pauses: int = 0  #: guarded garbage collections, all workers (see :mod:`latscope.load.tuning`)
+    gc_pause_max_ms: float | None = None  #: the longest of them, ms
 
     @property
     def saturated(self) -> bool:
@@ -196,6 +213,8 @@ class ClientHealth:
         lag = [v for w in workers for v in w.loop_lag_ms]
         busy = [v for w in workers for v in w.machine_busy]
         rss = [w.rss_max_bytes for w in workers if w.rss_max_bytes]
+        pauses = [v for w in workers for v in w.gc_pauses_ms]
+        lag_cpu, lag_busy = _lagging_samples(workers)
         return cls(
             workers=len(workers),
             loop_cpu_mean=sum(cpu) / len(cpu) if cpu else None,
@@ -206,6 +225,10 @@ class ClientHealth:
             rss_max_mb=max(rss) / 2**20 if rss else None,
             rss_total_mb=sum(rss) / 2**20 if rss else None,
             machine_busy_mean=sum(busy) / len(busy) if busy else None,
+            lagging_cpu_mean=sum(lag_cpu) / len(lag_cpu) if lag_cpu else None,
+            lagging_machine_busy_mean=sum(lag_busy) / len(lag_busy) if lag_busy else None,
+            gc_pauses=len(pauses),
+            gc_pause_max_ms=max(pauses) if pauses else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -221,6 +244,10 @@ class ClientHealth:
             "rss_max_mb": self.rss_max_mb,
             "rss_total_mb": self.rss_total_mb,
             "machine_busy_mean": self.machine_busy_mean,
+            "lagging_cpu_mean": self.lagging_cpu_mean,
+            "lagging_machine_busy_mean": self.lagging_machine_busy_mean,
+            "gc_pauses": self.gc_pauses,
+            "gc_pause_max_ms": self.gc_pause_max_ms,
         }
 
     @classmethod
@@ -237,4 +264,22 @@ class ClientHealth:
             rss_max_mb=data.get("rss_max_mb"),
             rss_total_mb=data.get("rss_total_mb"),
             machine_busy_mean=data.get("machine_busy_mean"),
+            lagging_cpu_mean=data.get("lagging_cpu_mean"),
+            lagging_machine_busy_mean=data.get("lagging_machine_busy_mean"),
+            gc_pauses=int(data.get("gc_pauses", 0)),
+            gc_pause_max_ms=data.get("gc_pause_max_ms"),
         )
+
+
+def _lagging_samples(workers: list[WorkerHealth]) -> tuple[list[float], list[float]]:
+    """Loop CPU and machine busy share in the samples whose loop lag exceeded :data:`LAGGING_MS`: what the loop and
+    the machine were doing when the loop fell behind (a step's means would dilute a burst in a long idle drain)."""
+    cpu: list[float] = []
+    busy: list[float] = []
+    for w in workers:
+        lagging = [i for i, lag in enumerate(w.loop_lag_ms) if lag > LAGGING_MS]
+        if len(w.loop_cpu) == len(w.loop_lag_ms):
+            cpu.extend(w.loop_cpu[i] for i in lagging)
+        if len(w.machine_busy) == len(w.loop_lag_ms):
+            busy.extend(w.machine_busy[i] for i in lagging)
+    return cpu, busy

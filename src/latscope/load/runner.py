@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import gc
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -35,10 +33,11 @@ from latscope.dialects.openai import OpenAIStreamDecoder, chat_request, completi
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.load.arrivals import ClosedLoop, OpenLoop, Schedule
 from latscope.load.config import BenchConfig, split_evenly
-from latscope.load.health import HealthMonitor, WorkerHealth
+from latscope.load.health import HealthMonitor, WorkerHealth, rss_bytes
 from latscope.load.pacing import SPIN, sleep_until
 from latscope.load.records import RequestContext
 from latscope.load.storage import PartWriter
+from latscope.load.tuning import StepTuning
 from latscope.load.workload import Plan, PlannedRequest, prompt_seed
 from latscope.timeline.model import Phase, RequestError, Timeline
 from latscope.wire import Client, Timeouts
@@ -58,45 +57,6 @@ USER_START_BATCH = 64
 
 #: Grace for in-flight requests after an external stop (Ctrl-C) before they are cancelled, s.
 STOP_GRACE_S = 1.0
-
-#: Generation-0 threshold of the cyclic garbage collector during a step. Every stream event is a tracked tuple, so
-#: with the default (700 allocations) the collector runs thousands of times per second, each pass stalling the loop;
-#: timelines are freed by reference counting anyway, so collecting rarely costs nothing but a little memory.
-GC_GEN0_THRESHOLD = 50_000
-
-#: Interpreter thread switch interval during a step, s (Python's default: 0.005). The Parquet writer thread converts
-#: batches while the loop runs; with the default, a read arriving while that thread holds the GIL could wait up to
-#: 5 ms to be stamped. 0.5 ms bounds that wait at the cost of slightly more frequent switching.
-SWITCH_INTERVAL_S = 0.0005
-
-
-class StepTuning:
-    """Interpreter settings for a measured step: collect once and freeze what exists (never scanned again), collect
-    young objects rarely, switch threads often. :meth:`enter` before the step starts (a full collection takes tens
-    of ms), :meth:`exit` after it."""
-
-    def __init__(self) -> None:
-        self._saved: tuple[tuple[int, int, int], float] | None = None
-
-    def enter(self) -> None:
-        if self._saved is not None:
-            return
-        thresholds = gc.get_threshold()
-        self._saved = (thresholds, sys.getswitchinterval())
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(GC_GEN0_THRESHOLD, thresholds[1], thresholds[2])
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
-
-    def exit(self) -> None:
-        if self._saved is None:
-            return
-        thresholds, interval = self._saved
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
-        sys.setswitchinterval(interval)
-        self._saved = None
-
 
 class RequestBuilder:
     """Builds the bytes of each planned request (OpenAI chat or completions) and its stream decoder."""
@@ -314,7 +274,7 @@ class StepWorker:
             trace_context=False,  # a traceparent per request costs CPU and nothing in a load test reads it
         )
         self._writer = PartWriter(self.run_dir, a.step, a.worker, threaded=self.writer_threaded)
-        self._tuning.enter()
+        self._tuning.enter(rss_bytes())
 
     async def run(self, start_ns: int) -> WorkerResult:
         """Run the step's share from ``start_ns`` (monotonic ns); return the result (also after :meth:`stop`)."""
@@ -325,7 +285,7 @@ class StepWorker:
         self.start_ns = start_ns
         self.warmup_end_ns = start_ns + int(cfg.warmup_s * 1e9)
         self.end_ns = None if cfg.duration_s is None else self.warmup_end_ns + int(cfg.duration_s * 1e9)
-        monitor = HealthMonitor(a.worker)
+        monitor = HealthMonitor(a.worker, tuning=self._tuning)
         loop = asyncio.get_running_loop()
         reporter = loop.create_task(self._report(), name="latscope-progress")
         poller = loop.create_task(busy_poll(), name="latscope-busy-poll") if cfg.busy_poll else None

@@ -24,9 +24,10 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from latscope.load.health import SATURATED_CPU, ClientHealth
+from latscope.load.health import MACHINE_BUSY, SATURATED_CPU, ClientHealth
 from latscope.load.slo import Slo
 from latscope.load.stats import Dist, describe
+from latscope.load.tuning import GUARD_GROWTH_BYTES
 
 #: Per-request latency columns summarised as distributions (ms), in display order.
 LATENCY_COLUMNS = ("client_queue_ms", "setup_ms", "ttfb_ms", "ttft_ms", "tpot_ms", "e2e_ms")
@@ -459,11 +460,12 @@ def step_warnings(s: StepSummary) -> list[str]:
             "so latencies include client delay: add --workers or lower the load"
         )
     elif c is not None and c.saturated and c.loop_lag_ms is not None:
-        busy = "" if c.machine_busy_mean is None else f", machine {c.machine_busy_mean:.0%} busy"
+        out.append(_lag_warning(c, c.loop_lag_ms.p99))
+    if c is not None and c.gc_pauses:
         out.append(
-            f"the client's event loop lagged (timer lateness p99 {c.loop_lag_ms.p99:.1f} ms) while using only "
-            f"{c.loop_cpu_mean or 0:.0%} of a core: other processes competed for the CPU{busy}; "
-            "stamps may be late by as much"
+            f"the client's memory grew by over {GUARD_GROWTH_BYTES >> 20:,} MiB, so it collected garbage "
+            f"{c.gc_pauses} time(s) mid-step (pauses up to {c.gc_pause_max_ms or 0:.0f} ms, reads stamped late "
+            "meanwhile): something keeps reference cycles alive (a library, or very many requests in flight)"
         )
     if s.schedule_rps and s.achieved_rps and s.achieved_rps < RATE_SHORTFALL * s.schedule_rps:
         out.append(
@@ -480,3 +482,25 @@ def step_warnings(s: StepSummary) -> list[str]:
             f"(p99 {queue.p99:.1f} ms, counted in client_queue_ms)"
         )
     return out
+
+
+def _lag_warning(c: ClientHealth, lag_p99_ms: float) -> str:
+    """Why the client's loop lagged, from what it and the machine did in the lagging samples."""
+    head = f"the client's event loop lagged (timer lateness p99 {lag_p99_ms:.1f} ms)"
+    cpu = c.lagging_cpu_mean if c.lagging_cpu_mean is not None else c.loop_cpu_mean
+    busy = c.lagging_machine_busy_mean if c.lagging_machine_busy_mean is not None else c.machine_busy_mean
+    if cpu is not None and cpu >= SATURATED_CPU:
+        return (
+            f"{head} while its loop used {cpu:.0%} of a core: it was saturated at those times, so stamps and "
+            "dispatches there are late: add --workers or lower the load"
+        )
+    if busy is not None and busy >= MACHINE_BUSY:
+        return (
+            f"{head} while using only {cpu or 0:.0%} of a core: other processes competed for the CPU "
+            f"(machine {busy:.0%} busy); stamps may be late by as much"
+        )
+    machine = "" if busy is None else f", machine {busy:.0%} busy"
+    return (
+        f"{head} while neither it ({cpu or 0:.0%} of a core) nor the machine was busy{machine}: something blocked "
+        "it (swapping, a stalled disk, a paused virtual machine); stamps may be late by as much"
+    )

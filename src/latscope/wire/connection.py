@@ -185,7 +185,12 @@ async def open_connection(
         t.connect_end_ns = monotonic_ns()
     if sock is None:
         assert last_exc is not None
-        raise connect_error(last_exc, origin.host, origin.port)
+        try:
+            raise connect_error(last_exc, origin.host, origin.port)
+        finally:
+            # the OSError's traceback holds this frame: drop it, or frame and error form a cycle that only the
+            # cyclic collector frees (which the load generator keeps off while it measures)
+            last_exc = None
 
     # before the first byte is sent or received, so even the first response segment is ACKed in that mode
     delayed = delayed_ack and not quickack and set_delayed_ack(sock)
@@ -229,6 +234,8 @@ async def open_connection(
             raise timeout_error(Phase.TLS, f"TLS handshake took longer than {timeouts.tls_s:g} s") from None
         except (OSError, ssl.SSLError, EOFError) as exc:
             protocol.abort()
+            # the handshake future keeps the error, and the error's traceback this frame: break the cycle
+            exc.__traceback__ = None
             raise tls_error(exc) from None
         except BaseException:  # cancelled: the half-open connection is nobody's now
             protocol.abort()

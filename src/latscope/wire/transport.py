@@ -109,8 +109,11 @@ class WireProtocol(asyncio.Protocol):
         if self._handshake is not None and not self._handshake.done():
             self._handshake.set_exception(exc or ConnectionError("connection closed during the TLS handshake"))
         self._wake_writers(exc or ConnectionError("connection closed"))
-        if self.receiver is not None:
-            self.receiver.connection_lost(exc)
+        receiver, self.receiver = self.receiver, None
+        if receiver is not None:
+            receiver.connection_lost(exc)
+        # the transport and the receiver both point back at this protocol: let reference counting free the three
+        self.transport = None
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -130,6 +133,7 @@ class WireProtocol(asyncio.Protocol):
         if self.eof:
             receiver.eof_received()
         if self.closed:
+            self.receiver = None
             receiver.connection_lost(self.lost_exc)
 
     def write(self, data: bytes) -> None:
@@ -206,7 +210,8 @@ class WireProtocol(asyncio.Protocol):
         except (ssl.SSLError, OSError) as exc:
             self._flush_tls()  # send the alert so the server logs why
             if not self._handshake.done():
-                self._handshake.set_exception(exc)
+                # without its traceback: that holds this frame, hence this protocol, hence the future (a cycle)
+                self._handshake.set_exception(exc.with_traceback(None))
             if self.transport is not None:
                 self.transport.close()
             return False
@@ -238,7 +243,7 @@ class WireProtocol(asyncio.Protocol):
         except ssl.SSLZeroReturnError:
             self.eof = True  # close_notify: delivered after the plaintext below
         except ssl.SSLError as exc:
-            self.lost_exc = exc
+            self.lost_exc = exc.with_traceback(None)  # kept on self: its traceback would make a cycle
             if self.transport is not None:
                 self.transport.abort()
         if self._outgoing is not None and self._outgoing.pending:

@@ -10,6 +10,11 @@ Offered load: ``streams`` concurrent streams; the lab's engine emits one token p
 Clients (each in this process, one after the other, while the lab runs on the other core):
 
 * ``latscope`` — ``latscope bench`` itself (bench_async on uvloop: wire client, OpenAI decoder, Parquet recording);
+* ``latscope --busy-poll`` — the same with ``--busy-poll``: the loop never sleeps in ``epoll_wait``, so no read waits
+  for the process to be woken (one core). It also records the windows in which the machine took the CPU away from
+  the client's thread; the last column is the p99 of the events the lab sent outside those windows — the client's
+  own delay, with the machine's preemptions (a pinned spin loop on this 2-core VM loses the CPU for 0–1.4 % of the
+  time, in gaps up to 10 ms) set aside. Both p99s are printed; the first is the one the targets are judged on;
 * ``httpx`` — a loop in the style of httpx-based tools: ``client.stream(...)`` + ``aiter_lines()``, stamp each
   ``data:`` line as it is yielded, on the default asyncio loop;
 * ``aiohttp`` — a loop in the style of aiohttp-based tools: ``async for line in resp.content``, stamp each line, on
@@ -78,7 +83,7 @@ FLOOD_TOKENS = 2_000
 BLAST_STREAMS = 8
 BLAST_EVENTS = 4_000
 
-CLIENTS = ("latscope", "httpx", "aiohttp", "raw")
+CLIENTS = ("latscope", "latscope --busy-poll", "httpx", "aiohttp", "raw")
 
 
 @dataclass
@@ -92,6 +97,14 @@ class ClientRun:
     wall_s: float
     delays_ms: npt.NDArray[np.float64]
     lab_cpu: float  #: the lab process's CPU use over the run, fraction of one core
+    off_cpu_share: float | None = None  #: --busy-poll: share of the time the client's loop thread was off the CPU
+    outside_ms: npt.NDArray[np.float64] | None = None  #: delays of events not sent while the client was off the CPU
+
+    def pct_outside(self, q: float) -> float:
+        """Percentile of the delays of events sent while the client's thread had the CPU (--busy-poll only)."""
+        if self.outside_ms is None or not self.outside_ms.size:
+            return float("nan")
+        return float(np.percentile(self.outside_ms, q))
 
     @property
     def rate(self) -> float:
@@ -287,16 +300,33 @@ def run_latscope(
         wall = time.monotonic() - wall0
         cpu, lab = time.process_time() - cpu0, proc_cpu_s(lab_pid) - lab0
         # Every event whose arrival falls in the measured window, whichever request carried it.
-        requests = pq.read_table(run_dir / "requests.parquet", columns=["request_id", "started_at_ms"])
+        requests = pq.read_table(run_dir / "requests.parquet", columns=["request_id", "started_at_ms", "started_ns"])
         events = pq.read_table(run_dir / "events.parquet", columns=["request_id", "at_ms", "delay_ms"])
-        started = np.zeros(int(pc.max(requests["request_id"]).as_py()) + 1)
-        started[requests["request_id"].to_numpy()] = requests["started_at_ms"].to_numpy()
-        at = started[events["request_id"].to_numpy()] + events["at_ms"].to_numpy()
+        size = int(pc.max(requests["request_id"]).as_py()) + 1
+        started, started_ns = np.zeros(size), np.zeros(size, dtype=np.int64)
+        ids = requests["request_id"].to_numpy()
+        started[ids] = requests["started_at_ms"].to_numpy()
+        started_ns[ids] = requests["started_ns"].to_numpy()
+        event_ids = events["request_id"].to_numpy()
+        at_ms = events["at_ms"].to_numpy()
+        at = started[event_ids] + at_ms
         delay = events["delay_ms"].to_numpy(zero_copy_only=False)
         keep = (at >= WARMUP_S * 1000) & (at < (WARMUP_S + seconds) * 1000) & ~np.isnan(delay)
-    del result
+    [step] = result.steps
+    health = step.client
     name = "latscope --busy-poll" if busy_poll else "latscope"
-    return ClientRun(name, int(keep.sum()), seconds, cpu, wall, delay[keep], lab / wall)
+    run = ClientRun(name, int(keep.sum()), seconds, cpu, wall, delay[keep], lab / wall)
+    if busy_poll and health is not None and health.off_cpu_share is not None:
+        # the lab's send stamp of each event, on the shared monotonic clock; an event sent while the client's thread
+        # was off the CPU could not be stamped before the thread ran again, by any client
+        sent_ns = started_ns[event_ids] + (at_ms - delay) * 1e6
+        inside = np.zeros(sent_ns.size, dtype=bool)
+        for _, start, end in health.off_cpu_windows:
+            inside |= (sent_ns >= start) & (sent_ns <= end)
+        run.off_cpu_share = health.off_cpu_share
+        run.outside_ms = delay[keep & ~inside]
+    del result
+    return run
 
 
 def run_client(name: str, url: str, streams: int, seconds: float, max_tokens: int, lab_pid: int) -> ClientRun:
@@ -384,8 +414,8 @@ def main() -> int:
 
     print(f"# client event-stamp fidelity vs lab truth ({os.cpu_count()} cores, {args.seconds:g} s per run)\n")
     print("| offered ev/s | streams × step | client | received ev/s | delay p50 ms | p99 ms | max ms "
-          "| client CPU | lab CPU |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|")
+          "| client CPU | lab CPU | client off CPU | p99 ms, events sent while on CPU |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for level in levels:
         streams, step_ms = LEVELS[level]
         max_tokens = int(1000 / step_ms)  # each request streams for about a second, then the user sends the next
@@ -395,9 +425,12 @@ def main() -> int:
                 r = run_client(name, lab.url, streams, args.seconds, max_tokens, lab.pid)
                 rows.append({"level": level, "streams": streams, "step_ms": step_ms, "client": name,
                              "rate": r.rate, "p50": r.pct(50), "p99": r.pct(99), "max": r.pct(100),
-                             "client_cpu": r.client_cpu, "lab_cpu": r.lab_cpu, "events": r.events})
+                             "client_cpu": r.client_cpu, "lab_cpu": r.lab_cpu, "events": r.events,
+                             "off_cpu_share": r.off_cpu_share, "p99_on_cpu": r.pct_outside(99)})
+                off = "–" if r.off_cpu_share is None else f"{r.off_cpu_share:.2%}"
                 print(f"| {level:,} | {streams} × {step_ms:g} ms | {name} | {r.rate:,.0f} | {fmt(r.pct(50))} | "
-                      f"{fmt(r.pct(99))} | {fmt(r.pct(100))} | {r.client_cpu:.0%} | {r.lab_cpu:.0%} |", flush=True)
+                      f"{fmt(r.pct(99))} | {fmt(r.pct(100))} | {r.client_cpu:.0%} | {r.lab_cpu:.0%} | {off} | "
+                      f"{fmt(r.pct_outside(99))} |", flush=True)
 
     flood: list[dict[str, Any]] = []
     if not args.no_flood:
@@ -444,12 +477,18 @@ def main() -> int:
 
     print()
     for target_level, bound in ((1_000, 0.5), (5_000, 1.0)):
-        hit = [r for r in rows if r["client"] == "latscope" and r["level"] == target_level]
         floor = [r for r in rows if r["client"] == "raw" and r["level"] == target_level]
-        if hit:
-            verdict = "met" if hit[0]["p99"] < bound else "MISSED"
+        for client in ("latscope", "latscope --busy-poll"):
+            hit = [r for r in rows if r["client"] == client and r["level"] == target_level]
+            if not hit:
+                continue
+            r = hit[0]
+            verdict = "met" if r["p99"] < bound else "MISSED"
             noise = f"; the raw floor's p99 at this level: {floor[0]['p99']:.3f} ms" if floor else ""
-            print(f"- latscope p99 at {target_level:,} ev/s: {hit[0]['p99']:.3f} ms (target < {bound} ms): {verdict}"
+            if r["off_cpu_share"] is not None:
+                noise += (f"; the client's thread was off the CPU {r['off_cpu_share']:.2%} of the time, events sent "
+                          f"while it had the CPU: p99 {r['p99_on_cpu']:.3f} ms")
+            print(f"- {client} p99 at {target_level:,} ev/s: {r['p99']:.3f} ms (target < {bound} ms): {verdict}"
                   f"{noise}")
     for label, table in (("lab flood", flood), ("blast", blast)):
         by_client = {f["client"]: f for f in table}
@@ -458,7 +497,11 @@ def main() -> int:
             rate_ratio = by_client["latscope"]["rate"] / max(1.0, by_client["httpx"]["rate"])
             print(f"- {label}: sustained capacity latscope / httpx-style {ratio:.1f}× per core (received-rate ratio "
                   f"{rate_ratio:.1f}×; target ≥ 3×): {'met' if ratio >= 3 else 'MISSED'}")
-    saturated = [r for r in rows if r["lab_cpu"] > 0.9 or r["client_cpu"] > 0.9 or r["rate"] < 0.9 * r["level"]]
+    saturated = [  # a busy-polling client uses a whole core by design: its CPU says nothing about saturation
+        r for r in rows
+        if r["lab_cpu"] > 0.9 or (r["client_cpu"] > 0.9 and "busy-poll" not in r["client"])
+        or r["rate"] < 0.9 * r["level"]
+    ]
     if saturated:
         first = min(saturated, key=lambda r: r["level"])
         print(f"- saturation: from {first['level']:,} ev/s offered ({first['client']}: received {first['rate']:,.0f}, "

@@ -179,3 +179,4 @@ async def test_busy_poll_keeps_the_loop_turning_and_is_not_reported_as_saturatio
     assert step.client is not None and step.client.spin_share_mean is not None
     assert step.client.spin_share_mean > 0.5
     assert step.client.saturated_workers == 0
+    assert step.client.off_cpu_share is not None  # the poll watched for the machine taking the CPU away

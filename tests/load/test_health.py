@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Callable
 
-from latscope.load.health import ClientHealth, HealthMonitor, WorkerHealth, rss_bytes
+from latscope.load.health import ClientHealth, HealthMonitor, WorkerHealth
+from latscope.quietgc import rss_bytes
 
 
 async def test_the_monitor_samples_the_loop_thread_and_sees_it_busy() -> None:
@@ -55,3 +58,36 @@ def test_rss_is_read_on_linux() -> None:
 def test_a_dispatcher_spinning_towards_deadlines_is_not_saturation() -> None:
     assert not WorkerHealth(0, loop_cpu=[1.0] * 4, spin_share=[0.8] * 4).saturated
     assert WorkerHealth(0, loop_cpu=[1.0] * 4, spin_share=[0.0] * 4).saturated
+
+
+async def test_the_busy_poll_sees_the_thread_off_the_cpu_but_not_busy_in_its_own_work() -> None:
+    from latscope.load.runner import busy_poll
+
+    async def with_poll(action: Callable[[], None], times: int) -> WorkerHealth:
+        health = WorkerHealth(0)
+        poller = asyncio.get_running_loop().create_task(busy_poll(health))
+        await asyncio.sleep(0.01)
+        for _ in range(times):
+            action()
+            await asyncio.sleep(0.002)
+        poller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller
+        return health
+
+    def spin() -> None:  # the loop's own work: CPU time advances with wall time
+        end = time.monotonic() + 0.005
+        while time.monotonic() < end:
+            pass
+
+    blocked = await with_poll(lambda: time.sleep(0.005), 5)  # off the CPU for 5 ms, five times
+    busy = await with_poll(spin, 5)
+    assert blocked.off_cpu_count >= 5 and blocked.off_cpu_max_ns >= 4_000_000
+    assert len(blocked.off_cpu_windows) == blocked.off_cpu_count
+    assert blocked.polled_ns > 0
+    # a ratio against the blocked control: spinning is not counted as off-CPU (a preemption may still happen)
+    assert busy.off_cpu_ns < 0.5 * blocked.off_cpu_ns
+    merged = ClientHealth.merge([blocked])
+    assert merged.off_cpu_share is not None and 0 < merged.off_cpu_share <= 1
+    assert ClientHealth.from_dict(merged.to_dict()) == merged
+    assert WorkerHealth.from_dict(blocked.to_dict()) == blocked

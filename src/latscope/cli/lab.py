@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -24,6 +25,10 @@ from latscope.lab.http.limits import (
 )
 from latscope.lab.scheduler import Policy
 from latscope.lab.settings import DEFAULT_MODEL, LabSettings
+from latscope.quietgc import QuietCollector, rss_bytes
+
+if TYPE_CHECKING:
+    from latscope.lab.app import Lab
 
 #: CLI option → CostModel field, for the cost-model overrides.
 COST_OPTIONS: dict[str, str] = {
@@ -65,6 +70,26 @@ def write_ready_file(path: Path, url: str, cert_path: Path | None) -> None:
     os.replace(tmp, path)
 
 
+#: How often the lab process looks for an idle moment to collect garbage, s.
+IDLE_CHECK_S = 1.0
+
+#: Young container objects worth an idle collection (fewer: nothing to gain).
+IDLE_COLLECT_MIN_OBJECTS = 10_000
+
+
+async def collect_when_idle(lab: Lab, quiet: QuietCollector) -> None:
+    """The lab process's garbage collection (see :mod:`latscope.quietgc`): only when its engine has nothing running
+    or waiting, so no token is stamped or written late because of it; otherwise only the memory guard."""
+    while True:
+        await asyncio.sleep(IDLE_CHECK_S)
+        scheduler = lab.scheduler
+        if scheduler.running == 0 and scheduler.waiting == 0:
+            if gc.get_count()[0] >= IDLE_COLLECT_MIN_OBJECTS:
+                quiet.collect(rss_bytes())
+        else:
+            quiet.check(rss_bytes())
+
+
 async def serve(settings: LabSettings, ready_file: Path | None, console: Console) -> None:
     """Start the lab, announce it, serve until SIGINT/SIGTERM, stop cleanly."""
     from latscope.lab.app import Lab  # imported here so `latscope lab --list-faults` stays light
@@ -73,6 +98,9 @@ async def serve(settings: LabSettings, ready_file: Path | None, console: Console
     await lab.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    quiet = QuietCollector()
+    quiet.enter(rss_bytes())
+    housekeeping = loop.create_task(collect_when_idle(lab, quiet), name="latscope-lab-gc")
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):  # no signal handlers on Windows loops
             loop.add_signal_handler(signum, stop.set)
@@ -87,10 +115,12 @@ async def serve(settings: LabSettings, ready_file: Path | None, console: Console
             write_ready_file(ready_file, lab.url, lab.cert_path)
         await stop.wait()
     finally:
+        housekeeping.cancel()
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signum)
         await lab.stop()
+        quiet.exit()
         if ready_file is not None:
             ready_file.unlink(missing_ok=True)
 

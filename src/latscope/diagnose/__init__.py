@@ -10,8 +10,7 @@ Usage::
 Modules: :mod:`~latscope.diagnose.runner` (:func:`diagnose`), :mod:`~latscope.diagnose.context` (what experiments
 share), :mod:`~latscope.diagnose.target` (model discovery, first contact), :mod:`~latscope.diagnose.plan` (ids →
 experiments), :mod:`~latscope.diagnose.experiments` (one module per family), :mod:`~latscope.diagnose.summary`
-(the typical request), :mod:`~latscope.diagnose.result` (:class:`Diagnosis` and its JSON contract),
-:mod:`~latscope.diagnose.delayed_ack` (the delayed-ACK client).
+(the typical request), :mod:`~latscope.diagnose.result` (:class:`Diagnosis` and its JSON contract).
 """
 
 import sys

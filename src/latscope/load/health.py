@@ -13,6 +13,8 @@ itself rather than the server. Each worker runs a :class:`HealthMonitor` that sa
   granularity, so values under ~1.1 ms mean "not lagging");
 * the process's resident memory (``VmRSS``, Linux);
 * the whole machine's CPU use (``/proc/stat``), to show when the target and the client compete for cores;
+* with ``--busy-poll``, the windows in which the loop thread was off the CPU (the machine preempted it): no client
+  can stamp a read during one, so they mark where measured delays are the machine's, not the client's;
 * the pauses of the garbage-collection guard (:mod:`latscope.load.tuning`), which it runs at each sample.
 
 :class:`ClientHealth` merges the workers' samples for ``run.json`` and decides whether to warn.
@@ -25,12 +27,12 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from latscope.load.pacing import SPIN
 from latscope.load.stats import Dist, describe
 from latscope.load.tuning import StepTuning
+from latscope.quietgc import rss_bytes
 
 #: Seconds between samples: often enough for loop-lag percentiles over a short step, rare enough to cost nothing.
 SAMPLE_INTERVAL_S = 0.1
@@ -41,22 +43,17 @@ SATURATED_CPU = 0.90
 #: Share of samples above :data:`SATURATED_CPU` that makes a worker "saturated" (brief spikes are normal).
 SATURATED_SHARE = 0.25
 
+#: A busy-poll turn longer than the thread's CPU time in it by this much (ns) is a window off the CPU.
+OFF_CPU_MIN_NS = 200_000
+
+#: Off-CPU windows kept per worker with their times (the count, total and maximum cover all of them).
+MAX_OFF_CPU_WINDOWS = 1000
+
 #: Share of all the machine's cores busy above which other processes compete with the client for CPU.
 MACHINE_BUSY = 0.90
 
 #: Timer lateness that means the loop is behind, in ms: twice the ~1 ms timer granularity.
 LAGGING_MS = 2.0
-
-
-def rss_bytes() -> int | None:
-    """Resident memory of this process in bytes (Linux ``/proc/self/status``), None elsewhere."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def machine_cpu_times() -> tuple[int, int] | None:
@@ -93,6 +90,19 @@ class WorkerHealth:
     rss_max_bytes: int = 0
     machine_busy: list[float] = field(default_factory=list)  #: fraction of all cores busy, whole machine
     gc_pauses_ms: list[float] = field(default_factory=list)  #: guarded garbage collections during the step, ms
+    polled_ns: int = 0  #: wall time the busy poll watched (0 without --busy-poll)
+    off_cpu_count: int = 0  #: windows off the CPU seen by the busy poll
+    off_cpu_ns: int = 0  #: their total off-CPU time
+    off_cpu_max_ns: int = 0
+    off_cpu_windows: list[tuple[int, int]] = field(default_factory=list)  #: (start, end), monotonic ns; the first ones
+
+    def add_off_cpu(self, start_ns: int, end_ns: int, off_ns: int) -> None:
+        """Record a window in which the loop thread was off the CPU for ``off_ns``."""
+        self.off_cpu_count += 1
+        self.off_cpu_ns += off_ns
+        self.off_cpu_max_ns = max(self.off_cpu_max_ns, off_ns)
+        if len(self.off_cpu_windows) < MAX_OFF_CPU_WINDOWS:
+            self.off_cpu_windows.append((start_ns, end_ns))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (sent from worker processes to the parent)."""
@@ -104,6 +114,11 @@ class WorkerHealth:
             "rss_max_bytes": self.rss_max_bytes,
             "machine_busy": self.machine_busy,
             "gc_pauses_ms": self.gc_pauses_ms,
+            "polled_ns": self.polled_ns,
+            "off_cpu_count": self.off_cpu_count,
+            "off_cpu_ns": self.off_cpu_ns,
+            "off_cpu_max_ns": self.off_cpu_max_ns,
+            "off_cpu_windows": [list(w) for w in self.off_cpu_windows],
         }
 
     @classmethod
@@ -117,6 +132,11 @@ class WorkerHealth:
             rss_max_bytes=int(data.get("rss_max_bytes", 0)),
             machine_busy=[float(v) for v in data.get("machine_busy", [])],
             gc_pauses_ms=[float(v) for v in data.get("gc_pauses_ms", [])],
+            polled_ns=int(data.get("polled_ns", 0)),
+            off_cpu_count=int(data.get("off_cpu_count", 0)),
+            off_cpu_ns=int(data.get("off_cpu_ns", 0)),
+            off_cpu_max_ns=int(data.get("off_cpu_max_ns", 0)),
+            off_cpu_windows=[(int(a), int(b)) for a, b in data.get("off_cpu_windows", [])],
         )
 
     @property
@@ -197,6 +217,9 @@ class ClientHealth:
     lagging_cpu_mean: float | None = None  #: mean loop CPU over the samples whose lag exceeded LAGGING_MS
     lagging_machine_busy_mean: float | None = None  #: mean machine busy share over those samples
     gc_pauses: int = 0  #: guarded garbage collections, all workers (see :mod:`latscope.load.tuning`)
+    off_cpu_share: float | None = None  #: --busy-poll: share of the polled time the loop threads were off the CPU
+    off_cpu_max_ms: float | None = None  #: --busy-poll: the longest such window, ms
+    off_cpu_windows: list[tuple[int, int, int]] = field(default_factory=list)  #: (worker, start, end) monotonic ns
     gc_pause_max_ms: float | None = None  #: the longest of them, ms
 
     @property
@@ -215,6 +238,7 @@ class ClientHealth:
         rss = [w.rss_max_bytes for w in workers if w.rss_max_bytes]
         pauses = [v for w in workers for v in w.gc_pauses_ms]
         lag_cpu, lag_busy = _lagging_samples(workers)
+        polled = sum(w.polled_ns for w in workers)
         return cls(
             workers=len(workers),
             loop_cpu_mean=sum(cpu) / len(cpu) if cpu else None,
@@ -229,6 +253,9 @@ class ClientHealth:
             lagging_machine_busy_mean=sum(lag_busy) / len(lag_busy) if lag_busy else None,
             gc_pauses=len(pauses),
             gc_pause_max_ms=max(pauses) if pauses else None,
+            off_cpu_share=sum(w.off_cpu_ns for w in workers) / polled if polled else None,
+            off_cpu_max_ms=max(w.off_cpu_max_ns for w in workers) / 1e6 if polled else None,
+            off_cpu_windows=[(w.worker, a, b) for w in workers for a, b in w.off_cpu_windows],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -248,6 +275,9 @@ class ClientHealth:
             "lagging_machine_busy_mean": self.lagging_machine_busy_mean,
             "gc_pauses": self.gc_pauses,
             "gc_pause_max_ms": self.gc_pause_max_ms,
+            "off_cpu_share": self.off_cpu_share,
+            "off_cpu_max_ms": self.off_cpu_max_ms,
+            "off_cpu_windows": [list(w) for w in self.off_cpu_windows],
         }
 
     @classmethod
@@ -268,6 +298,9 @@ class ClientHealth:
             lagging_machine_busy_mean=data.get("lagging_machine_busy_mean"),
             gc_pauses=int(data.get("gc_pauses", 0)),
             gc_pause_max_ms=data.get("gc_pause_max_ms"),
+            off_cpu_share=data.get("off_cpu_share"),
+            off_cpu_max_ms=data.get("off_cpu_max_ms"),
+            off_cpu_windows=[(int(w), int(a), int(b)) for w, a, b in data.get("off_cpu_windows", [])],
         )
 
 

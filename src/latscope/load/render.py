@@ -161,6 +161,8 @@ def step_renderable(s: StepSummary) -> RenderableType:
         loop_lag = "" if c.loop_lag_ms is None else f"; loop lag p99 {fmt_ms(c.loop_lag_ms.p99)} ms"
         mem = "" if c.rss_total_mb is None else f"; memory {c.rss_total_mb:,.0f} MiB"
         busy = "" if c.machine_busy_mean is None else f"; machine {c.machine_busy_mean:.0%} busy"
+        if c.off_cpu_share is not None:
+            busy += f"; off the CPU {c.off_cpu_share:.2%} of the time (longest {fmt_ms(c.off_cpu_max_ms)} ms)"
         gc_note = "" if not c.gc_pauses else f"; {c.gc_pauses} GC pause(s) up to {fmt_ms(c.gc_pause_max_ms)} ms"
         facts.add_row("client", f"{c.workers} worker(s), loop CPU {cpu}{loop_lag}{mem}{busy}{gc_note}")
     if s.slo:

@@ -33,12 +33,13 @@ from latscope.dialects.openai import OpenAIStreamDecoder, chat_request, completi
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.load.arrivals import ClosedLoop, OpenLoop, Schedule
 from latscope.load.config import BenchConfig, split_evenly
-from latscope.load.health import HealthMonitor, WorkerHealth, rss_bytes
+from latscope.load.health import OFF_CPU_MIN_NS, HealthMonitor, WorkerHealth
 from latscope.load.pacing import SPIN, sleep_until
 from latscope.load.records import RequestContext
 from latscope.load.storage import PartWriter
 from latscope.load.tuning import StepTuning
 from latscope.load.workload import Plan, PlannedRequest, prompt_seed
+from latscope.quietgc import rss_bytes
 from latscope.timeline.model import Phase, RequestError, Timeline
 from latscope.wire import Client, Timeouts
 
@@ -173,15 +174,30 @@ class Assignment:
     workers: int
 
 
-async def busy_poll() -> None:
+async def busy_poll(health: WorkerHealth) -> None:
     """Keep the loop turning: each turn polls the sockets with a zero timeout, so a read is stamped as soon as the
     kernel has it instead of after the process is woken from ``epoll_wait`` (tens to hundreds of µs on a busy or
-    power-saving machine). Costs one core per worker; counted as pacing spin by the health monitor."""
+    power-saving machine). Costs one core per worker; counted as pacing spin by the health monitor.
+
+    It also sees the machine take the CPU away: a turn that took :data:`~latscope.load.health.OFF_CPU_MIN_NS` longer
+    than the thread's own CPU time in it means the thread was not running (preempted, a virtual CPU descheduled);
+    each such window goes to ``health`` (reads arriving in it are stamped at its end, whatever the client)."""
     clock = time.monotonic_ns
-    while True:
-        start = clock()
-        await asyncio.sleep(0)
-        SPIN.spin_ns += clock() - start
+    cpu_clock = time.thread_time_ns
+    min_off = OFF_CPU_MIN_NS
+    wall, cpu = clock(), cpu_clock()
+    first = wall
+    try:
+        while True:
+            await asyncio.sleep(0)
+            now, now_cpu = clock(), cpu_clock()
+            off = (now - wall) - (now_cpu - cpu)
+            if off > min_off:
+                health.add_off_cpu(wall, now, off)
+            SPIN.spin_ns += now - wall
+            wall, cpu = now, now_cpu
+    finally:
+        health.polled_ns += clock() - first
 
 
 def _phase_of(t: Timeline) -> Phase:
@@ -288,7 +304,7 @@ class StepWorker:
         monitor = HealthMonitor(a.worker, tuning=self._tuning)
         loop = asyncio.get_running_loop()
         reporter = loop.create_task(self._report(), name="latscope-progress")
-        poller = loop.create_task(busy_poll(), name="latscope-busy-poll") if cfg.busy_poll else None
+        poller = loop.create_task(busy_poll(monitor.health), name="latscope-busy-poll") if cfg.busy_poll else None
         try:
             await sleep_until(start_ns, cfg.spin_us * 1000)
             monitor.start()

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from latscope.load.health import MACHINE_BUSY, SATURATED_CPU, ClientHealth
 from latscope.load.slo import Slo
 from latscope.load.stats import Dist, describe
-from latscope.load.tuning import GUARD_GROWTH_BYTES
+from latscope.quietgc import GUARD_GROWTH_BYTES
 
 #: Per-request latency columns summarised as distributions (ms), in display order.
 LATENCY_COLUMNS = ("client_queue_ms", "setup_ms", "ttfb_ms", "ttft_ms", "tpot_ms", "e2e_ms")

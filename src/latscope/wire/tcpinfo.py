@@ -56,6 +56,11 @@ def set_quickack(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
 
 
+def delayed_ack_supported() -> bool:
+    """True where the kernel lets a client switch quick ACKs off (Linux ``TCP_QUICKACK``)."""
+    return _TCP_QUICKACK is not None
+
+
 def set_delayed_ack(sock: socket.socket) -> bool:
     """Put the connection in delayed-ACK mode (Linux ``tcp(7)``: ``TCP_QUICKACK`` 0), the mode the kernel enters by
     itself once a connection has carried a request/response exchange, so a fresh connection ACKs like a reused one.

@@ -4,8 +4,8 @@ Per-read analysis (events per read, burst sizes, gaps) comes with every sample; 
 
 - ``reused``: one client pool, a warm-up request, then the measured ones (reused connections when the server keeps
   them alive) — the kernel's default ACK behaviour, which delays ACKs on a connection that has exchanged a request;
-- ``delayed_ack``: new connections put into delayed-ACK mode before the request (:mod:`.delayed_ack`), the same ACK
-  state without relying on the server keeping connections alive;
+- ``delayed_ack``: new connections kept in delayed-ACK mode from before the request on (``Client(delayed_ack=True)``,
+  Linux ``TCP_QUICKACK`` 0), the same ACK state without relying on the server keeping connections alive;
 - ``quickack``: the client ACKs every read at once (``Client(quickack=True)``): the control, where Nagle's algorithm
   has nothing to wait for; also measured with ``max_tokens`` 1 (``quickack_short``) for the buffering comparison;
 - ``quickack_http11`` (only when the target negotiated HTTP/2): the quickack pair again on a client that offers only
@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from latscope.checks.evidence import RequestSample, StreamEvidence
 from latscope.diagnose.context import Context
-from latscope.diagnose.delayed_ack import DelayedAckClient, delayed_ack_supported
-from latscope.wire.tcpinfo import quickack_supported
+from latscope.wire.tcpinfo import delayed_ack_supported, quickack_supported
 
 STREAM_REQUESTS = 3
 STREAM_REQUESTS_QUICK = 2
@@ -45,8 +44,7 @@ async def run(ctx: Context, max_tokens: int) -> StreamEvidence:
     delayed: list[RequestSample] = []
     delayed_ok = delayed_ack_supported()
     if delayed_ok:
-        delayed_client = DelayedAckClient(**ctx.client_options())
-        async with delayed_client:
+        async with ctx.client(delayed_ack=True) as delayed_client:
             for i in range(n):
                 delayed.append(
                     await ctx.send(
@@ -56,9 +54,6 @@ async def run(ctx: Context, max_tokens: int) -> StreamEvidence:
                         new_connection=True,
                     )
                 )
-            delayed_ok = delayed_client.applied > 0 or not any(s.ok for s in delayed)
-        if not delayed_ok:
-            delayed = []  # the client could not switch the ACK mode: these were ordinary fresh connections
     quick_long: list[RequestSample] = []
     quick_short: list[RequestSample] = []
     await _quickack_pairs(ctx, max_tokens, n, quick_long, quick_short, http2=True)

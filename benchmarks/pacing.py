@@ -93,6 +93,8 @@ def run_latscope(url: str, lab_pid: int, rate: int, process: InterArrival, secon
         "client_cpu": client.loop_cpu_mean if client and client.loop_cpu_mean is not None else float("nan"),
         "lab_cpu": lab_cpu,
         "workers": client.workers if client else 1,
+        "errors_by_kind": dict(step.overall.errors_by_kind),
+        "errors_by_phase": dict(step.overall.errors_by_phase),
     }
 
 
@@ -211,6 +213,14 @@ def main() -> int:
             print(f"- 1,000 req/s constant: achieved {r['achieved_rps']:,.1f} ({r['error_pct']:+.2f}%, target ±1%): "
                   f"{'met' if within else 'MISSED'}; dispatch lag p99 {r['lag_p99']:.3f} ms (target < 1 ms): "
                   f"{'met' if r['lag_p99'] < 1 else 'MISSED'}")
+    for r in rows:
+        if r.get("errors_by_kind"):
+            kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(r["errors_by_kind"].items()))
+            kinds += "; by phase: " + ", ".join(f"{k} {v:,}" for k, v in sorted(r["errors_by_phase"].items()))
+            print(f"- {r['rate']:,} req/s {r['process']}: {r['errors']:,} errors ({kinds}); "
+                  f"lab CPU {r['lab_cpu']:.0%}, client CPU {r['client_cpu']:.0%}: past what this machine serves end "
+                  "to end, requests still "
+                  "unanswered when the 5 s drain ran out were cancelled")
     if args.json:
         args.json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     return 0

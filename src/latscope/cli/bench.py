@@ -160,7 +160,13 @@ def build_config(
 @click.option("--drain", help="After a step's last dispatch, wait at most this long for in-flight requests.")
 @click.option("--timeout", default="120s", show_default=True, help="Longest wait for the head or between reads.")
 @click.option("--spin-us", type=int, default=1500, show_default=True, help="Pacing spin before each arrival (µs).")
-@click.option("--busy-poll", is_flag=True, help="Keep each worker's loop polling (one core each): stamps reads sooner.")
+@click.option(
+    "--busy-poll",
+    is_flag=True,
+    help="Keep each worker's loop polling instead of sleeping (one core each): reads are stamped without waiting "
+    "for the process to wake (event delay p99 ~0.5 ms instead of ~1.5 ms on a 2-core VM), and moments the machine "
+    "took the CPU away are recorded.",
+)
 @click.option("--inline", is_flag=True, help="Run in this process (one worker, no live display).")
 @click.option("--no-progress", is_flag=True, help="No live display.")
 @click.option("--json", "as_json", is_flag=True, help="Print run.json to stdout instead of the tables.")

@@ -11,11 +11,12 @@ itself rather than the server. Each worker runs a :class:`HealthMonitor` that sa
   a spin does not cause) decides for the others;
 * the event loop's lag: how late a timer callback runs beyond its due time (includes the loop's ~1 ms timer
   granularity, so values under ~1.1 ms mean "not lagging");
-* the process's resident memory (``VmRSS``, Linux);
-* the whole machine's CPU use (``/proc/stat``), to show when the target and the client compete for cores;
+* every :data:`SLOW_PROBE_EVERY` samples (reading ``/proc`` costs the loop thread more): the process's resident
+  memory (``/proc/self/statm``, Linux) and the whole machine's CPU use (``/proc/stat``), to show when the target and
+  the client compete for cores;
 * with ``--busy-poll``, the windows in which the loop thread was off the CPU (the machine preempted it): no client
   can stamp a read during one, so they mark where measured delays are the machine's, not the client's;
-* the pauses of the garbage-collection guard (:mod:`latscope.load.tuning`), which it runs at each sample.
+* the pauses of the garbage-collection guard (:mod:`latscope.quietgc`), which it runs with the slow probes.
 
 :class:`ClientHealth` merges the workers' samples for ``run.json`` and decides whether to warn.
 """
@@ -36,6 +37,11 @@ from latscope.quietgc import rss_bytes
 
 #: Seconds between samples: often enough for loop-lag percentiles over a short step, rare enough to cost nothing.
 SAMPLE_INTERVAL_S = 0.1
+
+#: The probes that read ``/proc`` (machine CPU, memory) and the garbage-collection guard run every this many samples:
+#: in a process busy with thousands of sockets each read costs ~150 µs of the loop thread (measured), a stall the
+#: loop-lag and CPU samples (a few µs) do not make.
+SLOW_PROBE_EVERY = 10
 
 #: A loop thread above this fraction of one core has no slack left: read stamps and dispatches start to queue.
 SATURATED_CPU = 0.90
@@ -178,6 +184,8 @@ class HealthMonitor:
         last_spin = SPIN.spin_ns
         last_wall = time.monotonic()
         last_machine = machine_cpu_times()
+        busy: float | None = None
+        samples = 0
         while True:
             due = time.monotonic() + self.interval_s
             await asyncio.sleep(self.interval_s)
@@ -188,17 +196,28 @@ class HealthMonitor:
                 h.loop_cpu.append((cpu - last_cpu) / (woke - last_wall))
                 h.spin_share.append(min(1.0, (spin - last_spin) / 1e9 / (woke - last_wall)))
             last_cpu, last_spin, last_wall = cpu, spin, woke
-            machine = machine_cpu_times()
-            if machine is not None and last_machine is not None and machine[1] > last_machine[1]:
-                h.machine_busy.append((machine[0] - last_machine[0]) / (machine[1] - last_machine[1]))
-            last_machine = machine
-            rss = rss_bytes()
-            if rss is not None and rss > h.rss_max_bytes:
-                h.rss_max_bytes = rss
-            if self.tuning is not None:
-                pause = self.tuning.check(rss)
-                if pause is not None:
-                    h.gc_pauses_ms.append(pause)
+            if samples % SLOW_PROBE_EVERY == 0:
+                busy, last_machine = self._slow_probes(last_machine, busy)
+            samples += 1
+            if busy is not None:
+                h.machine_busy.append(busy)  # the latest reading at every sample: aligned with the lag samples
+
+    def _slow_probes(
+        self, last_machine: tuple[int, int] | None, busy: float | None
+    ) -> tuple[float | None, tuple[int, int] | None]:
+        """Machine CPU, memory and the garbage-collection guard: ``(machine busy share, new /proc/stat reading)``."""
+        h = self.health
+        machine = machine_cpu_times()
+        if machine is not None and last_machine is not None and machine[1] > last_machine[1]:
+            busy = (machine[0] - last_machine[0]) / (machine[1] - last_machine[1])
+        rss = rss_bytes()
+        if rss is not None and rss > h.rss_max_bytes:
+            h.rss_max_bytes = rss
+        if self.tuning is not None:
+            pause = self.tuning.check(rss)
+            if pause is not None:
+                h.gc_pauses_ms.append(pause)
+        return busy, machine
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,3 +223,22 @@ async def test_wire_error_reads_like_its_message() -> None:
             await client.get(f"http://127.0.0.1:{port}/v1/models")
     assert raised.value.kind == "refused"
     assert not isinstance(raised.value, StreamError)
+
+
+def test_an_error_without_a_phase_of_its_own_is_charged_to_the_latest_phase_the_marks_show() -> None:
+    from latscope.timeline.model import Phase, Timeline
+
+    t = Timeline(started_ns=1)
+    assert t.phase_reached() is Phase.POOL
+    steps = [
+        ("dns_start_ns", Phase.DNS),
+        ("connect_start_ns", Phase.CONNECT),
+        ("tls_start_ns", Phase.TLS),
+        ("connection_ready_ns", Phase.SEND),
+        ("send_end_ns", Phase.HEADERS),
+    ]
+    for i, (mark, phase) in enumerate(steps, start=2):
+        setattr(t, mark, i)
+        assert t.phase_reached() is phase
+    t.status = 200
+    assert t.phase_reached() is Phase.STREAM

@@ -40,7 +40,7 @@ from latscope.load.storage import PartWriter
 from latscope.load.tuning import StepTuning
 from latscope.load.workload import Plan, PlannedRequest, prompt_seed
 from latscope.quietgc import rss_bytes
-from latscope.timeline.model import Phase, RequestError, Timeline
+from latscope.timeline.model import RequestError, Timeline
 from latscope.wire import Client, Timeouts
 
 #: How often a worker reports its counters (s): smooth enough for a live display, negligible cost.
@@ -58,6 +58,7 @@ USER_START_BATCH = 64
 
 #: Grace for in-flight requests after an external stop (Ctrl-C) before they are cancelled, s.
 STOP_GRACE_S = 1.0
+
 
 class RequestBuilder:
     """Builds the bytes of each planned request (OpenAI chat or completions) and its stream decoder."""
@@ -198,17 +199,6 @@ async def busy_poll(health: WorkerHealth) -> None:
             wall, cpu = now, now_cpu
     finally:
         health.polled_ns += clock() - first
-
-
-def _phase_of(t: Timeline) -> Phase:
-    """The phase a request had reached, from its marks (for requests cancelled before the client saw them)."""
-    if t.status is not None:
-        return Phase.STREAM
-    if t.send_end_ns is not None:
-        return Phase.HEADERS
-    if t.connection_ready_ns is not None:
-        return Phase.SEND
-    return Phase.POOL
 
 
 class StepWorker:
@@ -493,7 +483,7 @@ def _fail(t: Timeline, kind: str, message: str) -> None:
     if not t.started_ns:
         t.started_ns = now  # never left the client's queue: its whole life was client queue time
     if t.error is None:
-        t.error = RequestError(_phase_of(t), kind, message, now)
+        t.error = RequestError(t.phase_reached(), kind, message, now)
     if t.ended_ns is None:
         t.ended_ns = now
 

@@ -210,6 +210,23 @@ class Timeline:
         """True when the request completed without error."""
         return self.error is None and self.ended_ns is not None
 
+    def phase_reached(self) -> Phase:
+        """The latest phase the marks show the request entered: where an error with no phase of its own (a
+        cancellation, a bug, a deadline) is charged."""
+        if self.status is not None:
+            return Phase.STREAM
+        if self.send_end_ns is not None:
+            return Phase.HEADERS
+        if self.connection_ready_ns is not None:
+            return Phase.SEND
+        if self.tls_start_ns is not None:
+            return Phase.TLS
+        if self.connect_start_ns is not None:
+            return Phase.CONNECT
+        if self.dns_start_ns is not None:
+            return Phase.DNS
+        return Phase.POOL
+
     def server_ms(self, name: str) -> float | None:
         """The first server-reported duration called ``name``, in ms, or None."""
         for measure in self.server:

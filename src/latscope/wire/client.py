@@ -352,12 +352,14 @@ class Client:
             if conn is not None:
                 conn.abandon(exchange)
         except Exception as exc:  # a bug must not break request()'s promise to return the timeline
-            exchange.fail(make_error(f"internal error: {exc!r}", phase=self._phase(t), kind="internal"), monotonic_ns())
+            exchange.fail(
+                make_error(f"internal error: {exc!r}", phase=t.phase_reached(), kind="internal"), monotonic_ns()
+            )
             if conn is not None:
                 conn.abandon(exchange)
         except asyncio.CancelledError:
             exchange.fail(
-                make_error("the request was cancelled", phase=self._phase(t), kind="cancelled"), monotonic_ns()
+                make_error("the request was cancelled", phase=t.phase_reached(), kind="cancelled"), monotonic_ns()
             )
             if conn is not None:
                 conn.abandon(exchange)
@@ -411,23 +413,6 @@ class Client:
             await done
         finally:
             watchdog.cancel()
-
-    @staticmethod
-    def _phase(t: Timeline) -> Phase:
-        """The phase a request is in, from its marks (for errors raised outside a phase's own code)."""
-        if t.status is not None:
-            return Phase.STREAM
-        if t.send_end_ns is not None:
-            return Phase.HEADERS
-        if t.connection_ready_ns is not None:
-            return Phase.SEND
-        if t.tls_start_ns is not None:
-            return Phase.TLS
-        if t.connect_start_ns is not None:
-            return Phase.CONNECT
-        if t.dns_start_ns is not None:
-            return Phase.DNS
-        return Phase.POOL
 
 
 class _Watchdog:

@@ -51,5 +51,5 @@ def test_fast_path_agrees_with_general_decoding(obj: object, mode: str) -> None:
     event = SSEEvent("message", orjson.dumps(obj).decode(), None, None, 100)
     fast, general = OpenAIStreamDecoder(mode), OpenAIStreamDecoder(mode)
     fast._batch = general._batch = [event]
-    assert fast._decode_text_chunk(fast, event) == general._decode_event(event, _UNPARSED)
+    assert fast._decode_message(event) == general._decode_event(event, _UNPARSED)
     assert fast.warnings == general.warnings

@@ -265,7 +265,6 @@ class OpenAIStreamDecoder:
         "_batch",
         "_chat",
         "_closed",
-        "_decode_text_chunk",
         "_done",
         "_parsed",
         "_plain",
@@ -283,10 +282,7 @@ class OpenAIStreamDecoder:
             raise ValueError(f"unknown OpenAI mode {mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
         self._chat = mode == "chat"
-        # The mode's hot paths, kept as plain functions: a bound method stored on self would be a reference cycle.
-        self._decode_text_chunk = (
-            OpenAIStreamDecoder._decode_chat if self._chat else OpenAIStreamDecoder._decode_completions
-        )
+        # the mode's hot path, kept as a plain function (a bound method stored on self would be a reference cycle)
         self._plain = _plain_chat if self._chat else _plain_completions
         self._sse = SSEParser()
         self._warnings: list[str] = []
@@ -326,7 +322,7 @@ class OpenAIStreamDecoder:
             # an event with an SSE type of its own (`event: error`) among them: the general way, event by event
             events = sse.last_events()
             self._batch = events
-            return self._decode_all(map(self._decode_text_chunk, repeat(self), events))
+            return self._decode_all(map(self._decode_message, events))
         if not values:
             return []
         self._batch = None
@@ -458,9 +454,8 @@ class OpenAIStreamDecoder:
             self._batch = self._sse.last_events()
         return self._batch[index]
 
-    # The two per-event paths of SSEEvent input: one per mode. (Kept for events that come with an SSE type.)
-
-    def _decode_chat(self, event: SSEEvent) -> Chunk:
+    def _decode_message(self, event: SSEEvent) -> Chunk:
+        """The per-event path of SSEEvent input (events that come with an SSE type): the mode's plain shape first."""
         data = event[1]
         if data == DONE or event[0] != "message" or self._done:
             return self._decode_event(event, _UNPARSED)
@@ -468,18 +463,7 @@ class OpenAIStreamDecoder:
             obj = _loads(data)
         except _JSONDecodeError:
             return self._decode_event(event, _UNPARSED)
-        chunk = _plain_chat(obj)
-        return chunk if chunk is not None else self._decode_event(event, obj)
-
-    def _decode_completions(self, event: SSEEvent) -> Chunk:
-        data = event[1]
-        if data == DONE or event[0] != "message" or self._done:
-            return self._decode_event(event, _UNPARSED)
-        try:
-            obj = _loads(data)
-        except _JSONDecodeError:
-            return self._decode_event(event, _UNPARSED)
-        chunk = _plain_completions(obj)
+        chunk = self._plain(obj)
         return chunk if chunk is not None else self._decode_event(event, obj)
 
     def _decode_event(self, event: SSEEvent, obj: Any) -> Chunk:

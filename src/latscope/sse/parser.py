@@ -372,35 +372,32 @@ class SSEParser:
 
         ``lines[-1]`` is the incomplete last line (``b""`` when the chunk ends with a line ending).
         """
-        pos = self._tail_offset
         last = len(lines) - 1
-        i = 0
         # Lines that finish an event begun in an earlier read go through the general handling first.
-        while i < last and (self._data or self._type):
-            raw = lines[i]
-            end = pos + len(raw) + 1
-            line = raw[:-1] if crlf else raw
-            if line:
-                self._field(line, pos)
-            else:
-                self._dispatch(pos + 1, out)
-            pos = end
-            i += 1
+        i, pos = self._lines(lines, 0, last, crlf, self._tail_offset, out, until_idle=True)
         if i + 1 < last:
             i, pos = self._fast_run(lines, i, last, crlf, pos, out)
-        while i < last:
-            raw = lines[i]
-            end = pos + len(raw) + 1
-            line = raw[:-1] if crlf else raw
-            if line:
-                self._field(line, pos)
-            else:
-                self._dispatch(pos + 1, out)
-            pos = end
-            i += 1
+        i, pos = self._lines(lines, i, last, crlf, pos, out, until_idle=False)
         if lines[last]:
             self._tail.append(lines[last])
         self._tail_offset = pos
+
+    def _lines(
+        self, lines: list[bytes], i: int, last: int, crlf: bool, pos: int, out: list[Any], *, until_idle: bool
+    ) -> tuple[int, int]:
+        """The general handling of ``lines[i:last]``, line by line; with ``until_idle``, only until no event is under
+        way. Returns the next line's index and offset."""
+        while i < last and not (until_idle and not (self._data or self._type)):
+            raw = lines[i]
+            end = pos + len(raw) + 1
+            line = raw[:-1] if crlf else raw
+            if line:
+                self._field(line, pos)
+            else:
+                self._dispatch(pos + 1, out)
+            pos = end
+            i += 1
+        return i, pos
 
     def _fast_run(self, lines: list[bytes], i: int, last: int, crlf: bool, pos: int, out: list[Any]) -> tuple[int, int]:
         """Turn the run of `data: ` line + blank line pairs starting at ``lines[i]`` into events (their data values,

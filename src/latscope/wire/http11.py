@@ -198,6 +198,13 @@ class _ResponseReader:
         self.headers: list[tuple[bytes, bytes]] = []
         self.trailers: list[tuple[bytes, bytes]] = []
         self.fields = self.headers  # where on_header appends: the head's fields, then the trailer's
+        self._reset()
+
+    def _reset(self) -> None:
+        """The state of a response not yet begun."""
+        self.body.clear()
+        self.headers = self.fields = []
+        self.trailers = []
         self.status = 0
         self.http_version = ""
         self.head_done = False
@@ -216,18 +223,7 @@ class _ResponseReader:
         # Chunked framing wins over a Content-Length sent along with it, as RFC 9112 §6.3 rule 3 says and h11 did;
         # llhttp refuses the pair unless told (a guard against request smuggling, which is a proxy's concern).
         self.parser.set_dangerous_leniencies(lenient_chunked_length=True)
-        self.body.clear()
-        self.headers = self.fields = []
-        self.trailers = []
-        self.status = 0
-        self.http_version = ""
-        self.head_done = False
-        self.head_ready = False
-        self.informational = False
-        self.complete = False
-        self.keep_alive = False
-        self.head_bytes = 0
-        self.field_bytes = 0
+        self._reset()
 
     # --- httptools callbacks ------------------------------------------------------------------------------------
 

@@ -123,56 +123,42 @@ async def latscope_pacer(rate: int, seconds: float) -> list[int]:
     return lags
 
 
+def control_row(client: str, rate: int, fired_ns: np.ndarray, lag_ms: np.ndarray) -> dict[str, Any]:
+    """A row for a control that sends nothing: when each arrival fired (ns) and how late (ms)."""
+    achieved = (fired_ns.size - 1) / ((fired_ns[-1] - fired_ns[0]) / 1e9)
+    return {
+        "client": client,
+        "rate": rate,
+        "process": "constant",
+        "requests": int(fired_ns.size),
+        "errors": 0,
+        "schedule_rps": float(rate),
+        "achieved_rps": achieved,
+        "error_pct": (achieved / rate - 1) * 100,
+        "vs_schedule_pct": (achieved / rate - 1) * 100,
+        "lag_p50": float(np.percentile(lag_ms, 50)),
+        "lag_p99": float(np.percentile(lag_ms, 99)),
+        "lag_max": float(lag_ms.max()),
+        "queue_p99": float("nan"),
+        "client_cpu": float("nan"),
+        "lab_cpu": float("nan"),
+        "workers": 1,
+    }
+
+
 def run_pacer(rate: int, seconds: float) -> dict[str, Any]:
     from latscope.wire.loop import run as run_uvloop
 
     lags_ns = np.array(run_uvloop(latscope_pacer(rate, seconds)), dtype=np.int64)
     fired = np.arange(lags_ns.size) * (1e9 / rate) + lags_ns
-    achieved = (fired.size - 1) / ((fired[-1] - fired[0]) / 1e9)
-    lag = lags_ns / 1e6
-    return {
-        "client": "latscope pacer",
-        "rate": rate,
-        "process": "constant",
-        "requests": int(lags_ns.size),
-        "errors": 0,
-        "schedule_rps": float(rate),
-        "achieved_rps": achieved,
-        "error_pct": (achieved / rate - 1) * 100,
-        "vs_schedule_pct": (achieved / rate - 1) * 100,
-        "lag_p50": float(np.percentile(lag, 50)),
-        "lag_p99": float(np.percentile(lag, 99)),
-        "lag_max": float(lag.max()),
-        "queue_p99": float("nan"),
-        "client_cpu": float("nan"),
-        "lab_cpu": float("nan"),
-        "workers": 1,
-    }
+    return control_row("latscope pacer", rate, fired, lags_ns / 1e6)
 
 
 def run_naive(rate: int, seconds: float) -> dict[str, Any]:
     fired = np.array(asyncio.run(naive_dispatcher(rate, seconds)), dtype=np.int64)
-    achieved = (fired.size - 1) / ((fired[-1] - fired[0]) / 1e9)
     deadlines = fired[0] + np.arange(fired.size) * (1e9 / rate)
     lag = (fired - deadlines) / 1e6  # how far behind the intended schedule each arrival fired
-    return {
-        "client": "sleep(gap)",
-        "rate": rate,
-        "process": "constant",
-        "requests": int(fired.size),
-        "errors": 0,
-        "schedule_rps": float(rate),
-        "achieved_rps": achieved,
-        "error_pct": (achieved / rate - 1) * 100,
-        "vs_schedule_pct": (achieved / rate - 1) * 100,
-        "lag_p50": float(np.percentile(lag, 50)),
-        "lag_p99": float(np.percentile(lag, 99)),
-        "lag_max": float(lag.max()),
-        "queue_p99": float("nan"),
-        "client_cpu": float("nan"),
-        "lab_cpu": float("nan"),
-        "workers": 1,
-    }
+    return control_row("sleep(gap)", rate, fired, lag)
 
 
 def fmt(v: float, digits: int = 3) -> str:

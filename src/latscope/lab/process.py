@@ -13,7 +13,6 @@ if it does not exit in time.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -23,8 +22,9 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import IO
+
+from latscope.lab.managed import ManagedProcess
 
 #: How often the parent looks for the ready file, s.
 POLL_INTERVAL_S = 0.02
@@ -36,7 +36,7 @@ class LabStartError(RuntimeError):
     """The lab child process exited or did not become ready in time; the message carries its stderr tail."""
 
 
-class LabProcess:
+class LabProcess(ManagedProcess):
     """A lab child process. ``args`` are extra ``latscope lab`` options (``["--fault", "nagle"]``)."""
 
     def __init__(
@@ -144,22 +144,3 @@ class LabProcess:
         except OSError:
             return "(no stderr)"
         return text or "(no stderr)"
-
-    def __enter__(self) -> LabProcess:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> LabProcess:
-        """As ``with``, without blocking the event loop while the child starts."""
-        await asyncio.to_thread(self.start)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await asyncio.to_thread(self.stop)

@@ -162,8 +162,10 @@ class HealthMonitor:
     def __init__(self, worker: int, interval_s: float = SAMPLE_INTERVAL_S, tuning: StepTuning | None = None) -> None:
         self.health = WorkerHealth(worker)
         self.interval_s = interval_s
-        self.tuning = tuning  #: the step's interpreter settings, whose garbage-collection guard runs at each sample
+        self.tuning = tuning  #: the step's interpreter settings: its GC guard runs with the slow probes
         self._task: asyncio.Task[None] | None = None
+        self._machine: tuple[int, int] | None = None  #: the last /proc/stat reading
+        self._machine_busy: float | None = None  #: the latest machine busy share
 
     def start(self) -> None:
         """Begin sampling on the running loop."""
@@ -183,8 +185,7 @@ class HealthMonitor:
         last_cpu = time.thread_time()
         last_spin = SPIN.spin_ns
         last_wall = time.monotonic()
-        last_machine = machine_cpu_times()
-        busy: float | None = None
+        self._machine = machine_cpu_times()
         samples = 0
         while True:
             due = time.monotonic() + self.interval_s
@@ -197,19 +198,19 @@ class HealthMonitor:
                 h.spin_share.append(min(1.0, (spin - last_spin) / 1e9 / (woke - last_wall)))
             last_cpu, last_spin, last_wall = cpu, spin, woke
             if samples % SLOW_PROBE_EVERY == 0:
-                busy, last_machine = self._slow_probes(last_machine, busy)
+                self._slow_probes()
             samples += 1
-            if busy is not None:
-                h.machine_busy.append(busy)  # the latest reading at every sample: aligned with the lag samples
+            if self._machine_busy is not None:
+                # the latest reading at every sample: aligned with the lag samples
+                h.machine_busy.append(self._machine_busy)
 
-    def _slow_probes(
-        self, last_machine: tuple[int, int] | None, busy: float | None
-    ) -> tuple[float | None, tuple[int, int] | None]:
-        """Machine CPU, memory and the garbage-collection guard: ``(machine busy share, new /proc/stat reading)``."""
+    def _slow_probes(self) -> None:
+        """Machine CPU (since the previous reading), memory, and the garbage-collection guard."""
         h = self.health
-        machine = machine_cpu_times()
-        if machine is not None and last_machine is not None and machine[1] > last_machine[1]:
-            busy = (machine[0] - last_machine[0]) / (machine[1] - last_machine[1])
+        machine, last = machine_cpu_times(), self._machine
+        if machine is not None and last is not None and machine[1] > last[1]:
+            self._machine_busy = (machine[0] - last[0]) / (machine[1] - last[1])
+        self._machine = machine
         rss = rss_bytes()
         if rss is not None and rss > h.rss_max_bytes:
             h.rss_max_bytes = rss
@@ -217,7 +218,6 @@ class HealthMonitor:
             pause = self.tuning.check(rss)
             if pause is not None:
                 h.gc_pauses_ms.append(pause)
-        return busy, machine
 
 
 @dataclass(frozen=True, slots=True)

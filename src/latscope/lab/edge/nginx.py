@@ -25,7 +25,6 @@ with one worker does.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import ipaddress
@@ -39,13 +38,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import IO
 from urllib.parse import urlsplit
 
 from latscope.lab.certs import CertFiles, generate_self_signed
 from latscope.lab.edge.config import EdgeConfig
 from latscope.lab.edge.errors import EdgeStartError, EdgeUnavailable
+from latscope.lab.managed import ManagedProcess
 
 #: Where distributions install nginx; ``/usr/sbin`` is not on an ordinary user's PATH on Debian.
 SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin", "/usr/local/nginx/sbin", "/opt/homebrew/bin")
@@ -317,7 +316,7 @@ def _tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
     return data[-limit:].decode("utf-8", "replace").strip()
 
 
-class NginxEdge:
+class NginxEdge(ManagedProcess):
     """nginx as a reverse proxy in front of a lab origin, configured by an :class:`EdgeConfig`.
 
     ``origin_url`` is the origin's plain-HTTP address (``http://127.0.0.1:PORT``, a trailing ``/v1`` is fine).
@@ -554,21 +553,3 @@ class NginxEdge:
         return max(16, min(self.config.worker_connections, soft - 32))  # leave room for logs and listeners
 
     # -- context managers ------------------------------------------------------------------------------------------
-    def __enter__(self) -> NginxEdge:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> NginxEdge:
-        """As ``with``, without blocking the event loop while nginx starts (the origin may share that loop)."""
-        await asyncio.to_thread(self.start)
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await asyncio.to_thread(self.stop)

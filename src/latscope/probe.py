@@ -26,9 +26,9 @@ from latscope.dialects.base import RequestSpec
 from latscope.signals.join import TtftSplit, apply_server_signals, ttft_split
 from latscope.signals.scrape import Fetch, MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
 from latscope.timeline import metrics
-from latscope.timeline.metrics import NS_PER_MS
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.serialize import timeline_to_dict
+from latscope.units import NS_PER_MS
 from latscope.wire import Client, Timeouts, WireError
 from latscope.wire.models import OriginStats, join_url
 

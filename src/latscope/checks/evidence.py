@@ -13,12 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from latscope.timeline import metrics
-from latscope.timeline.model import TOKEN_KINDS, EventKind, Timeline
+from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, ServerPhase, Timeline
+from latscope.units import NS_PER_MS
 
 #: Server-reported phases kept on a sample (Server-Timing, llama.cpp ``timings``, the lab's object), by name.
-SERVER_PHASES = ("parse", "validate", "window_wait", "queue", "prefill", "decode")
-#: The error kind :mod:`latscope.wire` gives a response whose stream (or body) carried an error object.
-API_ERROR_KIND = "api-error"
+SERVER_PHASES = (
+    ServerPhase.PARSE,
+    ServerPhase.VALIDATE,
+    ServerPhase.WINDOW_WAIT,
+    ServerPhase.QUEUE,
+    ServerPhase.PREFILL,
+    ServerPhase.DECODE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +55,7 @@ class RequestSample:
     """
 
     label: str
-    error_kind: str | None = None
+    error_kind: ErrorKind | None = None
     error_phase: str | None = None
     error_message: str | None = None
     status: int | None = None
@@ -81,7 +87,7 @@ class RequestSample:
     itl_ms: tuple[float, ...] = ()
     output_tokens: int = 0
     x_accel_buffering: str | None = None
-    server_ms: dict[str, float] = field(default_factory=dict)
+    server_ms: dict[ServerPhase, float] = field(default_factory=dict)
     events: int = 0
     error_events: int = 0
     stale_retry: bool = False
@@ -108,7 +114,7 @@ class RequestSample:
             return status != 429
         if not 200 <= status < 300 or self.output_tokens or self.ttft_ms is not None:
             return False
-        if self.error_kind == API_ERROR_KIND or self.error_events:
+        if self.error_kind is ErrorKind.API_ERROR or self.error_events:
             return True
         return self.ok and self.events == 0
 
@@ -145,13 +151,13 @@ class RequestSample:
         e2e_after = None
         if ready is not None:
             if t.first_token_ns is not None:
-                ttft_after = (t.first_token_ns - ready) / metrics.NS_PER_MS
+                ttft_after = (t.first_token_ns - ready) / NS_PER_MS
             if t.ended_ns is not None and err is None:
-                e2e_after = (t.ended_ns - ready) / metrics.NS_PER_MS
-        server: dict[str, float] = {}
+                e2e_after = (t.ended_ns - ready) / NS_PER_MS
+        server: dict[ServerPhase, float] = {}
         for measure in t.server:
             if measure.name in SERVER_PHASES and measure.name not in server:
-                server[measure.name] = measure.ms
+                server[ServerPhase(measure.name)] = measure.ms
         headers = t.response_headers
         return cls(
             label=label if label is not None else (t.label or ""),

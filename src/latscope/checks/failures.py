@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from latscope.checks.evidence import RequestSample
+from latscope.timeline.model import ErrorKind
 
 #: How much of one error message a summary quotes.
 MESSAGE_CHARS = 120
@@ -21,7 +22,7 @@ def describe(sample: RequestSample) -> str:
         return "HTTP 429 (rate limited)"
     if sample.ok and sample.refused:
         return f"HTTP {sample.status} with a stream that carried no token (the server refused the prompt)"
-    if sample.error_kind == "http-status" and sample.status is not None:
+    if sample.error_kind is ErrorKind.HTTP_STATUS and sample.status is not None:
         message = sample.error_message or f"HTTP {sample.status}"
         return message[:MESSAGE_CHARS]
     phase = sample.error_phase or "request"

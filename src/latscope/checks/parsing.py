@@ -22,10 +22,10 @@ from latscope.checks.evidence import ParsePoint, ParsingEvidence, Reference
 from latscope.checks.severity import cost_context, severity_for
 from latscope.checks.stats import LineFit, fit_line, median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome, make_finding
+from latscope.units import BYTES_PER_MB
 
 PARSE_ID = "slow-request-parsing"
 
-BYTES_PER_MB = 1024 * 1024
 
 #: A server this many times slower per MB than the fast parser is slower than even the standard library's json
 #: (orjson/ujson are 2–5× faster than stdlib json on long prompts: reference/bottlenecks.md, source article).

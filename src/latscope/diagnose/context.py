@@ -19,7 +19,7 @@ from latscope.dialects import openai
 from latscope.dialects.base import RequestSpec
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.signals.join import apply_server_signals
-from latscope.timeline.model import Phase, Timeline
+from latscope.timeline.model import ErrorKind, Phase, Timeline
 from latscope.wire import Client, Timeouts
 
 #: Limits of one diagnose request, s: generous for a slow target, bounded so a stalled one cannot hang the run. No
@@ -175,7 +175,7 @@ class Context:
 
 #: Failures that mean "the connection went away under the request" when they happen on a reused connection before
 #: any event arrived: the peer's close (FIN or RST) raced our request onto it.
-STALE_ERROR_KINDS = frozenset({"closed", "reset", "lost", "truncated"})
+STALE_ERROR_KINDS = frozenset({ErrorKind.CLOSED, ErrorKind.RESET, ErrorKind.LOST, ErrorKind.TRUNCATED})
 STALE_ERROR_PHASES = frozenset({Phase.SEND, Phase.HEADERS, Phase.STREAM})
 
 

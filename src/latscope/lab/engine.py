@@ -44,10 +44,10 @@ from typing import Literal, NamedTuple, Protocol
 
 from latscope.lab.costmodel import CostModel
 from latscope.lab.textgen import seed_for, token_text
+from latscope.units import NS_PER_MS
 
 log = logging.getLogger(__name__)
 
-NS_PER_MS = 1_000_000
 
 ADMISSION_WATERMARK = 0.01
 """Fraction of KV blocks admission leaves free for decode growth (vLLM's default ``watermark``); waived when

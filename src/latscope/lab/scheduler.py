@@ -46,6 +46,7 @@ from latscope.lab.engine import (
 )
 from latscope.lab.metrics import LabMetrics
 from latscope.lab.textgen import seed_for
+from latscope.units import NS_PER_MS, NS_PER_S
 
 __all__ = [
     "GenerationError",
@@ -62,8 +63,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
 
 MAX_LAG_NS = 5 * NS_PER_MS
 """How far the virtual clock may fall behind real time before it resynchronises: absorbs asyncio timer overshoot

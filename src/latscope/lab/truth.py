@@ -15,8 +15,7 @@ from typing import Any
 
 from latscope.lab.gateway import CompletionRequest
 from latscope.lab.scheduler import RequestStats
-
-NS_PER_MS = 1_000_000
+from latscope.units import NS_PER_MS
 
 
 def ms(ns: int) -> float:

@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from latscope.units import NS_PER_S
+
 #: Arrivals computed per RNG block (one RNG stream per block keyed by (seed, block)).
 SCHEDULE_BLOCK = 2048
 
 _RNG_STREAM_ARRIVALS = 2  # distinct from the workload stream (latscope.load.workload)
-
-NS_PER_S = 1_000_000_000
 
 
 class ArrivalSpecError(ValueError):

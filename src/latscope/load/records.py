@@ -24,8 +24,7 @@ import pyarrow as pa
 
 from latscope.timeline import metrics
 from latscope.timeline.model import TOKEN_KINDS, EventKind, Read, StreamEvent, Timeline
-
-NS_PER_MS = 1_000_000
+from latscope.units import NS_PER_MS
 
 #: Every EventKind, in a fixed order: the dictionary of the ``kind`` column (events store the int8 code).
 EVENT_KINDS: tuple[EventKind, ...] = tuple(EventKind)
@@ -196,7 +195,7 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         t.status,
         t.finish_reason,
         None if err is None else str(err.phase),
-        None if err is None else err.kind,
+        None if err is None else str(err.kind),
         None if err is None else err.status,
         None if err is None else err.message,
         t.started_ns,

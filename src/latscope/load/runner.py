@@ -40,8 +40,9 @@ from latscope.load.storage import PartWriter
 from latscope.load.tuning import StepTuning
 from latscope.load.workload import Plan, PlannedRequest, prompt_seed
 from latscope.quietgc import rss_bytes
-from latscope.timeline.model import RequestError, Timeline
+from latscope.timeline.model import ErrorKind, Timeline
 from latscope.wire import Client, Timeouts
+from latscope.wire.errors import fail_unfinished
 
 #: How often a worker reports its counters (s): smooth enough for a live display, negligible cost.
 PROGRESS_INTERVAL_S = 0.5
@@ -436,9 +437,9 @@ class StepWorker:
                 await self._send(spec, item, scheduled_ns, t)
         except asyncio.CancelledError:
             # Cancelled by the drain limit or a stop: keep what was measured, name where it was cut off.
-            _fail(t, "cancelled", "cancelled when the step ended")
+            fail_unfinished(t, ErrorKind.CANCELLED, "cancelled when the step ended")
         except Exception as exc:  # the client records request failures itself; this is a bug, kept as a record
-            _fail(t, "internal", f"client error: {exc!r}")
+            fail_unfinished(t, ErrorKind.INTERNAL, f"client error: {exc!r}")
         finally:
             c.in_flight -= 1
         ctx = RequestContext(
@@ -475,17 +476,6 @@ class StepWorker:
             scheduled_ns=scheduled_ns,
             timeline=t,
         )
-
-
-def _fail(t: Timeline, kind: str, message: str) -> None:
-    """Close a timeline the client did not finish: error (unless it has one), end mark, start mark if missing."""
-    now = time.monotonic_ns()
-    if not t.started_ns:
-        t.started_ns = now  # never left the client's queue: its whole life was client queue time
-    if t.error is None:
-        t.error = RequestError(t.phase_reached(), kind, message, now)
-    if t.ended_ns is None:
-        t.ended_ns = now
 
 
 def vars_of(obj: Any) -> dict[str, Any]:

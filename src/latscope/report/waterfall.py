@@ -23,8 +23,8 @@ from rich.table import Table
 from rich.text import Text
 
 from latscope.timeline import metrics
-from latscope.timeline.metrics import NS_PER_MS
 from latscope.timeline.model import ConnectionInfo, Timeline
+from latscope.units import NS_PER_MS
 
 #: bar colours per phase: setup phases cool, the server's time warm, streaming green
 PHASE_STYLES = {

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from latscope.signals.headers import warn
-from latscope.timeline.model import ServerMeasure, Usage
+from latscope.timeline.model import ServerMeasure, ServerPhase, Usage
+from latscope.units import NS_PER_MS
 
-NS_PER_MS = 1_000_000
 MS_PER_S = 1000.0
 
 OLLAMA_DURATION_FIELDS = ("total_duration", "load_duration", "prompt_eval_duration", "eval_duration")
@@ -94,9 +94,9 @@ def llamacpp_measures(timings: LlamaCppTimings) -> list[ServerMeasure]:
     """``prefill`` from ``prompt_ms`` and ``decode`` from ``predicted_ms``."""
     measures: list[ServerMeasure] = []
     if timings.prompt_ms is not None:
-        measures.append(ServerMeasure("prefill", timings.prompt_ms, "body:timings.prompt_ms"))
+        measures.append(ServerMeasure(ServerPhase.PREFILL, timings.prompt_ms, "body:timings.prompt_ms"))
     if timings.predicted_ms is not None:
-        measures.append(ServerMeasure("decode", timings.predicted_ms, "body:timings.predicted_ms"))
+        measures.append(ServerMeasure(ServerPhase.DECODE, timings.predicted_ms, "body:timings.predicted_ms"))
     return measures
 
 
@@ -142,10 +142,10 @@ def ollama_measures(durations: OllamaDurations, *, warnings: list[str] | None = 
     """``e2e``, ``load``, ``prefill``, ``decode`` and the derived ``slot_wait_templating``, in ms."""
     measures: list[ServerMeasure] = []
     for name, value, field_name in (
-        ("e2e", durations.total_ns, "total_duration"),
-        ("load", durations.load_ns, "load_duration"),
-        ("prefill", durations.prompt_eval_ns, "prompt_eval_duration"),
-        ("decode", durations.eval_ns, "eval_duration"),
+        (ServerPhase.E2E, durations.total_ns, "total_duration"),
+        (ServerPhase.LOAD, durations.load_ns, "load_duration"),
+        (ServerPhase.PREFILL, durations.prompt_eval_ns, "prompt_eval_duration"),
+        (ServerPhase.DECODE, durations.eval_ns, "eval_duration"),
     ):
         if value is not None:
             measures.append(ServerMeasure(name, value / NS_PER_MS, f"body:{field_name}"))
@@ -158,17 +158,24 @@ def ollama_measures(durations: OllamaDurations, *, warnings: list[str] | None = 
             )
         else:
             source = "body:total_duration-load_duration-prompt_eval_duration-eval_duration"
-            measures.append(ServerMeasure("slot_wait_templating", other / NS_PER_MS, source))
+            measures.append(ServerMeasure(ServerPhase.SLOT_WAIT_TEMPLATING, other / NS_PER_MS, source))
     return measures
 
 
 def sglang_measures(meta_info: Mapping[str, Any], *, warnings: list[str] | None = None) -> list[ServerMeasure]:
     """``e2e`` from SGLang's ``meta_info.e2e_latency`` (seconds)."""
     e2e_s = _number(meta_info, "e2e_latency", "meta_info.", warnings)
-    return [] if e2e_s is None else [ServerMeasure("e2e", e2e_s * MS_PER_S, "body:meta_info.e2e_latency")]
+    return [] if e2e_s is None else [ServerMeasure(ServerPhase.E2E, e2e_s * MS_PER_S, "body:meta_info.e2e_latency")]
 
 
-LAB_PHASES = ("parse", "validate", "queue", "window_wait", "prefill", "decode")
+LAB_PHASES = (
+    ServerPhase.PARSE,
+    ServerPhase.VALIDATE,
+    ServerPhase.QUEUE,
+    ServerPhase.WINDOW_WAIT,
+    ServerPhase.PREFILL,
+    ServerPhase.DECODE,
+)
 
 
 def lab_measures(latscope: Mapping[str, Any], *, warnings: list[str] | None = None) -> list[ServerMeasure]:

@@ -42,28 +42,15 @@ from latscope.signals.headers import HeaderInput, header_pairs, header_values
 from latscope.signals.requestid import request_id
 from latscope.signals.servertiming import ServerTimingMetric, parse_server_timing_value
 from latscope.signals.timingheaders import timing_header_measures
-from latscope.timeline.model import ServerMeasure, Timeline
-
-NS_PER_MS = 1_000_000
+from latscope.timeline.model import PHASES_BEFORE_FIRST_TOKEN, ServerMeasure, ServerPhase, Timeline
+from latscope.units import NS_PER_MS
 
 # Server-Timing metric names (lower-cased) that mean one of the normalised phases; others keep their own name.
-SERVER_TIMING_ALIASES = {
-    "parse": "parse",
-    "validate": "validate",
-    "validation": "validate",
-    "queue": "queue",
-    "window_wait": "window_wait",
-    "prefill": "prefill",
-    "decode": "decode",
-    "e2e": "e2e",
-    "total": "e2e",
-    "processing": "processing",
-    "upstream": "upstream",
+SERVER_TIMING_ALIASES: dict[str, ServerPhase] = {
+    **{phase.value: phase for phase in ServerPhase},
+    "validation": ServerPhase.VALIDATE,
+    "total": ServerPhase.E2E,
 }
-
-# Server phases that happen before the first token, in the order a request goes through them. ``window_wait`` is
-# part of ``queue`` (the lab's queue time includes the batching window: lab/engine.py), so the split subtracts it.
-TTFT_SERVER_PHASES = ("parse", "validate", "window_wait", "queue", "load", "slot_wait_templating", "prefill")
 
 
 def _server_timing(headers: HeaderInput, warnings: list[str] | None) -> list[ServerTimingMetric]:
@@ -268,12 +255,14 @@ def ttft_split(timeline: Timeline) -> TtftSplit | None:
             ("started", "send_end"): "connection_send",
         }[(start_name, end_name)]
         parts.append(TtftPart(term, end - start, f"client:{start_name}→{end_name}"))
-    window_wait = _server_measure(timeline, "window_wait")
-    for phase in TTFT_SERVER_PHASES:
+    # ``window_wait`` is part of ``queue`` (the lab's queue time includes the batching window: lab/engine.py), so
+    # the split subtracts it
+    window_wait = _server_measure(timeline, ServerPhase.WINDOW_WAIT)
+    for phase in PHASES_BEFORE_FIRST_TOKEN:
         measure = _server_measure(timeline, phase)
         if measure is None:
             continue
-        if phase == "queue" and window_wait is not None:
+        if phase is ServerPhase.QUEUE and window_wait is not None:
             queue_ns = round(measure.ms * NS_PER_MS) - round(window_wait.ms * NS_PER_MS)
             parts.append(TtftPart(phase, queue_ns, f"{measure.source} − {window_wait.source}"))
         else:

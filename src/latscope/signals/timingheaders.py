@@ -23,18 +23,18 @@ from __future__ import annotations
 
 from latscope.signals.headers import HeaderInput, first_header, header_pairs, warn
 from latscope.signals.timeformats import parse_finite_float, parse_nonnegative_int
-from latscope.timeline.model import ServerMeasure
+from latscope.timeline.model import ServerMeasure, ServerPhase
 
 # (header, measure name, factor to milliseconds)
 TIMING_HEADERS: tuple[tuple[str, str, float], ...] = (
-    ("x-compute-time", "e2e", 1000.0),
-    ("x-total-time", "e2e", 1.0),
-    ("x-validation-time", "validate", 1.0),
-    ("x-queue-time", "queue", 1.0),
+    ("x-compute-time", ServerPhase.E2E, 1000.0),
+    ("x-total-time", ServerPhase.E2E, 1.0),
+    ("x-validation-time", ServerPhase.VALIDATE, 1.0),
+    ("x-queue-time", ServerPhase.QUEUE, 1.0),
     ("x-inference-time", "inference", 1.0),
     ("x-time-per-token", "time_per_token", 1.0),
-    ("openai-processing-ms", "processing", 1.0),
-    ("x-envoy-upstream-service-time", "upstream", 1.0),
+    ("openai-processing-ms", ServerPhase.PROCESSING, 1.0),
+    ("x-envoy-upstream-service-time", ServerPhase.UPSTREAM, 1.0),
 )
 
 

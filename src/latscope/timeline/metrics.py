@@ -28,8 +28,7 @@ import itertools
 from collections import Counter
 
 from latscope.timeline.model import TOKEN_KINDS, Timeline
-
-NS_PER_MS = 1_000_000
+from latscope.units import NS_PER_MS
 
 
 def _ms(end_ns: int | None, start_ns: int | None) -> float | None:

@@ -42,6 +42,64 @@ class Phase(StrEnum):
     STREAM = "stream"  #: reading and decoding the response body
 
 
+class ErrorKind(StrEnum):
+    """Why a request attempt failed, as a short machine-readable cause (:attr:`RequestError.kind`); the
+    :class:`Phase` says where. The values are stable: run directories and JSON files store them."""
+
+    URL = "url"  #: the URL is not an http(s) URL, or its port is not a number
+    DNS = "dns"  #: name resolution failed or returned no address
+    REFUSED = "refused"  #: the TCP connection was refused
+    UNREACHABLE = "unreachable"  #: no route to the network or host
+    CONNECT = "connect"  #: the TCP connect failed otherwise
+    TLS_CONFIG = "tls-config"  #: the client's TLS set-up failed (an unreadable CA file)
+    CERT_VERIFY = "cert-verify"  #: the server's certificate did not verify
+    TLS = "tls"  #: the TLS handshake or a TLS record failed
+    CLOSED = "closed"  #: the server closed the connection (or the client was closed) before the response ended
+    RESET = "reset"  #: the connection or the HTTP/2 stream was reset
+    LOST = "lost"  #: the connection was lost for another reason
+    TRUNCATED = "truncated"  #: the response body ended before its announced length or final chunk
+    GOAWAY = "goaway"  #: an HTTP/2 GOAWAY ended the stream before the server processed it
+    PROTOCOL = "protocol"  #: the server broke HTTP (an invalid response head, invalid HTTP/2 data)
+    INVALID_REQUEST = "invalid-request"  #: the request itself could not be written (an invalid header)
+    TIMEOUT = "timeout"  #: a phase's time limit, or the total one, ran out
+    HTTP_STATUS = "http-status"  #: the server answered with an error status (4xx/5xx)
+    CONTENT_TYPE = "content-type"  #: a streamed request was answered with something other than a stream
+    API_ERROR = "api-error"  #: the stream or the body carried an error object instead of a result
+    DECODE = "decode"  #: the stream could not be decoded (invalid JSON, invalid framing)
+    CANCELLED = "cancelled"  #: the caller cancelled the request (a load step ended, Ctrl-C)
+    INTERNAL = "internal"  #: a bug in latscope: the timeline keeps what was measured before it
+
+
+class ServerPhase(StrEnum):
+    """A phase of the server's own work on a request: the normalised names of :attr:`ServerMeasure.name` (a measure
+    the server reports under a name of its own keeps that name). :mod:`latscope.signals` maps each server's headers,
+    body fields and metrics onto these."""
+
+    PARSE = "parse"  #: reading and parsing the request body
+    VALIDATE = "validate"  #: validation and tokenising
+    WINDOW_WAIT = "window_wait"  #: waiting for a batching window to close (counted inside ``queue`` too)
+    QUEUE = "queue"  #: waiting for a batch slot
+    LOAD = "load"  #: Ollama: scheduler wait and model load
+    SLOT_WAIT_TEMPLATING = "slot_wait_templating"  #: Ollama: what its total leaves after load, prefill and decode
+    PREFILL = "prefill"  #: prompt processing, up to the first token
+    DECODE = "decode"  #: generation after the first token
+    E2E = "e2e"  #: the whole request inside the server
+    PROCESSING = "processing"  #: OpenAI's ``openai-processing-ms``
+    UPSTREAM = "upstream"  #: a proxy's wait for its upstream (``x-envoy-upstream-service-time``)
+
+
+#: The server phases that come before the first token, in the order a request goes through them.
+PHASES_BEFORE_FIRST_TOKEN: tuple[ServerPhase, ...] = (
+    ServerPhase.PARSE,
+    ServerPhase.VALIDATE,
+    ServerPhase.WINDOW_WAIT,
+    ServerPhase.QUEUE,
+    ServerPhase.LOAD,
+    ServerPhase.SLOT_WAIT_TEMPLATING,
+    ServerPhase.PREFILL,
+)
+
+
 class EventKind(StrEnum):
     """What one decoded stream event carried (the dialect decides; one SSE event gives one stream event)."""
 
@@ -131,9 +189,9 @@ class Usage:
 class ServerMeasure:
     """One duration the server reported about this request, with where it came from.
 
-    ``name`` is a normalised phase when one applies (``parse``, ``validate``, ``queue``, ``prefill``, ``decode``,
-    ``e2e``, ``processing``, ``upstream``) or the server's own name otherwise; ``source`` says which header, body field
-    or metric it was read from (e.g. ``"header:server-timing:queue"``, ``"body:timings.prompt_ms"``).
+    ``name`` is a :class:`ServerPhase` when one applies (``parse``, ``validate``, ``queue``, ``prefill``, ``decode``,
+    ``e2e``, ``processing``, ``upstream`` …) or the server's own name otherwise; ``source`` says which header, body
+    field or metric it was read from (e.g. ``"header:server-timing:queue"``, ``"body:timings.prompt_ms"``).
     """
 
     name: str
@@ -146,7 +204,7 @@ class RequestError:
     """Why a request attempt failed, and where."""
 
     phase: Phase  #: the phase that failed
-    kind: str  #: a short machine-readable cause, e.g. "refused", "dns", "cert-verify", "reset", "http-status"
+    kind: ErrorKind  #: a short machine-readable cause, e.g. "refused", "dns", "cert-verify", "reset", "http-status"
     message: str  #: human-readable cause, e.g. "TLS handshake failed: certificate verify failed"
     at_ns: int  #: monotonic ns when the failure was detected
     status: int | None = None  #: HTTP status for HTTP-level errors

@@ -17,6 +17,7 @@ import orjson
 
 from latscope.timeline.model import (
     ConnectionInfo,
+    ErrorKind,
     EventKind,
     Phase,
     Read,
@@ -86,7 +87,7 @@ def timeline_to_dict(t: Timeline) -> dict[str, Any]:
         if t.error is None
         else {
             "phase": str(t.error.phase),
-            "kind": t.error.kind,
+            "kind": str(t.error.kind),
             "message": t.error.message,
             "at_ns": t.error.at_ns,
             "status": t.error.status,
@@ -134,7 +135,9 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
         t.server_fields = dict(data.get("server_fields") or {})
         err = data.get("error")
         if err is not None:
-            t.error = RequestError(Phase(err["phase"]), err["kind"], err["message"], err["at_ns"], err.get("status"))
+            t.error = RequestError(
+                Phase(err["phase"]), ErrorKind(err["kind"]), err["message"], err["at_ns"], err.get("status")
+            )
         t.warnings = list(data.get("warnings") or [])
     except TimelineFormatError:
         raise

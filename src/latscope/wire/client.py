@@ -20,7 +20,7 @@ import orjson
 from latscope import __version__
 from latscope.dialects import DIALECTS, openai
 from latscope.dialects.base import RequestSpec, StreamDecoder
-from latscope.timeline.model import Phase, Timeline
+from latscope.timeline.model import ErrorKind, Phase, Timeline
 from latscope.timeline.redact import redact_url
 from latscope.wire.connection import Connection, open_connection
 from latscope.wire.errors import WireError, make_error, timeout_error
@@ -203,7 +203,7 @@ class Client:
         request_headers = header_set.fill(0, t)
         exchange = Exchange(t, decoder=None, streamed=False, keep_body=True, error_decoder=self.error_decoder)
         await self._exchange(origin, target, "GET", request_headers, b"", exchange, False, header_set)
-        if t.status is None or (t.error is not None and t.error.kind != "http-status"):
+        if t.status is None or (t.error is not None and t.error.kind is not ErrorKind.HTTP_STATUS):
             raise WireError.from_timeline(t)
         return Response(t.status, exchange.response_header_list, exchange.body_bytes_kept, t)
 
@@ -248,7 +248,9 @@ class Client:
             except (OSError, ssl.SSLError) as exc:
                 where = f" (CA file {self.ca_file})" if self.ca_file else ""
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                raise make_error(f"TLS set-up failed{where}: {reason}", phase=Phase.TLS, kind="tls-config") from None
+                raise make_error(
+                    f"TLS set-up failed{where}: {reason}", phase=Phase.TLS, kind=ErrorKind.TLS_CONFIG
+                ) from None
         return self._ssl_context
 
     async def _open(self, origin: Origin, t: Timeline, deadline_ns: int | None) -> Connection:
@@ -341,7 +343,7 @@ class Client:
         conn: Connection | None = None
         try:
             if self._closed:
-                raise make_error("the client is closed", phase=Phase.POOL, kind="closed")
+                raise make_error("the client is closed", phase=Phase.POOL, kind=ErrorKind.CLOSED)
             # every phase checks the total deadline where it waits: no task or timer wraps the request as a whole
             conn = await self._pool.acquire(origin, t, new_connection=new_connection, deadline_ns=deadline_ns)
             t.connection_ready_ns = monotonic_ns()
@@ -353,13 +355,14 @@ class Client:
                 conn.abandon(exchange)
         except Exception as exc:  # a bug must not break request()'s promise to return the timeline
             exchange.fail(
-                make_error(f"internal error: {exc!r}", phase=t.phase_reached(), kind="internal"), monotonic_ns()
+                make_error(f"internal error: {exc!r}", phase=t.phase_reached(), kind=ErrorKind.INTERNAL), monotonic_ns()
             )
             if conn is not None:
                 conn.abandon(exchange)
         except asyncio.CancelledError:
             exchange.fail(
-                make_error("the request was cancelled", phase=t.phase_reached(), kind="cancelled"), monotonic_ns()
+                make_error("the request was cancelled", phase=t.phase_reached(), kind=ErrorKind.CANCELLED),
+                monotonic_ns(),
             )
             if conn is not None:
                 conn.abandon(exchange)
@@ -392,7 +395,7 @@ class Client:
                 try:
                     await conn.send(method, target, headers, body, exchange, left_s, header_set)
                 except WireError as err:
-                    if err.kind == "timeout":
+                    if err.kind is ErrorKind.TIMEOUT:
                         raise self._total_timeout(Phase.SEND) from None
                     raise
                 return

@@ -14,7 +14,7 @@ import ssl
 from time import monotonic_ns
 from typing import Protocol
 
-from latscope.timeline.model import ConnectionInfo, Phase, Timeline
+from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Timeline
 from latscope.wire.errors import WireError, connect_error, make_error, timeout_error, tls_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.http2 import HTTP2Connection
@@ -112,13 +112,13 @@ async def resolve(
         async with asyncio.timeout(timeout_s):  # not wait_for: that would run the lookup as a task of its own
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise make_error(f"DNS lookup of {host} failed: {exc.strerror}", phase=Phase.DNS, kind="dns") from None
+        raise make_error(f"DNS lookup of {host} failed: {exc.strerror}", phase=Phase.DNS, kind=ErrorKind.DNS) from None
     except TimeoutError:
         raise timeout_error(Phase.DNS, f"DNS lookup of {host} took longer than {timeout_s:g} s") from None
     finally:
         t.dns_end_ns = monotonic_ns()
     if not infos:
-        raise make_error(f"DNS lookup of {host} returned no addresses", phase=Phase.DNS, kind="dns")
+        raise make_error(f"DNS lookup of {host} returned no addresses", phase=Phase.DNS, kind=ErrorKind.DNS)
     # AF_INET/AF_INET6 only: getaddrinfo for a TCP host:port never yields other families
     return [(family, kind, proto, sockaddr[:4]) for family, kind, proto, _, sockaddr in infos]  # type: ignore[misc]
 
@@ -147,7 +147,7 @@ async def open_connection(
     try:
         addresses = await resolve(origin, t, _remaining(deadline_ns, timeouts.connect_s))
     except WireError as err:
-        if err.kind == "timeout" and total_limits:
+        if err.kind is ErrorKind.TIMEOUT and total_limits:
             raise _total_timeout(timeouts, Phase.DNS) from None
         raise
 

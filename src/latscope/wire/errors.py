@@ -13,7 +13,7 @@ import errno
 import ssl
 import time
 
-from latscope.timeline.model import Phase, RequestError, Timeline
+from latscope.timeline.model import ErrorKind, Phase, RequestError, Timeline
 
 
 class WireError(Exception):
@@ -25,7 +25,7 @@ class WireError(Exception):
         message: str,
         *,
         phase: Phase,
-        kind: str,
+        kind: ErrorKind,
         status: int | None = None,
         timeline: Timeline | None = None,
     ) -> None:
@@ -90,9 +90,22 @@ _BY_PHASE: dict[Phase, type[WireError]] = {
 }
 
 
-def make_error(message: str, *, phase: Phase, kind: str, status: int | None = None) -> WireError:
+def make_error(message: str, *, phase: Phase, kind: ErrorKind, status: int | None = None) -> WireError:
     """A :class:`WireError` of the subclass for ``phase``."""
     return _BY_PHASE.get(phase, WireError)(message, phase=phase, kind=kind, status=status)
+
+
+def fail_unfinished(t: Timeline, kind: ErrorKind, message: str) -> None:
+    """Close a timeline that the client never finished — a request cancelled while it waited to be sent, or one a
+    caller's own bug interrupted: the error (unless it already has one, which is kept), the end mark, and the start
+    mark when the request never left the caller's queue (its whole life was client queue time)."""
+    now = time.monotonic_ns()
+    if not t.started_ns:
+        t.started_ns = now
+    if t.error is None:
+        t.error = RequestError(t.phase_reached(), kind, message, now)
+    if t.ended_ns is None:
+        t.ended_ns = now
 
 
 def check(timeline: Timeline) -> Timeline:
@@ -106,10 +119,10 @@ def connect_error(exc: OSError, host: str, port: int) -> WireError:
     """Map a failed TCP connect onto a :class:`ConnectError`."""
     where = f"TCP connect to {host}:{port} failed"
     if isinstance(exc, ConnectionRefusedError):
-        return make_error(f"{where}: connection refused", phase=Phase.CONNECT, kind="refused")
+        return make_error(f"{where}: connection refused", phase=Phase.CONNECT, kind=ErrorKind.REFUSED)
     if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
-        return make_error(f"{where}: {exc.strerror or 'unreachable'}", phase=Phase.CONNECT, kind="unreachable")
-    return make_error(f"{where}: {exc.strerror or exc}", phase=Phase.CONNECT, kind="connect")
+        return make_error(f"{where}: {exc.strerror or 'unreachable'}", phase=Phase.CONNECT, kind=ErrorKind.UNREACHABLE)
+    return make_error(f"{where}: {exc.strerror or exc}", phase=Phase.CONNECT, kind=ErrorKind.CONNECT)
 
 
 def tls_error(exc: BaseException) -> WireError:
@@ -117,16 +130,20 @@ def tls_error(exc: BaseException) -> WireError:
     if isinstance(exc, ssl.SSLCertVerificationError):
         detail = exc.verify_message or exc.reason or str(exc)
         return make_error(
-            f"TLS handshake failed: certificate verify failed: {detail}", phase=Phase.TLS, kind="cert-verify"
+            f"TLS handshake failed: certificate verify failed: {detail}", phase=Phase.TLS, kind=ErrorKind.CERT_VERIFY
         )
     if isinstance(exc, ssl.SSLError):
         reason = exc.reason or exc.strerror or str(exc)
-        return make_error(f"TLS handshake failed: {reason.lower().replace('_', ' ')}", phase=Phase.TLS, kind="tls")
+        return make_error(
+            f"TLS handshake failed: {reason.lower().replace('_', ' ')}", phase=Phase.TLS, kind=ErrorKind.TLS
+        )
     if isinstance(exc, ConnectionResetError):
-        return make_error("TLS handshake failed: connection reset by the server", phase=Phase.TLS, kind="reset")
+        return make_error("TLS handshake failed: connection reset by the server", phase=Phase.TLS, kind=ErrorKind.RESET)
     if isinstance(exc, (ConnectionError, EOFError)):
-        return make_error("TLS handshake failed: connection closed by the server", phase=Phase.TLS, kind="closed")
-    return make_error(f"TLS handshake failed: {exc}", phase=Phase.TLS, kind="tls")
+        return make_error(
+            "TLS handshake failed: connection closed by the server", phase=Phase.TLS, kind=ErrorKind.CLOSED
+        )
+    return make_error(f"TLS handshake failed: {exc}", phase=Phase.TLS, kind=ErrorKind.TLS)
 
 
 def lost_error(exc: BaseException | None, phase: Phase, context: str) -> WireError:
@@ -135,14 +152,14 @@ def lost_error(exc: BaseException | None, phase: Phase, context: str) -> WireErr
     ``context`` completes the sentence, e.g. "while reading the stream (after 12 events, 3456 bytes)".
     """
     if isinstance(exc, ConnectionResetError):
-        return make_error(f"connection reset by peer {context}", phase=phase, kind="reset")
+        return make_error(f"connection reset by peer {context}", phase=phase, kind=ErrorKind.RESET)
     if exc is None or isinstance(exc, (ConnectionError, EOFError)):
-        return make_error(f"connection closed by the server {context}", phase=phase, kind="closed")
+        return make_error(f"connection closed by the server {context}", phase=phase, kind=ErrorKind.CLOSED)
     if isinstance(exc, ssl.SSLError):
-        return make_error(f"TLS error {context}: {exc.reason or exc}", phase=phase, kind="tls")
-    return make_error(f"connection lost {context}: {exc}", phase=phase, kind="lost")
+        return make_error(f"TLS error {context}: {exc.reason or exc}", phase=phase, kind=ErrorKind.TLS)
+    return make_error(f"connection lost {context}: {exc}", phase=phase, kind=ErrorKind.LOST)
 
 
 def timeout_error(phase: Phase, message: str) -> WireError:
     """A timeout in ``phase``."""
-    return make_error(message, phase=phase, kind="timeout")
+    return make_error(message, phase=phase, kind=ErrorKind.TIMEOUT)

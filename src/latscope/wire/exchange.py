@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 
 from latscope.dialects.base import ApiError, Chunk, DecodedResponse, StreamDecodeError, StreamDecoder
-from latscope.timeline.model import EventKind, Phase, StreamEvent, Timeline
+from latscope.timeline.model import ErrorKind, EventKind, Phase, StreamEvent, Timeline
 from latscope.wire.errors import WireError, make_error
 
 #: the decoder of an error body: ``(status, body, content_type) -> ApiError`` (``openai.decode_error_body``)
@@ -156,7 +156,7 @@ class Exchange:
                 self._pending_error = make_error(
                     f"expected an event stream ({_SSE_TYPE}) for a streamed request, got {ctype!r}",
                     phase=Phase.HEADERS,
-                    kind="content-type",
+                    kind=ErrorKind.CONTENT_TYPE,
                 )
         elif self._body_decoder is not None and 200 <= status < 300 and is_json_type(media_type(ctype)):
             self._mode = _DECODE_BODY
@@ -216,11 +216,11 @@ class Exchange:
             self._decode_body(at_ns)
         if self._mode == _ERROR_BODY:
             self._pending_error = self._status_error()
-        elif self._pending_error is not None and self._pending_error.kind == "content-type":
+        elif self._pending_error is not None and self._pending_error.kind is ErrorKind.CONTENT_TYPE:
             self._pending_error = make_error(
                 f"{self._pending_error.message} ({self.body_bytes} bytes of body)",
                 phase=Phase.HEADERS,
-                kind="content-type",
+                kind=ErrorKind.CONTENT_TYPE,
             )
         if self._pending_error is not None:
             self.fail(self._pending_error, at_ns)
@@ -280,7 +280,9 @@ class Exchange:
             t.server_fields.update(c.extra)
         if c.error is not None and self._pending_error is None:
             self._pending_error = make_error(
-                f"the server sent an error in the stream: {c.error.message}", phase=Phase.STREAM, kind="api-error"
+                f"the server sent an error in the stream: {c.error.message}",
+                phase=Phase.STREAM,
+                kind=ErrorKind.API_ERROR,
             )
 
     def _decode_body(self, at_ns: int) -> None:
@@ -299,7 +301,7 @@ class Exchange:
             self._pending_error = make_error(
                 f"the server sent an error instead of a result: {decoded.error.message}",
                 phase=Phase.STREAM,
-                kind="api-error",
+                kind=ErrorKind.API_ERROR,
             )
         if decoded.finish_reason is not None:
             t.finish_reason = decoded.finish_reason
@@ -317,7 +319,7 @@ class Exchange:
             self._text_parts.append(text)
 
     def _decode_failed(self, exc: StreamDecodeError, at_ns: int) -> None:
-        self.fail(make_error(str(exc), phase=Phase.STREAM, kind="decode"), at_ns)
+        self.fail(make_error(str(exc), phase=Phase.STREAM, kind=ErrorKind.DECODE), at_ns)
 
     def _status_error(self) -> WireError:
         status = self.timeline.status or 0
@@ -331,7 +333,7 @@ class Exchange:
                 message = None
         if not message:
             message = body[:200].decode("utf-8", "replace").strip() or "(empty body)"
-        return make_error(f"HTTP {status}: {message}", phase=Phase.HEADERS, kind="http-status", status=status)
+        return make_error(f"HTTP {status}: {message}", phase=Phase.HEADERS, kind=ErrorKind.HTTP_STATUS, status=status)
 
     def _finish(self, at_ns: int) -> None:
         self.finished = True

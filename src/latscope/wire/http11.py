@@ -30,7 +30,7 @@ from time import monotonic_ns
 import h11
 import httptools
 
-from latscope.timeline.model import ConnectionInfo, Phase, Read
+from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Read
 from latscope.wire.errors import WireError, lost_error, make_error, timeout_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin
@@ -358,7 +358,7 @@ class HTTP11Connection:
                 Phase.SEND, f"writing the request took longer than {send_timeout_s:g} s ({len(body)} body bytes)"
             ) from None
         except h11.LocalProtocolError as exc:
-            raise make_error(f"invalid request: {exc}", phase=Phase.SEND, kind="invalid-request") from None
+            raise make_error(f"invalid request: {exc}", phase=Phase.SEND, kind=ErrorKind.INVALID_REQUEST) from None
         except OSError as exc:
             raise lost_error(exc, Phase.SEND, "while sending the request") from None
         finally:
@@ -549,20 +549,20 @@ class HTTP11Connection:
                 f"the server closed the connection before the response body ended ({reason}); "
                 f"{len(ex.events)} events, {ex.body_bytes} body bytes received",
                 phase=Phase.STREAM,
-                kind="truncated",
+                kind=ErrorKind.TRUNCATED,
             )
         elif eof:
             err = lost_error(None, Phase.HEADERS, "before sending a complete response head")
         else:
             phase = Phase.HEADERS if ex.timeline.status is None else Phase.STREAM
-            err = make_error(f"invalid HTTP/1.1 response: {reason}", phase=phase, kind="protocol")
+            err = make_error(f"invalid HTTP/1.1 response: {reason}", phase=phase, kind=ErrorKind.PROTOCOL)
         ex.fail(err, at_ns)
         self._exchange = None
         self._close()
 
     def _internal_error(self, ex: Exchange, exc: Exception, at_ns: int) -> None:
         phase = Phase.HEADERS if ex.timeline.status is None else Phase.STREAM
-        ex.fail(make_error(f"internal error: {exc!r}", phase=phase, kind="internal"), at_ns)
+        ex.fail(make_error(f"internal error: {exc!r}", phase=phase, kind=ErrorKind.INTERNAL), at_ns)
         self._exchange = None
         self._close()
 

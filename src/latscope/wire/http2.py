@@ -21,7 +21,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from latscope.timeline.model import ConnectionInfo, Phase, Read
+from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Read
 from latscope.wire.errors import WireError, lost_error, make_error, timeout_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin
@@ -130,7 +130,7 @@ class HTTP2Connection:
                 "the server ended the HTTP/2 connection (GOAWAY or close) before the request was sent; "
                 "it was not processed and is safe to retry",
                 phase=Phase.SEND,
-                kind="goaway",
+                kind=ErrorKind.GOAWAY,
             )
         try:
             stream_id = conn.get_next_available_stream_id()
@@ -157,7 +157,7 @@ class HTTP2Connection:
                 Phase.SEND, f"writing the request took longer than {send_timeout_s:g} s ({len(body)} body bytes)"
             ) from None
         except h2.exceptions.H2Error as exc:
-            raise make_error(f"HTTP/2 error while sending: {exc}", phase=Phase.SEND, kind="protocol") from None
+            raise make_error(f"HTTP/2 error while sending: {exc}", phase=Phase.SEND, kind=ErrorKind.PROTOCOL) from None
         except OSError as exc:
             raise lost_error(exc, Phase.SEND, "while sending the request") from None
         finally:
@@ -189,7 +189,9 @@ class HTTP2Connection:
         try:
             events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
-            self._fail_all(make_error(f"invalid HTTP/2 data: {exc}", phase=Phase.STREAM, kind="protocol"), at_ns)
+            self._fail_all(
+                make_error(f"invalid HTTP/2 data: {exc}", phase=Phase.STREAM, kind=ErrorKind.PROTOCOL), at_ns
+            )
             self.close()
             return
         streams = self._streams
@@ -229,7 +231,7 @@ class HTTP2Connection:
                 if ex is not None:
                     phase = Phase.HEADERS if ex.timeline.status is None else Phase.STREAM
                     code = getattr(event.error_code, "name", event.error_code)
-                    err = make_error(f"the server reset the HTTP/2 stream ({code})", phase=phase, kind="reset")
+                    err = make_error(f"the server reset the HTTP/2 stream ({code})", phase=phase, kind=ErrorKind.RESET)
                     ex.fail(err, at_ns)
                     self._end_stream(event.stream_id)
             elif isinstance(event, h2.events.ConnectionTerminated):
@@ -321,7 +323,7 @@ class HTTP2Connection:
                     f"the server sent GOAWAY ({code}, last stream {last}) before processing this request "
                     f"(stream {stream_id}); it is safe to retry"
                 )
-                ex.fail(make_error(message, phase=phase, kind="goaway"), at_ns)
+                ex.fail(make_error(message, phase=phase, kind=ErrorKind.GOAWAY), at_ns)
                 self._end_stream(stream_id)
         if self.on_release is not None:
             self.on_release(self)  # the pool stops handing it out now, not when its last stream ends

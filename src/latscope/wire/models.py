@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from latscope.timeline.model import Phase, Timeline
+from latscope.timeline.model import ErrorKind, Phase, Timeline
 from latscope.wire.errors import make_error
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -42,11 +42,11 @@ def split_url(url: str) -> tuple[Origin, str]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS or not parts.hostname:
-        raise make_error(f"not an http(s) URL: {url!r}", phase=Phase.DNS, kind="url")
+        raise make_error(f"not an http(s) URL: {url!r}", phase=Phase.DNS, kind=ErrorKind.URL)
     try:
         port = parts.port or DEFAULT_PORTS[scheme]
     except ValueError as exc:
-        raise make_error(f"bad port in URL {url!r}: {exc}", phase=Phase.DNS, kind="url") from None
+        raise make_error(f"bad port in URL {url!r}: {exc}", phase=Phase.DNS, kind=ErrorKind.URL) from None
     target = parts.path or "/"
     if parts.query:
         target = f"{target}?{parts.query}"
@@ -108,7 +108,7 @@ class Response:
         if self.status >= 400:
             err = self.timeline.error
             message = err.message if err is not None else f"HTTP {self.status}"
-            exc = make_error(message, phase=Phase.HEADERS, kind="http-status", status=self.status)
+            exc = make_error(message, phase=Phase.HEADERS, kind=ErrorKind.HTTP_STATUS, status=self.status)
             exc.timeline = self.timeline
             raise exc
         return self

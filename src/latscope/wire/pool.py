@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from time import monotonic_ns
 from typing import Any
 
-from latscope.timeline.model import ConnectionInfo, Phase, Timeline
+from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Timeline
 from latscope.wire.connection import Connection
 from latscope.wire.errors import WireError, make_error, timeout_error
 from latscope.wire.models import Origin, OriginStats
@@ -276,7 +276,7 @@ def _expire(waiter: asyncio.Future[bool], p: _OriginPool) -> None:
 
 
 def _closed_error() -> WireError:
-    return make_error("the client is closed", phase=Phase.POOL, kind="closed")
+    return make_error("the client is closed", phase=Phase.POOL, kind=ErrorKind.CLOSED)
 
 
 def _copy_info(info: ConnectionInfo, reused: bool, requests_before: int) -> ConnectionInfo:

@@ -21,8 +21,9 @@ from latscope.checks.evidence import ParsePoint, ParsingEvidence, RequestSample
 from latscope.checks.stats import median
 from latscope.diagnose.context import Context
 from latscope.dialects.base import RequestSpec
+from latscope.timeline.model import ServerPhase
+from latscope.units import BYTES_PER_MB
 
-BYTES_PER_MB = 1024 * 1024
 #: Padding sizes (MB): from none to a few MB, past any real prompt, so the per-MB cost stands out from noise.
 SIZES_MB = (0.0, 0.5, 1.0, 2.0, 4.0)
 SIZES_MB_QUICK = (0.0, 1.0, 2.0)
@@ -88,7 +89,7 @@ def _control_point(sample: RequestSample) -> ParsePoint | None:
 def _point(sample: RequestSample) -> ParsePoint | None:
     if not sample.ok or sample.wait_ms is None:
         return None
-    reported = [sample.server_ms[k] for k in ("parse", "validate") if k in sample.server_ms]
+    reported = [sample.server_ms[k] for k in (ServerPhase.PARSE, ServerPhase.VALIDATE) if k in sample.server_ms]
     return ParsePoint(
         body_bytes=sample.request_bytes,
         server_ms=sample.wait_ms,

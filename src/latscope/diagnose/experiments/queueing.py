@@ -22,7 +22,7 @@ import time
 from latscope.checks.evidence import BaselineEvidence, QueueEvidence, RequestSample
 from latscope.checks.stats import fit_line, median
 from latscope.diagnose.context import Context
-from latscope.timeline.model import Timeline
+from latscope.timeline.model import ServerPhase, Timeline
 from latscope.wire import Client
 
 SHORT_PROMPT_TOKENS = 16
@@ -217,8 +217,8 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
                 continue  # a round whose long requests failed did not hold the short one up: not evidence
             contended.append(short.ttft_after_setup_ms)
             long_rounds.append(tuple(s.ttft_after_setup_ms for s in longs if s.ttft_after_setup_ms is not None))
-            if "queue" in short.server_ms:
-                server_queue.append(short.server_ms["queue"])
+            if ServerPhase.QUEUE in short.server_ms:
+                server_queue.append(short.server_ms[ServerPhase.QUEUE])
     return QueueEvidence(
         short_prompt_tokens=SHORT_PROMPT_TOKENS,
         long_prompt_tokens=tokens,

@@ -6,7 +6,8 @@ connection or TLS session; so are the server's Prometheus metrics, scraped befor
 last (:mod:`latscope.signals.scrape`).
 
 After each request, what the server reported about it (Server-Timing, timing headers, llama.cpp ``timings`` and the
-lab's ``latscope`` object from the final chunk) is joined onto its timeline (:func:`join_server_signals`), and
+lab's ``latscope`` object from the final chunk) is joined onto its timeline
+(:func:`~latscope.signals.join.join_server_signals`), and
 :meth:`ProbeResult.ttft_splits` explains each TTFT as client-side, server-side and unattributed terms.
 
 ``import latscope; await latscope.probe(url)`` works too: this module is callable (see the end of the file).
@@ -16,21 +17,21 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from latscope.dialects import openai
-from latscope.dialects.base import RequestSpec
-from latscope.signals.join import TtftSplit, apply_server_signals, ttft_split
+from latscope.dialects import DEFAULT_DIALECT, get_dialect
+from latscope.dialects.base import Dialect
+from latscope.signals.join import TtftSplit, join_server_signals, ttft_split
 from latscope.signals.scrape import Fetch, MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
 from latscope.timeline import metrics
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.serialize import timeline_to_dict
 from latscope.units import NS_PER_MS
-from latscope.wire import Client, Timeouts, WireError
-from latscope.wire.models import OriginStats, join_url
+from latscope.wire import Client, ModelListError, Timeouts, WireError
+from latscope.wire.models import OriginStats, normalise_base_url
 
 SCHEMA = "latscope.probe/1"
 
@@ -40,8 +41,6 @@ DEFAULT_PROMPT = "Count from one to one hundred in words, separated by spaces."
 
 #: a failure in these phases means the target cannot be reached at all: the remaining requests are not sent
 UNREACHABLE_PHASES = frozenset({Phase.DNS, Phase.CONNECT, Phase.TLS})
-
-MODES = openai.MODES
 
 #: limits for the metrics scrapes, s: ``/metrics`` is a small local render, so a server that has not answered in a
 #: few seconds will not, and a black-holed metrics URL must not hold the probe for the request timeouts (minutes)
@@ -111,23 +110,6 @@ class TtftSides:
         return self.unattributed_ns / NS_PER_MS
 
 
-def join_server_signals(timeline: Timeline) -> None:
-    """Read what the server reported about this request onto ``timeline.server`` (see
-    :func:`~latscope.signals.join.apply_server_signals`): the response headers (Server-Timing, TGI / OpenAI / Envoy
-    timing headers, request id), and the final chunk's fields the client kept in ``timeline.server_fields``:
-    llama.cpp ``timings`` (``body:timings.prompt_ms`` → ``prefill``, ``predicted_ms`` → ``decode``) and the lab's
-    ``latscope`` object. Safe to call again: a measure is never added twice."""
-    fields = timeline.server_fields
-    timings = fields.get("timings")
-    lab = fields.get("latscope")
-    apply_server_signals(
-        timeline,
-        trailers=timeline.response_trailers,
-        timings=timings if isinstance(timings, Mapping) else None,
-        extra={"latscope": lab} if isinstance(lab, Mapping) else None,
-    )
-
-
 class ProbeError(Exception):
     """The probe could not start: no model to use, or the model list could not be read. The message says what to do."""
 
@@ -138,8 +120,8 @@ class ProbeResult:
 
     base_url: str
     model: str
-    mode: str  #: "chat" or "completions"
-    models: list[str] = field(default_factory=list)  #: the ids ``GET /models`` listed (empty when model was given)
+    dialect: str  #: the dialect spoken, e.g. "openai.chat" (:data:`latscope.dialects.DIALECTS`)
+    models: list[str] = field(default_factory=list)  #: the ids the model list gave (empty when model was given)
     timelines: list[Timeline] = field(default_factory=list)
     pool: dict[str, OriginStats] = field(default_factory=dict)  #: the probe client's pool statistics per origin
     models_timeline: Timeline | None = None  #: the ``GET /models`` request, when one was made
@@ -168,7 +150,12 @@ class ProbeResult:
 
     def facts(self) -> dict[str, Any]:
         """Target facts from the first request that got a connection: protocol, TLS, address, server header."""
-        facts: dict[str, Any] = {"base_url": self.base_url, "model": self.model, "mode": self.mode}
+        facts: dict[str, Any] = {
+            "base_url": self.base_url,
+            "model": self.model,
+            "dialect": self.dialect,
+            "mode": get_dialect(self.dialect).mode,
+        }
         for t in self.timelines:
             info = t.connection
             if info is None:
@@ -223,45 +210,21 @@ def _metrics_dict(window: MetricsWindow | NotAvailable | None) -> dict[str, Any]
     }
 
 
-def normalise_base_url(url: str) -> str:
-    """An OpenAI-style base URL: a URL with no path gets ``/v1``; a trailing slash is dropped; no scheme means http."""
-    if "://" not in url:
-        url = f"http://{url}"
-    scheme, _, rest = url.partition("://")
-    host, slash, path = rest.partition("/")
-    if not slash or not path.strip("/"):
-        return f"{scheme}://{host}/v1"
-    return url.rstrip("/")
-
-
-def build_request(mode: str, model: str, prompt: str, max_tokens: int) -> RequestSpec:
-    """The streamed request a probe sends (usage asked for, so token counts come from the server when it can)."""
-    if mode == "chat":
-        return openai.chat_request(model, prompt, max_tokens)
-    if mode == "completions":
-        return openai.completions_request(model, prompt, max_tokens)
-    raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
-
-
 async def list_models(
     base_url: str,
+    dialect: Dialect,
     *,
     verify: bool = True,
     ca_file: str | None = None,
     headers: Sequence[tuple[str, str]] = (),
 ) -> tuple[list[str], Timeline]:
-    """The model ids ``GET {base_url}/models`` lists, and that request's timeline. Raises
-    :class:`~latscope.wire.WireError` when the server cannot be reached, :class:`ProbeError` for a bad answer."""
+    """The model ids the server lists (see :meth:`latscope.wire.Client.list_models`), and that request's timeline.
+    Raises :class:`~latscope.wire.WireError` when the server cannot be reached, :class:`ProbeError` for a bad answer."""
     async with Client(verify=verify, ca_file=ca_file, headers=headers) as client:
-        response = await client.get(join_url(base_url, "/models"))
-    if response.status >= 400:
-        message = response.timeline.error.message if response.timeline.error else f"HTTP {response.status}"
-        raise ProbeError(f"listing models at {base_url}/models failed ({message}); pass a model name")
-    try:
-        models = openai.parse_models(response.body)
-    except ValueError as exc:
-        raise ProbeError(f"{base_url}/models did not answer a model list ({exc}); pass a model name") from None
-    return models, response.timeline
+        try:
+            return await client.list_models(base_url, dialect)
+        except ModelListError as exc:
+            raise ProbeError(f"{exc}; pass a model name") from None
 
 
 async def probe(
@@ -276,7 +239,7 @@ async def probe(
     verify: bool = True,
     headers: Sequence[tuple[str, str]] = (),
     api_key: str | None = None,
-    mode: str = "chat",
+    dialect: str = DEFAULT_DIALECT,
     quickack: bool = False,
     ca_file: str | None = None,
     timeouts: Timeouts = Timeouts(),  # noqa: B008 - frozen, so one shared default is safe
@@ -286,32 +249,33 @@ async def probe(
 ) -> ProbeResult:
     """Send ``n`` streamed requests to ``base_url`` one after another on one client and return their timelines.
 
-    ``model`` defaults to the first id ``GET {base_url}/models`` lists. The prompt is ``prompt``, else a synthetic
+    ``dialect`` names the API spoken (:data:`latscope.dialects.DIALECTS`: ``openai.chat``, ``openai.completions``,
+    ``ollama.chat``, ``ollama.generate``); a base URL without a path gets the dialect's (``/v1`` for OpenAI's).
+    ``model`` defaults to the first id the server's model list names. The prompt is ``prompt``, else a synthetic
     prompt of about ``prompt_tokens`` tokens, else :data:`DEFAULT_PROMPT`. ``api_key`` is sent as a Bearer token
     (never recorded: timelines keep headers redacted). Failures of a request are in its timeline; a failure that
     shows the target is unreachable (dns, connect, tls) stops the probe early. Raises
     :class:`~latscope.wire.WireError` when the model list cannot be fetched and :class:`ProbeError` when there is
     no model to use.
 
-    Each timeline gets the server's own report joined on (:func:`join_server_signals`). ``scrape_metrics`` scrapes
-    ``metrics_url`` (default: the target's origin + ``/metrics``) before the first request and after the last, into
-    ``ProbeResult.server_metrics``; a missing endpoint is a NotAvailable there, never a failure. ``trace_context``
-    False sends no W3C ``traceparent`` (some gateways reject or log unknown trace headers).
+    Each timeline gets the server's own report joined on (:func:`~latscope.signals.join.join_server_signals`).
+    ``scrape_metrics`` scrapes ``metrics_url`` (default: the target's origin + ``/metrics``) before the first request
+    and after the last, into ``ProbeResult.server_metrics``; a missing endpoint is a NotAvailable there, never a
+    failure. ``trace_context`` False sends no W3C ``traceparent`` (some gateways reject or log unknown trace headers).
     """
     if n < 1:
         raise ValueError("n must be at least 1")
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
-    base_url = normalise_base_url(base_url)
+    speaks = get_dialect(dialect)
+    base_url = normalise_base_url(base_url, speaks.base_path)
     all_headers = list(headers)
     if api_key:
         all_headers.append(("Authorization", f"Bearer {api_key}"))
     models: list[str] = []
     models_timeline: Timeline | None = None
     if model is None:
-        models, models_timeline = await list_models(base_url, verify=verify, ca_file=ca_file, headers=all_headers)
-        if not models:
-            raise ProbeError(f"{base_url}/models lists no model; pass a model name")
+        models, models_timeline = await list_models(
+            base_url, speaks, verify=verify, ca_file=ca_file, headers=all_headers
+        )
         model = models[0]
     if prompt is None:
         if prompt_tokens is not None:
@@ -320,8 +284,11 @@ async def probe(
             prompt = synthetic_prompt(prompt_tokens, seed=0)
         else:
             prompt = DEFAULT_PROMPT
-    spec = build_request(mode, model, prompt, max_tokens)
-    result = ProbeResult(base_url=base_url, model=model, mode=mode, models=models, models_timeline=models_timeline)
+    # the streamed request a probe sends (usage asked for, so token counts come from the server when it can)
+    spec = speaks.build_request(model, prompt, max_tokens)
+    result = ProbeResult(
+        base_url=base_url, model=model, dialect=dialect, models=models, models_timeline=models_timeline
+    )
     scraper: MetricsScraper | None = None
     metrics_client: Client | None = None
     if scrape_metrics:
@@ -394,10 +361,7 @@ __all__ = [
     "ProbeResult",
     "TtftSides",
     "WireError",
-    "build_request",
-    "join_server_signals",
     "list_models",
-    "normalise_base_url",
     "probe",
     "ttft_side",
 ]

@@ -16,9 +16,9 @@ from latscope.dialects.ollama import (
     OLLAMA_CHAT,
     OLLAMA_GENERATE,
     OllamaStreamDecoder,
-    build_chat_request,
-    build_generate_request,
+    chat_request,
     decode_response_body,
+    generate_request,
 )
 from latscope.signals.join import apply_server_signals
 from latscope.timeline.model import EventKind, Timeline, Usage
@@ -49,8 +49,9 @@ def _decode(data: bytes, splits: list[int] | None = None) -> tuple[list[Chunk], 
 
 
 def test_chat_request_is_a_streaming_post_to_api_chat_with_num_predict() -> None:
-    spec = build_chat_request("llama3.2", [{"role": "user", "content": "Why is the sky blue?"}], max_tokens=64)
+    spec = chat_request("llama3.2", [{"role": "user", "content": "Why is the sky blue?"}], 64)
     assert (spec.method, spec.path, spec.dialect, spec.model) == ("POST", CHAT_PATH, OLLAMA_CHAT, "llama3.2")
+    assert spec.stream is True
     assert orjson.loads(spec.body) == {
         "model": "llama3.2",
         "messages": [{"role": "user", "content": "Why is the sky blue?"}],
@@ -58,30 +59,34 @@ def test_chat_request_is_a_streaming_post_to_api_chat_with_num_predict() -> None
         "options": {"num_predict": 64},
     }
     assert ("content-type", "application/json") in spec.headers
+    assert ("accept", "application/x-ndjson") in spec.headers
 
 
-def test_generate_request_merges_options_and_extra_body() -> None:
-    spec = build_generate_request(
-        "qwen3",
-        "Hi",
-        max_tokens=8,
-        options={"temperature": 0},
-        extra_body={"keep_alive": "5m"},
-        headers=[("authorization", "Bearer x")],
+def test_chat_request_sends_a_prompt_text_as_one_user_message() -> None:
+    assert orjson.loads(chat_request("m", "Hi", None).body)["messages"] == [{"role": "user", "content": "Hi"}]
+
+
+def test_generate_request_puts_temperature_seed_and_limit_in_options_and_merges_extra() -> None:
+    spec = generate_request(
+        "qwen3", "Hi", 8, temperature=0.0, seed=7, extra={"keep_alive": "5m", "options": {"top_k": 20}}
     )
     assert (spec.path, spec.dialect) == (GENERATE_PATH, OLLAMA_GENERATE)
     assert orjson.loads(spec.body) == {
         "model": "qwen3",
         "prompt": "Hi",
         "stream": True,
-        "options": {"temperature": 0, "num_predict": 8},
+        "options": {"temperature": 0.0, "seed": 7, "num_predict": 8, "top_k": 20},
         "keep_alive": "5m",
     }
-    assert spec.headers[-1] == ("authorization", "Bearer x")
+
+
+def test_a_non_streamed_request_says_so() -> None:
+    spec = generate_request("m", "p", 4, stream=False)
+    assert spec.stream is False and orjson.loads(spec.body)["stream"] is False
 
 
 def test_request_without_limit_has_no_options() -> None:
-    assert "options" not in orjson.loads(build_generate_request("m", "p").body)
+    assert "options" not in orjson.loads(generate_request("m", "p", None).body)
 
 
 def test_chat_stream_tokens_then_finish_with_usage_and_nanosecond_durations() -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import pytest
 
-from latscope.dialects.base import StreamDecodeError
-from latscope.dialects.openai import chat_request, completions_request, models_request, parse_models
+from latscope.dialects.openai import chat_request, completions_request
 
 
 def body(spec_body: bytes) -> dict[str, Any]:
@@ -83,28 +81,3 @@ def test_completions_request_sends_the_prompt_as_is() -> None:
 
 def test_completions_request_accepts_token_ids() -> None:
     assert body(completions_request("m", (1, 2, 3), 8).body)["prompt"] == [1, 2, 3]
-
-
-def test_models_request_is_a_get_of_models() -> None:
-    spec = models_request()
-    assert (spec.method, spec.path, spec.body) == ("GET", "/models", b"")
-
-
-def test_parse_models_reads_openai_ids_in_order() -> None:
-    assert parse_models(b'{"object":"list","data":[{"id":"b"},{"id":"a"}]}') == ["b", "a"]
-
-
-def test_parse_models_reads_an_ollama_style_list() -> None:
-    assert parse_models(b'{"models":[{"name":"llama3:8b","model":"llama3:8b"},{"name":"qwen"}]}') == [
-        "llama3:8b",
-        "qwen",
-    ]
-
-
-def test_parse_models_lists_a_model_in_both_lists_once() -> None:
-    assert parse_models(b'{"models":[{"model":"t"}],"data":[{"id":"t"},{"id":"u"}]}') == ["t", "u"]
-
-
-def test_parse_models_rejects_a_body_that_is_not_json() -> None:
-    with pytest.raises(StreamDecodeError, match="not JSON"):
-        parse_models(b"<html>nope</html>")

@@ -180,3 +180,20 @@ async def test_busy_poll_keeps_the_loop_turning_and_is_not_reported_as_saturatio
     assert step.client.spin_share_mean > 0.5
     assert step.client.saturated_workers == 0
     assert step.client.off_cpu_share is not None  # the poll watched for the machine taking the CPU away
+
+
+async def test_what_the_server_reports_lands_in_the_requests_table(tmp_path: Path) -> None:
+    from latscope.lab.app import Lab
+    from latscope.lab.costmodel import CostModel
+
+    cost = CostModel.default().with_overrides(prefill_per_token_ms=0.05, decode_base_ms=1.0)
+    async with Lab(cost=cost) as lab:
+        await bench_async(config(lab.url, requests=6, steps=(ClosedLoop(2),)), tmp_path)
+        truth = {r.request_id: r for r in lab.records if r.request_id is not None}
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    assert requests.ok.all()
+    # the lab's Server-Timing (header) and its final chunk's object: what it injected, request by request
+    assert requests.server_queue_ms.notna().all() and requests.server_prefill_ms.notna().all()
+    assert requests.server_decode_ms.notna().all() and requests.server_e2e_ms.isna().all()
+    recorded = sorted(r.prefill_ms or 0.0 for r in truth.values())
+    assert np.allclose(sorted(requests.server_prefill_ms), recorded, atol=0.01)

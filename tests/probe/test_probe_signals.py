@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 
 from latscope.dialects.openai import OpenAIStreamDecoder
-from latscope.probe import TtftSides, join_server_signals, probe, ttft_side
-from latscope.signals.join import TtftPart, TtftSplit, ttft_split
+from latscope.probe import TtftSides, probe, ttft_side
+from latscope.signals.join import TtftPart, TtftSplit, join_server_signals, ttft_split
 from latscope.signals.scrape import MetricsWindow, NotAvailable
 from latscope.timeline.model import Read, Timeline
 from latscope.wire.exchange import Exchange

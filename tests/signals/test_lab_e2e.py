@@ -19,7 +19,8 @@ from latscope.dialects.prompts import synthetic_prompt
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
 from latscope.lab.records import RequestRecord
-from latscope.probe import TtftSides, join_server_signals, probe
+from latscope.probe import TtftSides, probe
+from latscope.signals.join import join_server_signals
 from latscope.signals.scrape import MetricsScraper, MetricsWindow
 from latscope.timeline.model import Timeline
 from latscope.wire import Client

@@ -11,7 +11,7 @@ import pytest
 
 from latscope.dialects import openai
 from latscope.dialects.base import RequestSpec
-from latscope.probe import join_server_signals
+from latscope.signals.join import join_server_signals
 from latscope.timeline import Phase, Timeline, metrics
 from latscope.timeline.model import Usage
 from latscope.wire import Client, exchange

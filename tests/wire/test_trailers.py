@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import orjson
 
-from latscope.probe import join_server_signals
+from latscope.signals.join import join_server_signals
 from latscope.timeline import EventKind, Phase, Timeline
 from latscope.timeline.serialize import dumps, loads, timeline_to_dict
 from latscope.wire import Client

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import orjson
 from rich.console import Console
 
-from latscope.cli.options import parse_headers
+from latscope.cli.options import dialect_option, parse_headers, pick_dialect
 from latscope.load.arrivals import ArrivalSpecError, ClosedLoop, InterArrival, OpenLoop, parse_numbers
 from latscope.load.config import (
     BenchConfig,
@@ -35,7 +36,8 @@ def build_config(
     url: str,
     *,
     model: str | None,
-    api: str,
+    dialect: str,
+    api: str | None,
     concurrency: str | None,
     rate: str | None,
     arrival: str,
@@ -94,7 +96,7 @@ def build_config(
         steps=steps,
         workload=workload,
         model=model,
-        api="completions" if api == "completions" else "chat",
+        dialect=pick_dialect(dialect, None if api is None else f"openai.{api}", "--api"),
         requests=requests,
         duration_s=parse_duration_s(duration) if duration else None,
         warmup_requests=warmup_requests,
@@ -117,7 +119,12 @@ def build_config(
 @click.command("bench")
 @click.argument("url")
 @click.option("--model", "-m", help="Model name (default: the first one the server lists at /models).")
-@click.option("--api", type=click.Choice(["chat", "completions"]), default="chat", show_default=True)
+@dialect_option
+@click.option(
+    "--api",
+    type=click.Choice(["chat", "completions"]),
+    help="OpenAI endpoint: chat (= --dialect openai.chat) or completions (= --dialect openai.completions).",
+)
 @click.option("--concurrency", "-c", help="Closed loop: users in flight; a list sweeps (1,8,64). Default 1.")
 @click.option("--rate", "-r", help="Open loop: arrivals per second; a list sweeps (10,50,100).")
 @click.option(
@@ -172,39 +179,14 @@ def build_config(
 @click.option("--json", "as_json", is_flag=True, help="Print run.json to stdout instead of the tables.")
 def command(
     url: str,
-    model: str | None,
-    api: str,
-    concurrency: str | None,
-    rate: str | None,
-    arrival: str,
-    burstiness: float,
-    max_concurrency: int | None,
-    requests: int | None,
-    duration: str | None,
-    warmup: str | None,
-    prompt_tokens: str,
-    output_tokens: str,
-    ignore_eos: bool,
-    classes: tuple[str, ...],
-    prompts: str | None,
-    seed: int,
-    slo: str | None,
     workers: str,
     out: str | None,
     header_values: tuple[str, ...],
     api_key: str | None,
-    insecure: bool,
-    ca_file: str | None,
-    http2: bool,
-    no_reuse: bool,
-    temperature: float | None,
-    drain: str | None,
-    timeout: str,
-    spin_us: int,
-    busy_poll: bool,
     inline: bool,
     no_progress: bool,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Load-test URL (an OpenAI-style base URL such as http://127.0.0.1:8000/v1).
 
@@ -229,37 +211,7 @@ def command(
     if inline and workers not in ("auto", "1"):
         raise click.UsageError("--inline runs one worker in this process; drop --workers or --inline")
     try:
-        config = build_config(
-            url,
-            model=model,
-            api=api,
-            concurrency=concurrency,
-            rate=rate,
-            arrival=arrival,
-            burstiness=burstiness,
-            max_concurrency=max_concurrency,
-            requests=requests,
-            duration=duration,
-            warmup=warmup,
-            prompt_tokens=prompt_tokens,
-            output_tokens=output_tokens,
-            ignore_eos=ignore_eos,
-            classes=classes,
-            prompts=prompts,
-            seed=seed,
-            slo=slo,
-            workers=workers,
-            headers=_headers(header_values, api_key),
-            insecure=insecure,
-            ca_file=ca_file,
-            http2=http2,
-            no_reuse=no_reuse,
-            temperature=temperature,
-            drain=drain,
-            timeout=timeout,
-            spin_us=spin_us,
-            busy_poll=busy_poll,
-        )
+        config = build_config(url, workers=workers, headers=_headers(header_values, api_key), **options)
     except _SPEC_ERRORS as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -18,9 +18,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from latscope.cli.options import parse_headers
+from latscope.cli.options import dialect_option, parse_headers
 from latscope.diagnose import DiagnoseError, Diagnosis, ProgressEvent, UnknownFindingError, diagnose
 from latscope.diagnose.plan import diagnosed_ids, select
+from latscope.dialects import get_dialect
 from latscope.report.diagnosis import diagnosis_report
 from latscope.wire.loop import run
 
@@ -81,6 +82,7 @@ def _compare_hint(console: Console, profile: str) -> None:
 @click.command("diagnose", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.argument("url", required=False)
 @click.option("--model", "-m", help="Model name (default: the first one the server lists at /models).")
+@dialect_option
 @click.option(
     "--api-key",
     envvar="OPENAI_API_KEY",
@@ -112,6 +114,7 @@ def _compare_hint(console: Console, profile: str) -> None:
 def command(
     url: str | None,
     model: str | None,
+    dialect: str,
     api_key: str | None,
     insecure: bool,
     ca_file: str | None,
@@ -123,7 +126,8 @@ def command(
 ) -> None:
     """Run the experiment battery against URL and name the bottlenecks, with their cost and the fix.
 
-    URL is an OpenAI-style base URL (http://host:port/v1); a URL without a path gets /v1. Without URL, the embedded
+    URL is an OpenAI-style base URL (http://host:port/v1; a URL without a path gets /v1), or with --dialect
+    ollama.chat / ollama.generate an Ollama server's root (http://host:11434). Without URL, the embedded
     lab is started with its naive profile and diagnosed: the out-of-the-box demo.
 
     \b
@@ -145,6 +149,7 @@ def command(
         raise click.BadParameter(str(exc), param_hint="--only") from None
     options: dict[str, Any] = {
         "model": model,
+        "dialect": dialect,
         "api_key": api_key,
         "verify": not insecure,
         "ca_file": ca_file,
@@ -153,6 +158,10 @@ def command(
         "quick": quick,
     }
     embedded = url is None
+    if embedded and get_dialect(dialect).base_path != "/v1":
+        raise click.UsageError(
+            f"the embedded lab serves the OpenAI dialects only; give the URL of a server that speaks {dialect}"
+        )
     try:
         if embedded:
             from latscope.lab.process import LabProcess, LabStartError

@@ -10,14 +10,16 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from latscope.cli.options import parse_headers
-from latscope.probe import MODES, ProbeError, ProbeResult, normalise_base_url, probe, ttft_side
+from latscope.cli.options import dialect_option, parse_headers, pick_dialect
+from latscope.dialects import get_dialect
+from latscope.probe import ProbeError, ProbeResult, probe, ttft_side
 from latscope.report.waterfall import TtftSegment, requests_table, waterfall
 from latscope.signals.join import TtftSplit
 from latscope.signals.scrape import MetricsWindow, NotAvailable
 from latscope.timeline.model import Phase
 from latscope.wire import Timeouts, WireError
 from latscope.wire.loop import run
+from latscope.wire.models import normalise_base_url
 
 #: exit statuses: 0 every request completed; 1 some failed; 2 none completed (or the target could not be probed)
 EXIT_SOME_FAILED = 1
@@ -99,7 +101,8 @@ def _print_result(console: Console, result: ProbeResult) -> None:
     n = len(result.timelines)
     head = Text("latscope probe ", style="bold")
     head.append(result.base_url)
-    head.append(f" · model {result.model} · {result.mode} · {n} request{'s' if n != 1 else ''}", style="dim")
+    mode = get_dialect(result.dialect).mode
+    head.append(f" · model {result.model} · {mode} · {n} request{'s' if n != 1 else ''}", style="dim")
     console.print(head)
     for index, (t, split) in enumerate(zip(result.timelines, result.ttft_splits(), strict=True), start=1):
         title = f"request {index}/{n} · {t.method} {t.url}"
@@ -128,7 +131,12 @@ def _print_result(console: Console, result: ProbeResult) -> None:
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True, help="max_tokens per request.")
 @click.option("-n", "count", type=click.IntRange(1, 1000), default=3, show_default=True, help="Requests to send.")
 @click.option("--http1/--http2", "http1", default=False, help="Offer only HTTP/1.1, or also h2 (default) over TLS.")
-@click.option("--completions", is_flag=True, help="Use /completions instead of /chat/completions.")
+@dialect_option
+@click.option(
+    "--completions",
+    is_flag=True,
+    help="Use /completions instead of /chat/completions (= --dialect openai.completions).",
+)
 @click.option("--insecure", "-k", is_flag=True, help="Do not verify the server's TLS certificate.")
 @click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra CA certificates (PEM) to trust.")
 @click.option("--header", "-H", "header", multiple=True, metavar="'NAME: VALUE'", help="Extra request header; repeat.")
@@ -163,6 +171,7 @@ def command(
     max_tokens: int,
     count: int,
     http1: bool,
+    dialect: str,
     completions: bool,
     insecure: bool,
     ca_file: str | None,
@@ -177,7 +186,8 @@ def command(
 ) -> None:
     """Send a few streamed requests to URL and draw each one's timeline as a waterfall.
 
-    URL is an OpenAI-style base URL (http://host:port/v1); a URL without a path gets /v1. Each request is shown as
+    URL is an OpenAI-style base URL (http://host:port/v1; a URL without a path gets /v1), or with --dialect
+    ollama.chat / ollama.generate an Ollama server's root (http://host:11434). Each request is shown as
     dns | connect | tls | send | wait | first token | stream, with the connection facts (new or reused, HTTP
     version, ALPN, TLS version and resumption, TCP round-trip time), the token cadence (TTFT, TPOT, inter-token
     latency, events per socket read) and what the server reported about itself. The requests go one after another
@@ -196,6 +206,7 @@ def command(
       latscope probe https://my-gateway/v1 --http1 --quickack --json probe.json
       latscope probe http://gpu-box:8000 --metrics-url http://gpu-box:8000/metrics   # vLLM's metrics
       latscope probe https://api.example/v1 --no-metrics --no-trace-context
+      latscope probe http://localhost:11434 --dialect ollama.chat -m llama3.2  # Ollama's native API
 
     Exit status: 0 when every request completed, 1 when some failed, 2 when none did.
     """
@@ -206,9 +217,8 @@ def command(
     headers = parse_headers(header)
     to_stdout = json_path == "-"
     console = Console(stderr=to_stdout, highlight=False)
-    base_url = normalise_base_url(url)
-    mode = "completions" if completions else "chat"
-    assert mode in MODES
+    dialect = pick_dialect(dialect, "openai.completions" if completions else None, "--completions")
+    base_url = normalise_base_url(url, get_dialect(dialect).base_path)
     try:
         result = run(
             probe(
@@ -223,7 +233,7 @@ def command(
                 ca_file=ca_file,
                 headers=headers,
                 api_key=api_key,
-                mode=mode,
+                dialect=dialect,
                 quickack=quickack,
                 timeouts=Timeouts(connect_s=timeout, tls_s=timeout, send_s=timeout, headers_s=timeout, read_s=timeout),
                 metrics_url=metrics_url,
@@ -232,7 +242,8 @@ def command(
             )
         )
     except WireError as exc:
-        _fail(console, f"could not list the models at {base_url}/models: {exc.phase} failed: {exc}")
+        where = base_url + get_dialect(dialect).models_path
+        _fail(console, f"could not list the models at {where}: {exc.phase} failed: {exc}")
         return
     except ProbeError as exc:
         _fail(console, str(exc))

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latscope.checks.evidence import RequestSample
-from latscope.dialects import openai
-from latscope.dialects.base import RequestSpec
+from latscope.dialects import DEFAULT_DIALECT, get_dialect
+from latscope.dialects.base import Dialect, RequestSpec
 from latscope.dialects.prompts import synthetic_prompt
-from latscope.signals.join import apply_server_signals
+from latscope.signals.join import join_server_signals
 from latscope.timeline.model import ErrorKind, Phase, Timeline
 from latscope.wire import Client, Timeouts
 
@@ -53,11 +53,13 @@ ProgressCallback = Callable[[ProgressEvent], None]
 
 @dataclass
 class Context:
-    """One diagnose run's shared state. ``headers`` include the Authorization header (never recorded: timelines keep
-    headers redacted); ``quick`` asks every experiment for its smaller plan."""
+    """One diagnose run's shared state. ``dialect`` is the API every request speaks; ``headers`` include the
+    Authorization header (never recorded: timelines keep headers redacted); ``quick`` asks every experiment for its
+    smaller plan."""
 
     base_url: str
     model: str
+    dialect: Dialect = field(default_factory=lambda: get_dialect(DEFAULT_DIALECT))
     headers: list[tuple[str, str]] = field(default_factory=list)
     verify: bool = True
     ca_file: str | None = None
@@ -106,10 +108,10 @@ class Context:
         extra: Mapping[str, object] | None = None,
         seed: int | None = None,
     ) -> RequestSpec:
-        """A streamed chat request with a synthetic prompt of about ``prompt_tokens`` tokens (a fresh seed unless
-        given) and ``max_tokens`` tokens to generate."""
+        """A streamed request of the run's dialect with a synthetic prompt of about ``prompt_tokens`` tokens (a fresh
+        seed unless given) and ``max_tokens`` tokens to generate."""
         prompt = synthetic_prompt(max(1, prompt_tokens), self.next_seed() if seed is None else seed)
-        return openai.chat_request(self.model, prompt, max_tokens, extra=extra)
+        return self.dialect.build_request(self.model, prompt, max_tokens, extra=extra)
 
     @staticmethod
     def with_body(spec: RequestSpec, body: bytes) -> RequestSpec:
@@ -192,19 +194,3 @@ def is_stale_connection_failure(t: Timeline) -> bool:
         and error.phase in STALE_ERROR_PHASES
         and not t.events
     )
-
-
-def join_server_signals(t: Timeline) -> None:
-    """Fill ``t.server`` from the response headers and the raw objects the stream carried (``timings``, the lab's
-    ``latscope`` object)."""
-    fields = t.server_fields
-    timings = fields.get("timings")
-    extra = {k: v for k, v in fields.items() if k == "latscope" and isinstance(v, Mapping)}
-    try:
-        apply_server_signals(
-            t,
-            timings=timings if isinstance(timings, Mapping) else None,
-            extra=extra or None,
-        )
-    except Exception as exc:  # malformed server signals must not cost the measurement
-        t.warnings.append(f"server signals could not be read: {exc!r}")

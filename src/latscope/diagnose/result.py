@@ -8,7 +8,7 @@ Its JSON form is the ``latscope.diagnosis/1`` contract::
                  "rtt_ms"},
       "timeline_summary": {"requests", "phases_ms": {dns, connect, tls, send, wait, first_token, stream},
                            "cold_request_phases_ms", "ttfb_ms", "ttft_ms", "e2e_ms", "itl_ms_p50", "itl_ms_p95",
-                           "tpot_ms", ...},
+                           "tpot_ms", "server_phases_ms", ...},
       "baseline": {"sweep": [{"prompt_tokens", "ttft_ms"}], "prefill_ms_per_1k_tokens", ...},
       "findings": [{"id", "title", "severity", "cost_ms", "cost_basis", "evidence", "rule", "confidence", "fix"}],
       "not_tested": [{"id", "reason"}],

@@ -21,8 +21,9 @@ from latscope.diagnose.context import Context, ProgressCallback
 from latscope.diagnose.experiments import baseline as baseline_experiment
 from latscope.diagnose.experiments import connection, parsing, queueing, streaming
 from latscope.diagnose.result import Diagnosis, ExperimentRun
+from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.findings import NotTested, Outcome
-from latscope.probe import normalise_base_url
+from latscope.wire.models import normalise_base_url
 
 #: Wall-clock bound of one experiment, s (quick mode: half). Generous for a slow target; a stalled one cannot hold
 #: the run for longer.
@@ -84,6 +85,7 @@ async def diagnose(
     base_url: str,
     *,
     model: str | None = None,
+    dialect: str = DEFAULT_DIALECT,
     api_key: str | None = None,
     verify: bool = True,
     ca_file: str | None = None,
@@ -92,24 +94,28 @@ async def diagnose(
     quick: bool = False,
     progress: ProgressCallback | None = None,
 ) -> Diagnosis:
-    """Diagnose the OpenAI-compatible endpoint at ``base_url`` (``http[s]://host:port[/v1]``).
+    """Diagnose the endpoint at ``base_url`` (``http[s]://host:port[/v1]`` for an OpenAI-compatible one).
 
-    ``model`` defaults to the first one ``GET /models`` lists; ``api_key`` is sent as a Bearer token and never
-    recorded; ``headers`` go on every request; ``only`` (ids, or a comma-separated string) limits the checks and so
-    the experiments; ``quick`` runs smaller experiments; ``progress`` is called with
-    :class:`~latscope.diagnose.context.ProgressEvent` objects. Raises :class:`~latscope.diagnose.plan.
-    UnknownFindingError` for an unknown id and :class:`~latscope.diagnose.target.DiagnoseError` (its subclass
-    ``TargetUnreachable`` when nothing reached the target) when the diagnosis cannot start; misbehaviour during the
-    experiments only marks the affected checks "not tested".
+    ``dialect`` is the API to speak (:data:`latscope.dialects.DIALECTS`; a base URL without a path gets the
+    dialect's, ``/v1`` for OpenAI's); ``model`` defaults to the first one the server's model list names; ``api_key``
+    is sent as a Bearer token and never recorded; ``headers`` go on every request; ``only`` (ids, or a
+    comma-separated string) limits the checks and so the experiments; ``quick`` runs smaller experiments;
+    ``progress`` is called with :class:`~latscope.diagnose.context.ProgressEvent` objects. Raises
+    :class:`~latscope.diagnose.plan.UnknownFindingError` for an unknown id and
+    :class:`~latscope.diagnose.target.DiagnoseError` (its subclass ``TargetUnreachable`` when nothing reached the
+    target) when the diagnosis cannot start; misbehaviour during the experiments only marks the affected checks
+    "not tested".
     """
     ids = plan.select(only)
+    speaks = get_dialect(dialect)
     started = time.monotonic()
     all_headers = list(headers)
     if api_key:
         all_headers.append(("Authorization", f"Bearer {api_key}"))
     ctx = Context(
-        base_url=normalise_base_url(base_url),
+        base_url=normalise_base_url(base_url, speaks.base_path),
         model=model or "",
+        dialect=speaks,
         headers=all_headers,
         verify=verify,
         ca_file=ca_file,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from latscope.checks.evidence import BaselineEvidence, Reference, RequestSample
+from latscope.checks.evidence import SERVER_PHASES, BaselineEvidence, Reference, RequestSample
 from latscope.checks.stats import fit_line, median, percentile
 
 #: Phases of the summary, in request order: connection setup (paid only on a new connection), upload, the server's
@@ -56,7 +56,8 @@ def reference(baseline: BaselineEvidence | None) -> Reference | None:
 
 def timeline_summary(baseline: BaselineEvidence | None) -> dict[str, Any]:
     """Where the typical request's time goes: median of each phase over the typical requests (a phase a reused
-    connection skips counts 0), the cold request's own phases, TTFT, e2e, cadence."""
+    connection skips counts 0), the cold request's own phases, TTFT, e2e, cadence, and the phases the server
+    reported (``server_phases_ms``, when it reported any)."""
     typical = _ok(baseline.typical) if baseline is not None else []
     if baseline is None or not typical:
         return {"requests": 0}
@@ -67,7 +68,7 @@ def timeline_summary(baseline: BaselineEvidence | None) -> dict[str, Any]:
         medians[name] = _round(median(values))
     gaps = [g for s in typical for g in s.itl_ms]
     cold = phases(typical[0])
-    return {
+    out: dict[str, Any] = {
         "requests": len(typical),
         "prompt_tokens": baseline.typical_prompt_tokens,
         "max_tokens": baseline.typical_max_tokens,
@@ -83,6 +84,21 @@ def timeline_summary(baseline: BaselineEvidence | None) -> dict[str, Any]:
         "reused": [s.reused for s in typical],
         "http_version": typical[0].http_version,
     }
+    reported = server_phases(typical)
+    if reported:
+        out["server_phases_ms"] = reported
+    return out
+
+
+def server_phases(samples: Sequence[RequestSample]) -> dict[str, float]:
+    """What the server reported of each phase (Server-Timing in headers or trailers, timing headers, body fields),
+    median over the requests that reported it, in request-path order; empty when it reported nothing."""
+    out: dict[str, float] = {}
+    for phase in SERVER_PHASES:
+        value = median([s.server_ms[phase] for s in samples if phase in s.server_ms])
+        if value is not None:
+            out[str(phase)] = round(value, 3)
+    return out
 
 
 def baseline_summary(baseline: BaselineEvidence | None) -> dict[str, Any]:

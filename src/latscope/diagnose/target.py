@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from latscope.diagnose.context import Context, join_server_signals
-from latscope.dialects import openai
+from latscope.diagnose.context import Context
+from latscope.signals.join import join_server_signals
 from latscope.timeline.model import Phase, Timeline
-from latscope.wire import WireError
-from latscope.wire.models import join_url
+from latscope.wire import ModelListError, WireError
 
 #: Failures in these phases mean nothing reached the server.
 UNREACHABLE_PHASES = frozenset({Phase.DNS, Phase.CONNECT, Phase.TLS, Phase.POOL})
@@ -36,26 +35,18 @@ def _unreachable(phase: Phase | str, message: str) -> TargetUnreachable:
 
 
 async def discover_model(ctx: Context) -> list[str]:
-    """The model ids ``GET {base_url}/models`` lists. Raises :class:`TargetUnreachable` or :class:`DiagnoseError`."""
+    """The model ids the target's model list names (:meth:`latscope.wire.Client.list_models`). Raises
+    :class:`TargetUnreachable` or :class:`DiagnoseError`."""
     async with ctx.client() as client:
         try:
-            response = await client.get(join_url(ctx.base_url, "/models"))
+            models, _ = await client.list_models(ctx.base_url, ctx.dialect)
         except WireError as err:
             if err.phase in UNREACHABLE_PHASES:
                 raise _unreachable(err.phase, err.message) from None
-            raise DiagnoseError(
-                f"listing models at {ctx.base_url}/models failed ({err.message}); pass --model"
-            ) from None
-    if response.status >= 400:
-        error = response.timeline.error
-        message = error.message if error is not None else f"HTTP {response.status}"
-        raise DiagnoseError(f"listing models at {ctx.base_url}/models failed ({message}); pass --model")
-    try:
-        models = openai.parse_models(response.body)
-    except ValueError as exc:
-        raise DiagnoseError(f"{ctx.base_url}/models did not answer a model list ({exc}); pass --model") from None
-    if not models:
-        raise DiagnoseError(f"{ctx.base_url}/models lists no model; pass --model")
+            where = ctx.base_url + ctx.dialect.models_path
+            raise DiagnoseError(f"listing models at {where} failed ({err.message}); pass --model") from None
+        except ModelListError as exc:
+            raise DiagnoseError(f"{exc}; pass --model") from None
     return models
 
 
@@ -70,7 +61,7 @@ async def first_contact(ctx: Context) -> Timeline:
         if error.phase in UNREACHABLE_PHASES:
             raise _unreachable(error.phase, error.message)
         if error.status in USAGE_STATUSES:
-            raise DiagnoseError(f"the target refused a chat request: {error.message}")
+            raise DiagnoseError(f"the target refused a {ctx.dialect.mode} request: {error.message}")
     return t
 
 

@@ -1,57 +1,27 @@
 """Dialects: the wire formats of LLM APIs, as request builders and sans-IO decoders.
 
-:data:`DIALECTS` is the registry, keyed by the name a :class:`~latscope.dialects.base.RequestSpec` and a timeline
-carry (``"openai.chat"``, ``"openai.completions"``). A new dialect (Ollama, TGI, Anthropic …) is one module with the
-same four callables and one :func:`register_dialect` call.
+:data:`DIALECTS` is the registry and the only way to choose a wire format: the client, ``probe``, ``bench`` and
+``diagnose`` look a dialect up by the name a :class:`~latscope.dialects.base.RequestSpec` and a timeline carry
+(``"openai.chat"``, ``"ollama.chat"`` …) and take everything from its :class:`~latscope.dialects.base.Dialect`:
+request builder, stream framing and media types, stream, body and error decoders, base path and model list.
+
+A new dialect is one module that builds its ``Dialect`` values and one :func:`register_dialect` call here.
+
+Modules: :mod:`~latscope.dialects.base` (the interface), :mod:`~latscope.dialects.openai` (chat, completions),
+:mod:`~latscope.dialects.ollama` (native chat, generate), :mod:`~latscope.dialects.errors` (error bodies, shared by
+all), :mod:`~latscope.dialects.models` (model lists), :mod:`~latscope.dialects.prompts` (synthetic prompts).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from functools import partial
-from typing import Protocol
-
-from latscope.dialects import openai
-from latscope.dialects.base import ApiError, DecodedResponse, RequestSpec, StreamDecoder
-
-
-class RequestBuilder(Protocol):
-    """Builds one generation request: ``(model, prompt text, max_tokens, *, options) -> RequestSpec``.
-
-    ``max_tokens`` None leaves the output limit to the server; the options are those of
-    :func:`latscope.dialects.openai.chat_request`.
-    """
-
-    def __call__(
-        self,
-        model: str,
-        prompt: str,
-        max_tokens: int | None,
-        /,
-        *,
-        stream: bool = ...,
-        include_usage: bool = ...,
-        temperature: float | None = ...,
-        seed: int | None = ...,
-        ignore_eos: bool = ...,
-        extra: Mapping[str, object] | None = ...,
-    ) -> RequestSpec: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """What latscope needs to speak one API: build a request, decode its stream, its body and its errors."""
-
-    name: str  #: registry key, also ``RequestSpec.dialect`` and ``Timeline.dialect``
-    build_request: RequestBuilder
-    new_decoder: Callable[[], StreamDecoder]  #: a fresh stream decoder for one response body
-    decode_response: Callable[[bytes], DecodedResponse]  #: a non-streamed response body
-    decode_error: Callable[[int, bytes, str | None], ApiError]  #: ``(status, body, content_type)``; never raises
-
+from latscope.dialects import ollama, openai
+from latscope.dialects.base import Dialect, Framing, RequestBuilder
 
 DIALECTS: dict[str, Dialect] = {}
-"""Every known dialect by name."""
+"""Every known dialect by name, in registration order."""
+
+DEFAULT_DIALECT = openai.CHAT_NAME
+"""What every command speaks unless told otherwise: OpenAI chat completions, which most servers serve."""
 
 
 def register_dialect(dialect: Dialect) -> None:
@@ -64,26 +34,10 @@ def get_dialect(name: str) -> Dialect:
     try:
         return DIALECTS[name]
     except KeyError:
-        raise KeyError(f"unknown dialect {name!r}; known: {', '.join(sorted(DIALECTS))}") from None
+        raise KeyError(f"unknown dialect {name!r}; known: {', '.join(DIALECTS)}") from None
 
 
-register_dialect(
-    Dialect(
-        name="openai.chat",
-        build_request=openai.chat_request,
-        new_decoder=partial(openai.OpenAIStreamDecoder, "chat"),
-        decode_response=partial(openai.decode_response_body, mode="chat"),
-        decode_error=openai.decode_error_body,
-    )
-)
-register_dialect(
-    Dialect(
-        name="openai.completions",
-        build_request=openai.completions_request,
-        new_decoder=partial(openai.OpenAIStreamDecoder, "completions"),
-        decode_response=partial(openai.decode_response_body, mode="completions"),
-        decode_error=openai.decode_error_body,
-    )
-)
+for _dialect in (openai.CHAT, openai.COMPLETIONS, ollama.CHAT, ollama.GENERATE):
+    register_dialect(_dialect)
 
-__all__ = ["DIALECTS", "Dialect", "RequestBuilder", "get_dialect", "register_dialect"]
+__all__ = ["DEFAULT_DIALECT", "DIALECTS", "Dialect", "Framing", "RequestBuilder", "get_dialect", "register_dialect"]

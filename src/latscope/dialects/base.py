@@ -7,10 +7,15 @@ sockets or clocks: they are fed bytes and return :class:`Chunk` objects, so they
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
 from latscope.timeline.model import EventKind, Usage
+
+EXCERPT_CHARS = 80
+"""How much of an undecodable event or body an error message quotes."""
 
 
 class StreamDecodeError(ValueError):
@@ -65,7 +70,11 @@ class StreamDecoder(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
-    """What to send: method, path (relative to the base URL, e.g. ``/chat/completions``), headers and JSON body."""
+    """What to send: method, path (relative to the base URL, e.g. ``/chat/completions``), headers and JSON body.
+
+    ``stream`` says whether the response will be a stream, as the builder that made the request knows; None for a
+    spec built by hand, whose body the client then reads for ``"stream": true``.
+    """
 
     method: str
     path: str
@@ -73,6 +82,7 @@ class RequestSpec:
     headers: list[tuple[str, str]] = field(default_factory=list)
     dialect: str = ""  #: e.g. "openai.chat"
     model: str | None = None
+    stream: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +95,118 @@ class DecodedResponse:
     timings: dict[str, Any] | None = None  #: llama.cpp-style ``timings`` object, as sent
     reasoning: str = ""  #: reasoning text (``reasoning_content`` / ``reasoning``), "" when none
     error: ApiError | None = None  #: an error object sent instead of a result (some proxies answer 200 with one)
+
+
+Prompt = str | Sequence[Mapping[str, object]] | Sequence[int]
+"""What a generation request carries: prompt text, a chat ``messages`` list, or token ids. Each builder takes the
+forms its API can send and raises :class:`ValueError` naming the form it needs for the others."""
+
+
+def prompt_messages(prompt: Prompt, dialect: str) -> list[dict[str, object]]:
+    """``prompt`` as a chat ``messages`` list: text becomes one user message. Token ids raise :class:`ValueError`."""
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    messages = [dict(item) for item in prompt if isinstance(item, Mapping)]
+    if len(messages) != len(prompt):
+        raise ValueError(f"{dialect} takes prompt text or a 'messages' list, not token ids")
+    return messages
+
+
+def prompt_text(prompt: Prompt, dialect: str, *, token_ids: bool = False) -> str | list[int]:
+    """``prompt`` as text (or, with ``token_ids``, a list of token ids). A ``messages`` list raises
+    :class:`ValueError`: an API without chat turns needs a 'prompt'."""
+    if isinstance(prompt, str):
+        return prompt
+    ids = [item for item in prompt if isinstance(item, int) and not isinstance(item, bool)]
+    if token_ids and len(ids) == len(prompt):
+        return ids
+    raise ValueError(f"{dialect} needs 'prompt' text, not 'messages'")
+
+
+ErrorBodyDecoder = Callable[[int, bytes, str | None], ApiError]
+"""Decodes an error body: ``(status, body, content_type) -> ApiError``; never raises."""
+
+ResponseBodyDecoder = Callable[[bytes], DecodedResponse]
+"""Decodes a non-streamed 2xx body; raises :class:`StreamDecodeError` when it is not the dialect's shape."""
+
+
+class RequestBuilder(Protocol):
+    """Builds one generation request: ``(model, prompt, max_tokens, *, options) -> RequestSpec``.
+
+    ``prompt`` is a :data:`Prompt`: text, a chat ``messages`` list or token ids, as far as the API takes them.
+    ``max_tokens`` None leaves the output limit to the server.
+    ``include_usage`` asks a streamed response for token counts where the API needs asking; ``ignore_eos`` makes the
+    server generate exactly ``max_tokens`` tokens (an extension of vLLM, SGLang and llama.cpp; a dialect whose API
+    has no such switch raises :class:`ValueError`); ``extra`` fields are merged into the body's top level last.
+    """
+
+    def __call__(
+        self,
+        model: str,
+        prompt: Prompt,
+        max_tokens: int | None,
+        /,
+        *,
+        stream: bool = ...,
+        include_usage: bool = ...,
+        temperature: float | None = ...,
+        seed: int | None = ...,
+        ignore_eos: bool = ...,
+        extra: Mapping[str, object] | None = ...,
+    ) -> RequestSpec: ...
+
+
+class Framing(StrEnum):
+    """How a dialect's stream divides into events."""
+
+    SSE = "sse"  #: Server-Sent Events (WHATWG HTML §9.2): ``data:`` lines, a blank line ends an event
+    NDJSON = "ndjson"  #: newline-delimited JSON: one object per line
+
+    @property
+    def description(self) -> str:
+        """What the framing is called in messages ("an event stream", "an NDJSON stream")."""
+        return "an event stream" if self is Framing.SSE else "an NDJSON stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """Everything latscope needs to speak one API: how to build its requests and where they go, how its stream is
+    framed and decoded, how its bodies and its errors read, and where it lists its models.
+
+    ``base_path`` is what a base URL given without a path gets (``/v1`` for OpenAI-style servers, nothing for
+    Ollama's native API at the server root); request paths and ``models_path`` are relative to the base URL.
+    ``stream_media_types`` are the Content-Types a streamed response may carry (the first is what the client asks
+    for in ``Accept``); a streamed request answered with anything else fails, naming the type.
+    """
+
+    name: str  #: registry key, also ``RequestSpec.dialect`` and ``Timeline.dialect``
+    description: str  #: one line for ``--help``: the API and the servers that speak it
+    build_request: RequestBuilder
+    framing: Framing
+    stream_media_types: tuple[str, ...]
+    new_decoder: Callable[[], StreamDecoder]  #: a fresh stream decoder for one response body
+    decode_response: ResponseBodyDecoder  #: a non-streamed response body
+    decode_error: ErrorBodyDecoder  #: ``(status, body, content_type)``; never raises
+    parse_models: Callable[[bytes], list[str]]  #: the model ids of a ``models_path`` response
+    base_path: str = "/v1"
+    models_path: str = "/models"
+
+    @property
+    def mode(self) -> str:
+        """The part of the name after the API family: ``chat``, ``completions``, ``generate``."""
+        return self.name.partition(".")[2] or self.name
+
+    def accepts_stream_type(self, media_type: str | None) -> bool:
+        """True when a streamed response of this (lower-case, parameter-free) media type is this dialect's stream."""
+        return media_type in self.stream_media_types
+
+
+def as_text(value: object) -> str:
+    """``value`` when it is a string, else ""."""
+    return value if isinstance(value, str) else ""
+
+
+def excerpt(data: str | bytes, limit: int = EXCERPT_CHARS) -> str:
+    """A short quotation of ``data`` for messages."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return repr(text[:limit]) + ("…" if len(text) > limit else "")

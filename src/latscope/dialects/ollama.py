@@ -21,12 +21,24 @@ is not a JSON object raises :class:`~latscope.dialects.base.StreamDecodeError` n
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from latscope.dialects.base import ApiError, Chunk, DecodedResponse, RequestSpec, StreamDecodeError
+from latscope.dialects.base import (
+    Chunk,
+    DecodedResponse,
+    Dialect,
+    Framing,
+    Prompt,
+    RequestSpec,
+    StreamDecodeError,
+    prompt_messages,
+    prompt_text,
+)
+from latscope.dialects.errors import api_error_from, decode_error_body
+from latscope.dialects.models import parse_models
 from latscope.timeline.model import EventKind, Usage
 
 OLLAMA_CHAT = "ollama.chat"
@@ -44,64 +56,112 @@ FINAL_FIELDS = (
     "eval_duration",
 )
 
-_JSON_HEADERS = [("content-type", "application/json"), ("accept", "application/x-ndjson")]
+NDJSON_MEDIA_TYPE = "application/x-ndjson"
+"""What Ollama streams as (``application/ndjson`` and ``application/jsonl`` name the same framing elsewhere)."""
+
+_JSON_HEADERS = [("content-type", "application/json"), ("accept", NDJSON_MEDIA_TYPE)]
 
 
-def _body(
+def _spec(
+    path: str,
+    dialect: str,
     model: str,
-    fields: Mapping[str, Any],
+    fields: dict[str, object],
     max_tokens: int | None,
-    options: Mapping[str, Any] | None,
-    extra_body: Mapping[str, Any] | None,
-) -> bytes:
-    all_options = dict(options or {})
-    if max_tokens is not None:
-        all_options["num_predict"] = max_tokens  # Ollama's name for the generation limit
-    body: dict[str, Any] = {"model": model, **fields, "stream": True}
-    if all_options:
-        body["options"] = all_options
-    body.update(extra_body or {})
-    return orjson.dumps(body)
-
-
-def build_chat_request(
-    model: str,
-    messages: Sequence[Mapping[str, Any]],
     *,
-    max_tokens: int | None = None,
-    options: Mapping[str, Any] | None = None,
-    extra_body: Mapping[str, Any] | None = None,
-    headers: Sequence[tuple[str, str]] = (),
+    stream: bool,
+    temperature: float | None,
+    seed: int | None,
+    ignore_eos: bool,
+    extra: Mapping[str, object] | None,
 ) -> RequestSpec:
-    """A streaming ``POST /api/chat``. ``max_tokens`` becomes ``options.num_predict``; ``extra_body`` fields
-    (``keep_alive``, ``think``, ``format`` …) are added last and win."""
+    if ignore_eos:
+        raise ValueError(f"{dialect}: Ollama's API has no ignore_eos; the output length is up to the model")
+    options: dict[str, object] = {}
+    if temperature is not None:
+        options["temperature"] = temperature
+    if seed is not None:
+        options["seed"] = seed
+    if max_tokens is not None:
+        options["num_predict"] = max_tokens  # Ollama's name for the generation limit
+    body: dict[str, object] = {"model": model, **fields, "stream": stream}
+    extra = dict(extra or {})
+    more_options = extra.pop("options", None)
+    if isinstance(more_options, Mapping):
+        options.update(more_options)
+    if options:
+        body["options"] = options
+    body.update(extra)
     return RequestSpec(
         method="POST",
-        path=CHAT_PATH,
-        body=_body(model, {"messages": [dict(m) for m in messages]}, max_tokens, options, extra_body),
-        headers=[*_JSON_HEADERS, *headers],
-        dialect=OLLAMA_CHAT,
+        path=path,
+        body=orjson.dumps(body),
+        headers=list(_JSON_HEADERS),
+        dialect=dialect,
         model=model,
+        stream=body.get("stream") is True,
     )
 
 
-def build_generate_request(
+def chat_request(
     model: str,
-    prompt: str,
+    messages: Prompt,
+    max_tokens: int | None,
     *,
-    max_tokens: int | None = None,
-    options: Mapping[str, Any] | None = None,
-    extra_body: Mapping[str, Any] | None = None,
-    headers: Sequence[tuple[str, str]] = (),
+    stream: bool = True,
+    include_usage: bool = True,
+    temperature: float | None = None,
+    seed: int | None = None,
+    ignore_eos: bool = False,
+    extra: Mapping[str, object] | None = None,
 ) -> RequestSpec:
-    """A streaming ``POST /api/generate``. ``max_tokens`` becomes ``options.num_predict``."""
-    return RequestSpec(
-        method="POST",
-        path=GENERATE_PATH,
-        body=_body(model, {"prompt": prompt}, max_tokens, options, extra_body),
-        headers=[*_JSON_HEADERS, *headers],
-        dialect=OLLAMA_GENERATE,
-        model=model,
+    """A ``POST /api/chat`` request (a :class:`~latscope.dialects.base.RequestBuilder`). ``messages`` is a chat
+    ``messages`` list or a prompt text sent as one user message; ``max_tokens`` becomes ``options.num_predict``,
+    ``temperature`` and ``seed`` go into ``options`` too. Ollama reports token counts on every final message, so
+    ``include_usage`` changes nothing; ``ignore_eos`` raises :class:`ValueError` (the API has no such switch).
+    ``extra`` fields (``keep_alive``, ``think``, ``format`` …) are added last and win; an ``options`` object in it is
+    merged into the options."""
+    fields: dict[str, object] = {"messages": prompt_messages(messages, OLLAMA_CHAT)}
+    return _spec(
+        CHAT_PATH,
+        OLLAMA_CHAT,
+        model,
+        fields,
+        max_tokens,
+        stream=stream,
+        temperature=temperature,
+        seed=seed,
+        ignore_eos=ignore_eos,
+        extra=extra,
+    )
+
+
+def generate_request(
+    model: str,
+    prompt: Prompt,
+    max_tokens: int | None,
+    *,
+    stream: bool = True,
+    include_usage: bool = True,
+    temperature: float | None = None,
+    seed: int | None = None,
+    ignore_eos: bool = False,
+    extra: Mapping[str, object] | None = None,
+) -> RequestSpec:
+    """A ``POST /api/generate`` request: the prompt text (a ``messages`` list raises :class:`ValueError`); the
+    keyword arguments are as for :func:`chat_request`."""
+    fields: dict[str, object] = {"prompt": prompt_text(prompt, OLLAMA_GENERATE)}
+    return _spec(
+        GENERATE_PATH,
+        OLLAMA_GENERATE,
+        model,
+        fields,
+        max_tokens,
+        stream=stream,
+        temperature=temperature,
+        seed=seed,
+        ignore_eos=ignore_eos,
+        extra=extra,
     )
 
 
@@ -124,12 +184,6 @@ def _usage(obj: Mapping[str, Any], warnings: list[str]) -> Usage | None:
     return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
 
 
-def _error(value: Any) -> ApiError:
-    if isinstance(value, Mapping):
-        return ApiError(message=str(value.get("message", value)), type=value.get("type"), code=value.get("code"))
-    return ApiError(message=str(value))
-
-
 def _texts(obj: Mapping[str, Any]) -> tuple[str, str, bool]:
     """(content text, reasoning text, has a role) of a chat or generate object."""
     message = obj.get("message")
@@ -149,7 +203,7 @@ def _texts(obj: Mapping[str, Any]) -> tuple[str, str, bool]:
 def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
     """One decoded NDJSON object → one Chunk (see the module docstring)."""
     if "error" in obj:
-        return Chunk(EventKind.ERROR, error=_error(obj["error"]))
+        return Chunk(EventKind.ERROR, error=api_error_from(obj))
     content, thinking, has_role = _texts(obj)
     done = obj.get("done") is True
     finish_reason = None
@@ -270,7 +324,7 @@ def decode_response_body(body: bytes) -> DecodedResponse:
     if not isinstance(obj, dict):
         raise StreamDecodeError("the response body is not a JSON object")
     if "error" in obj:
-        return DecodedResponse(text="", error=_error(obj["error"]))
+        return DecodedResponse(text="", error=api_error_from(obj))
     warnings: list[str] = []
     content, thinking, _ = _texts(obj)
     reason = obj.get("done_reason")
@@ -280,3 +334,35 @@ def decode_response_body(body: bytes) -> DecodedResponse:
         usage=_usage(obj, warnings),
         reasoning=thinking,
     )
+
+
+CHAT = Dialect(
+    name=OLLAMA_CHAT,
+    description="Ollama's native chat API (POST /api/chat at the server root, NDJSON), with its load, prompt-eval "
+    "and eval durations",
+    build_request=chat_request,
+    framing=Framing.NDJSON,
+    stream_media_types=(NDJSON_MEDIA_TYPE, "application/ndjson", "application/jsonl"),
+    new_decoder=OllamaStreamDecoder,
+    decode_response=decode_response_body,
+    decode_error=decode_error_body,
+    parse_models=parse_models,
+    base_path="",
+    models_path="/api/tags",
+)
+"""The Ollama native chat dialect."""
+
+GENERATE = Dialect(
+    name=OLLAMA_GENERATE,
+    description="Ollama's native generate API (POST /api/generate at the server root, NDJSON): a prompt, no chat turns",
+    build_request=generate_request,
+    framing=Framing.NDJSON,
+    stream_media_types=CHAT.stream_media_types,
+    new_decoder=OllamaStreamDecoder,
+    decode_response=decode_response_body,
+    decode_error=decode_error_body,
+    parse_models=parse_models,
+    base_path="",
+    models_path="/api/tags",
+)
+"""The Ollama native generate dialect."""

@@ -23,18 +23,35 @@ are seen to differ only in their text, they are decoded by comparing strings, wi
 
 from __future__ import annotations
 
-import ast
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
+from functools import partial
 from itertools import count, repeat
 from operator import itemgetter
 from typing import Any
 
 import orjson
 
-from latscope.dialects.base import ApiError, Chunk, DecodedResponse, RequestSpec, StreamDecodeError
+from latscope.dialects.base import (
+    ApiError,
+    Chunk,
+    DecodedResponse,
+    Dialect,
+    Framing,
+    Prompt,
+    RequestSpec,
+    StreamDecodeError,
+    as_text,
+    excerpt,
+    prompt_messages,
+    prompt_text,
+)
+from latscope.dialects.errors import api_error_from, api_error_from_text, decode_error_body
+from latscope.dialects.models import parse_models
 from latscope.sse.parser import SSEEvent, SSEParser
 from latscope.timeline.model import EventKind, Usage
+
+CHAT_NAME = "openai.chat"
+COMPLETIONS_NAME = "openai.completions"
 
 MODES = ("chat", "completions")
 """The two OpenAI endpoints a decoder handles: ``/chat/completions`` (``delta``) and ``/completions`` (``text``)."""
@@ -45,12 +62,6 @@ DONE = "[DONE]"
 MAX_UTF8_WARNINGS = 10
 """Invalid UTF-8 sequences reported one by one; past this many only a total is added at close (a broken server can
 send millions, and each warning is kept in the timeline)."""
-
-ERROR_TEXT_CHARS = 200
-"""How much of a non-JSON error body (plain text, an HTML page) becomes the error message."""
-
-EXCERPT_CHARS = 80
-"""How much of an undecodable event an error message quotes."""
 
 _CONTENT = EventKind.CONTENT
 _REASONING = EventKind.REASONING
@@ -100,7 +111,7 @@ every second, so a stream it serves fast keeps earning new templates."""
 
 def chat_request(
     model: str,
-    messages: str | Sequence[Mapping[str, object]],
+    messages: Prompt,
     max_tokens: int | None,
     *,
     stream: bool = True,
@@ -112,23 +123,21 @@ def chat_request(
 ) -> RequestSpec:
     """A ``POST /chat/completions`` request.
 
-    ``messages`` is a chat ``messages`` list, or a prompt text sent as one user message. ``max_tokens`` None leaves
+    ``messages`` is a chat ``messages`` list, or a prompt text sent as one user message (token ids raise
+    :class:`ValueError`). ``max_tokens`` None leaves
     the limit to the server. Streaming asks for ``stream_options.include_usage`` so the server reports token counts
     in a last chunk. ``ignore_eos`` (a vLLM / llama.cpp extension, sent only when True) makes the server generate
     exactly ``max_tokens`` tokens. ``extra`` fields are merged into the body's top level last (they win), e.g.
     OpenAI's ``user`` field, which ``diagnose`` uses to pad a request to a chosen size.
     """
-    if isinstance(messages, str):
-        message_list: list[object] = [{"role": "user", "content": messages}]
-    else:
-        message_list = [dict(message) for message in messages]
+    message_list = prompt_messages(messages, CHAT_NAME)
     body = _body(model, "messages", message_list, max_tokens, stream, include_usage, temperature, seed, ignore_eos)
-    return _spec("/chat/completions", body, extra, "openai.chat", model)
+    return _spec("/chat/completions", body, extra, CHAT_NAME, model, stream)
 
 
 def completions_request(
     model: str,
-    prompt: str | Sequence[int],
+    prompt: Prompt,
     max_tokens: int | None,
     *,
     stream: bool = True,
@@ -141,46 +150,12 @@ def completions_request(
     """A ``POST /completions`` request (legacy completions: no chat template, so the prompt is sent as is).
 
     ``prompt`` is text, or a list of token ids (servers that accept them — vLLM, llama.cpp — then see exactly that
-    many prompt tokens). The keyword arguments are as for :func:`chat_request`.
+    many prompt tokens); a ``messages`` list raises :class:`ValueError`. The keyword arguments are as for
+    :func:`chat_request`.
     """
-    prompt_value: object = prompt if isinstance(prompt, str) else list(prompt)
+    prompt_value = prompt_text(prompt, COMPLETIONS_NAME, token_ids=True)
     body = _body(model, "prompt", prompt_value, max_tokens, stream, include_usage, temperature, seed, ignore_eos)
-    return _spec("/completions", body, extra, "openai.completions", model)
-
-
-def models_request() -> RequestSpec:
-    """A ``GET /models`` request (lists the model ids the server serves; see :func:`parse_models`)."""
-    return RequestSpec(
-        method="GET", path="/models", body=b"", headers=[("accept", "application/json")], dialect="openai"
-    )
-
-
-def parse_models(body: bytes) -> list[str]:
-    """The model ids in a ``/models`` response, in order, without duplicates.
-
-    Reads OpenAI's ``{"data": [{"id": ...}]}`` and the Ollama-style ``{"models": [{"model"/"name": ...}]}`` list that
-    llama-server sends next to it. Raises :class:`StreamDecodeError` when the body is not JSON.
-    """
-    try:
-        obj = _loads(body)
-    except _JSONDecodeError as exc:
-        raise StreamDecodeError(f"the /models response is not JSON ({exc}): {_excerpt(body)}") from None
-    ids: list[str] = []
-    if isinstance(obj, dict):
-        for key, fields in (("data", ("id",)), ("models", ("model", "name"))):
-            entries = obj.get(key)
-            if not isinstance(entries, list):
-                continue
-            for entry in entries:
-                if not isinstance(entry, dict):
-                    continue
-                for name in fields:
-                    value = entry.get(name)
-                    if isinstance(value, str) and value:
-                        if value not in ids:
-                            ids.append(value)
-                        break
-    return ids
+    return _spec("/completions", body, extra, COMPLETIONS_NAME, model, stream)
 
 
 def _body(
@@ -210,7 +185,7 @@ def _body(
 
 
 def _spec(
-    path: str, body: dict[str, object], extra: Mapping[str, object] | None, dialect: str, model: str
+    path: str, body: dict[str, object], extra: Mapping[str, object] | None, dialect: str, model: str, stream: bool
 ) -> RequestSpec:
     if extra:
         body.update(extra)
@@ -221,6 +196,7 @@ def _spec(
         headers=[("content-type", "application/json")],
         dialect=dialect,
         model=model,
+        stream=body.get("stream") is True,  # `extra` may have set it
     )
 
 
@@ -470,7 +446,7 @@ class OpenAIStreamDecoder:
         """One SSE event → one chunk, whatever its shape (``obj``: the parsed data, or ``_UNPARSED``)."""
         data = event[1]
         if event[0] == "error":
-            return _error_chunk(_api_error_from_text(data))
+            return _error_chunk(api_error_from_text(data))
         if data == DONE:
             self._done = True
             self._template = None  # after [DONE] every event takes this path (its warning)
@@ -483,7 +459,7 @@ class OpenAIStreamDecoder:
                     return self._unknown(event, None)
                 raise EventDecodeError(
                     f"invalid JSON in SSE event {self._number(event)} (ending at stream byte {event[4]}): {exc}; "
-                    f"data: {_excerpt(data)}"
+                    f"data: {excerpt(data)}"
                 ) from None
         if self._done and not self._after_done_warned:
             self._after_done_warned = True
@@ -523,7 +499,7 @@ class OpenAIStreamDecoder:
             if text.__class__ is not str or (finish is not None and finish.__class__ is not str):
                 return self._unknown(event, obj)
         elif choices is None and ("error" in obj or obj.get("object") == "error"):
-            return _error_chunk(_api_error_from(obj))
+            return _error_chunk(api_error_from(obj))
         usage = obj.get("usage")
         timings = obj.get("timings")
         lab = obj.get("latscope")
@@ -561,7 +537,7 @@ class OpenAIStreamDecoder:
             self._unknown_warned = True
             self._warnings.append(
                 f"unrecognised event shape (first: SSE event {self._number(event)}, ending at stream byte "
-                f"{event[4]}): {_excerpt(event[1])}"
+                f"{event[4]}): {excerpt(event[1])}"
             )
         if obj is None:
             return Chunk(_OTHER)
@@ -676,12 +652,12 @@ def decode_response_body(body: bytes, mode: str = "chat") -> DecodedResponse:
     try:
         obj = _loads(body)
     except _JSONDecodeError as exc:
-        raise StreamDecodeError(f"the response body is not valid JSON ({exc}): {_excerpt(body)}") from None
+        raise StreamDecodeError(f"the response body is not valid JSON ({exc}): {excerpt(body)}") from None
     if not isinstance(obj, dict):
-        raise StreamDecodeError(f"the response body is not a JSON object: {_excerpt(body)}")
+        raise StreamDecodeError(f"the response body is not a JSON object: {excerpt(body)}")
     choices = obj.get("choices")
     if not choices and ("error" in obj or obj.get("object") == "error"):
-        return DecodedResponse(text="", error=_api_error_from(obj))
+        return DecodedResponse(text="", error=api_error_from(obj))
     text = ""
     reasoning = ""
     finish: str | None = None
@@ -690,10 +666,10 @@ def decode_response_body(body: bytes, mode: str = "chat") -> DecodedResponse:
         if mode == "chat":
             message = choice.get("message")
             if isinstance(message, dict):
-                text = _str(message.get("content"))
-                reasoning = _str(message.get("reasoning_content")) or _str(message.get("reasoning"))
+                text = as_text(message.get("content"))
+                reasoning = as_text(message.get("reasoning_content")) or as_text(message.get("reasoning"))
         else:
-            text = _str(choice.get("text"))
+            text = as_text(choice.get("text"))
         finish_value = choice.get("finish_reason")
         finish = finish_value if isinstance(finish_value, str) else None
     usage = obj.get("usage")
@@ -707,148 +683,31 @@ def decode_response_body(body: bytes, mode: str = "chat") -> DecodedResponse:
     )
 
 
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
+SSE_MEDIA_TYPE = "text/event-stream"
 
+CHAT = Dialect(
+    name=CHAT_NAME,
+    description="OpenAI chat completions (POST /v1/chat/completions): vLLM, SGLang, TGI, llama.cpp, Ollama's /v1, "
+    "hosted APIs",
+    build_request=chat_request,
+    framing=Framing.SSE,
+    stream_media_types=(SSE_MEDIA_TYPE,),
+    new_decoder=partial(OpenAIStreamDecoder, "chat"),
+    decode_response=partial(decode_response_body, mode="chat"),
+    decode_error=decode_error_body,
+    parse_models=parse_models,
+)
+"""The OpenAI chat completions dialect."""
 
-# -- error bodies ------------------------------------------------------------------------------------------------
-
-_TITLE_RE = re.compile(rb"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
-_TAG_RE = re.compile(r"<[^>]*>")
-_SPACE_RE = re.compile(r"\s+")
-# llama-cpp-python answers request validation errors with HTTP 500 and appends a traceback excerpt to the message
-# (tests/fixtures/real/llama-cpp-python.chat.badrequest.http): the message ends where the first frame starts.
-_TRACEBACK_RE = re.compile(r'\n\s*(?:Traceback \(most recent call last\)|File ")')
-
-
-def decode_error_body(status: int, body: bytes, content_type: str | None) -> ApiError:
-    """The error a 4xx/5xx response body describes, whatever shape it has. Never raises.
-
-    Shapes: OpenAI / llama.cpp / Anthropic ``{"error": {"message", "type", "code", "param"}}``; TGI and Ollama
-    ``{"error": "...", "error_type": ...}``; older vLLM ``{"object": "error", "message": ...}``; FastAPI
-    ``{"detail": "..."}`` or ``{"detail": [{"loc", "msg", "type"}, ...]}``; llama-cpp-python's validation error with
-    a traceback excerpt (the excerpt is dropped, the validation errors are summarised); anything else — plain text,
-    an HTML error page (its title, else its text) — gives the first :data:`ERROR_TEXT_CHARS` characters.
-    """
-    try:
-        return _decode_error_body(status, body, content_type)
-    except Exception:  # a decoder of last resort must not turn a server's error into a client crash
-        return ApiError(message=f"HTTP {status} with an undecodable error body ({len(body)} bytes)")
-
-
-def _decode_error_body(status: int, body: bytes, content_type: str | None) -> ApiError:
-    stripped = body.strip()
-    if not stripped:
-        return ApiError(message=f"HTTP {status} with an empty body")
-    if stripped[:1] in (b"{", b"["):
-        try:
-            obj = _loads(stripped)
-        except _JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict):
-            error = _api_error_from(obj)
-            if error is not None:
-                return error
-    if (content_type and "html" in content_type.lower()) or stripped[:1] == b"<":
-        title = _TITLE_RE.search(stripped)
-        raw = title.group(1) if title else stripped
-        text = _TAG_RE.sub(" ", raw.decode("utf-8", "replace"))
-    else:
-        text = stripped.decode("utf-8", "replace")
-    return ApiError(message=_SPACE_RE.sub(" ", text).strip()[:ERROR_TEXT_CHARS] or f"HTTP {status}")
-
-
-def _api_error_from(obj: dict[str, Any]) -> ApiError:
-    """An :class:`ApiError` from a decoded JSON error object (shapes: see :func:`decode_error_body`)."""
-    error = obj.get("error")
-    if isinstance(error, dict):
-        message = _str(error.get("message")) or _str(error.get("detail")) or orjson.dumps(error).decode()
-        return ApiError(
-            message=_clean_message(message),
-            type=_opt_str(error.get("type")),
-            code=_code(error.get("code")),
-            param=_opt_str(error.get("param")),
-        )
-    if isinstance(error, str):
-        return ApiError(message=_clean_message(error), type=_opt_str(obj.get("error_type") or obj.get("type")))
-    detail = obj.get("detail")
-    if isinstance(detail, str):
-        return ApiError(message=detail)
-    if isinstance(detail, list):
-        items = [item for item in detail if isinstance(item, dict)]
-        summary = "; ".join(_validation_item(item) for item in items) or orjson.dumps(detail).decode()
-        return ApiError(message=summary, type=_opt_str(items[0].get("type")) if items else None)
-    plain = obj.get("message")
-    if isinstance(plain, str):
-        return ApiError(
-            message=_clean_message(plain),
-            type=_opt_str(obj.get("type")),
-            code=_code(obj.get("code")),
-            param=_opt_str(obj.get("param")),
-        )
-    return ApiError(message=_excerpt(orjson.dumps(obj), ERROR_TEXT_CHARS))
-
-
-def _api_error_from_text(data: str) -> ApiError:
-    """The payload of an SSE ``event: error``: a JSON error object, or plain text."""
-    try:
-        obj = _loads(data)
-    except _JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        return _api_error_from(obj)
-    return ApiError(message=_SPACE_RE.sub(" ", data).strip()[:ERROR_TEXT_CHARS] or "error event without data")
-
-
-def _clean_message(message: str) -> str:
-    """Drop a traceback excerpt from a message; summarise the pydantic validation errors printed before it."""
-    match = _TRACEBACK_RE.search(message)
-    if match is None:
-        return message
-    head = message[: match.start()].strip()
-    lines = head.splitlines()
-    summaries = []
-    for line in lines[1:]:
-        summary = _pydantic_repr_summary(line.strip())
-        if summary:
-            summaries.append(summary)
-    if summaries:
-        return f"{lines[0].strip()} {'; '.join(summaries)}"
-    return _SPACE_RE.sub(" ", head)
-
-
-def _pydantic_repr_summary(text: str) -> str | None:
-    """``loc: msg`` from one printed pydantic error dict (``{'type': ..., 'loc': (...), 'msg': ...}``), or None."""
-    if not (text.startswith("{") and text.endswith("}")):
-        return None
-    try:
-        item = ast.literal_eval(text)  # literals only: safe on untrusted text
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-    return _validation_item(item) if isinstance(item, dict) and "msg" in item else None
-
-
-def _validation_item(item: dict[Any, Any]) -> str:
-    """``body.messages: Input should be a valid list`` from a FastAPI / pydantic error item."""
-    loc = item.get("loc")
-    where = ".".join(str(part) for part in loc) if isinstance(loc, list | tuple) else ""
-    msg = str(item.get("msg", ""))
-    return f"{where}: {msg}" if where else msg
-
-
-def _opt_str(value: object) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _code(value: object) -> str | int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, str | int):
-        return value
-    return str(value)
-
-
-def _excerpt(data: str | bytes, limit: int = EXCERPT_CHARS) -> str:
-    """A short quotation of ``data`` for messages."""
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    return repr(text[:limit]) + ("…" if len(text) > limit else "")
+COMPLETIONS = Dialect(
+    name=COMPLETIONS_NAME,
+    description="OpenAI legacy completions (POST /v1/completions): the prompt sent as is, no chat template",
+    build_request=completions_request,
+    framing=Framing.SSE,
+    stream_media_types=(SSE_MEDIA_TYPE,),
+    new_decoder=partial(OpenAIStreamDecoder, "completions"),
+    decode_response=partial(decode_response_body, mode="completions"),
+    decode_error=decode_error_body,
+    parse_models=parse_models,
+)
+"""The OpenAI legacy completions dialect."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from latscope import __version__
+from latscope.dialects import get_dialect
 from latscope.load.config import BenchConfig, BenchConfigError, auto_workers
 from latscope.load.health import ClientHealth, available_cores
 from latscope.load.runner import Assignment, StepWorker, WorkerCounters, WorkerResult
@@ -116,36 +117,37 @@ def default_run_dir(base: Path = Path("runs")) -> Path:
 
 
 async def resolve_model(config: BenchConfig) -> str:
-    """``config.model``, or the first model the server lists at ``/models``."""
+    """``config.model``, or the first model the server's model list names."""
     if config.model:
         return config.model
-    from latscope.dialects.openai import parse_models
-    from latscope.wire import Client, WireError
-    from latscope.wire.models import join_url
+    from latscope.wire import Client, ModelListError, WireError
 
+    dialect = get_dialect(config.dialect)
     async with Client(verify=config.verify, ca_file=config.ca_file, headers=config.headers) as client:
         try:
-            response = await client.get(join_url(config.url, "/models"))
+            models, _ = await client.list_models(config.url, dialect)
         except WireError as exc:
-            raise ModelDiscoveryError(f"could not list models at {config.url}/models: {exc}; pass --model") from None
-    if response.status >= 400:
-        raise ModelDiscoveryError(f"{config.url}/models answered HTTP {response.status}; pass --model")
-    models = parse_models(response.body)
-    if not models:
-        raise ModelDiscoveryError(f"{config.url}/models lists no model; pass --model")
-    return str(models[0])
+            where = config.url + dialect.models_path
+            raise ModelDiscoveryError(f"could not list models at {where}: {exc}; pass --model") from None
+        except ModelListError as exc:
+            raise ModelDiscoveryError(f"{exc}; pass --model") from None
+    return models[0]
 
 
 def validate(config: BenchConfig) -> Plan:
     """Fail before anything starts: read the prompt files (a bad line is reported with its number) and check that
-    every prompt suits the API. Returns the plan, ready to use."""
+    every class's requests suit the dialect (a 'messages' line for an API that takes a prompt, ignore_eos for one
+    without it). Returns the plan, ready to use."""
     plan = Plan(config.workload)
-    if config.api == "completions":
-        for cls in config.workload.classes:
-            if cls.prompt_file and any(r.messages is not None for r in plan.prompt_records(cls.name)):
-                raise BenchConfigError(
-                    f"class {cls.name!r}: {cls.prompt_file} has 'messages' lines; the completions API needs 'prompt'"
-                )
+    dialect = get_dialect(config.dialect)
+    for cls in config.workload.classes:
+        records = plan.prompt_records(cls.name) if cls.prompt_file else []
+        messages = next((r.messages for r in records if r.messages is not None), None)
+        try:
+            dialect.build_request("model", messages or "prompt", 1, ignore_eos=cls.ignore_eos)
+        except ValueError as exc:
+            source = f"{cls.prompt_file} has 'messages' lines; " if messages is not None else ""
+            raise BenchConfigError(f"class {cls.name!r}: {source}{exc}") from None
     return plan
 
 

@@ -11,16 +11,15 @@ import ipaddress
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
+from latscope.dialects import DEFAULT_DIALECT, DIALECTS, get_dialect
 from latscope.load.arrivals import Arrival, ClosedLoop, OpenLoop, arrival_from_dict
 from latscope.load.health import available_cores
 from latscope.load.slo import Slo
 from latscope.load.workload import Workload
 from latscope.timeline.redact import redact_headers, redact_url
-
-Api = Literal["chat", "completions"]
 
 #: Without any bound a step stops after this many measured requests.
 DEFAULT_REQUESTS = 100
@@ -52,7 +51,7 @@ class BenchConfig:
     steps: tuple[Arrival, ...]
     workload: Workload
     model: str | None = None
-    api: Api = "chat"
+    dialect: str = DEFAULT_DIALECT  #: the API spoken (:data:`latscope.dialects.DIALECTS`)
     requests: int | None = None
     duration_s: float | None = None
     warmup_requests: int = 0
@@ -75,6 +74,8 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if not self.steps:
             raise BenchConfigError("at least one step (a concurrency or a rate) is needed")
+        if self.dialect not in DIALECTS:
+            raise BenchConfigError(f"--dialect: unknown dialect {self.dialect!r}; known: {', '.join(DIALECTS)}")
         if self.requests is not None and self.requests < 1:
             raise BenchConfigError(f"--requests must be >= 1, got {self.requests}")
         if self.duration_s is not None and not self.duration_s > 0:
@@ -103,7 +104,8 @@ class BenchConfig:
         return {
             "url": redact_url(self.url),
             "model": self.model,
-            "api": self.api,
+            "dialect": self.dialect,
+            "api": get_dialect(self.dialect).mode,  # the older key: "chat" or "completions" for the OpenAI dialects
             "steps": [a.to_dict() for a in self.steps],
             "workload": self.workload.to_dict(),
             "requests": self.requests,
@@ -135,7 +137,7 @@ class BenchConfig:
             steps=tuple(arrival_from_dict(a) for a in data["steps"]),
             workload=Workload.from_dict(data["workload"]),
             model=data.get("model"),
-            api=data.get("api", "chat"),
+            dialect=data.get("dialect") or f"openai.{data.get('api', 'chat')}",  # older run.json files: "api" only
             requests=data.get("requests"),
             duration_s=data.get("duration_s"),
             warmup_requests=int(data.get("warmup_requests", 0)),

@@ -22,14 +22,26 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from latscope.signals.join import join_server_signals
 from latscope.timeline import metrics
-from latscope.timeline.model import TOKEN_KINDS, EventKind, Read, StreamEvent, Timeline
+from latscope.timeline.model import TOKEN_KINDS, EventKind, Read, ServerPhase, StreamEvent, Timeline
 from latscope.units import NS_PER_MS
 
 #: Every EventKind, in a fixed order: the dictionary of the ``kind`` column (events store the int8 code).
 EVENT_KINDS: tuple[EventKind, ...] = tuple(EventKind)
 _KIND_CODE: dict[EventKind, int] = {k: i for i, k in enumerate(EVENT_KINDS)}
 _TOKEN_CODES = frozenset(_KIND_CODE[k] for k in TOKEN_KINDS)
+
+#: The server-reported phases that get a column of their own (``server_<phase>_ms``) in ``requests``.
+SERVER_COLUMNS: tuple[ServerPhase, ...] = (
+    ServerPhase.PARSE,
+    ServerPhase.VALIDATE,
+    ServerPhase.WINDOW_WAIT,
+    ServerPhase.QUEUE,
+    ServerPhase.PREFILL,
+    ServerPhase.DECODE,
+    ServerPhase.E2E,
+)
 
 REQUEST_SCHEMA = pa.schema(
     [
@@ -77,6 +89,8 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("error_kind", pa.string()),
         pa.field("error_status", pa.int32()),
         pa.field("error_message", pa.string()),
+        # what the server reported (Server-Timing in headers or trailers, timing headers, body fields): NULL if nothing
+        *(pa.field(f"server_{phase}_ms", pa.float64()) for phase in SERVER_COLUMNS),
         pa.field("started_ns", pa.int64(), nullable=False),  # absolute monotonic ns, to join with server-side logs
     ]
 )
@@ -148,7 +162,9 @@ def digest(t: Timeline, ctx: RequestContext) -> RequestDigest:
 
 
 def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
-    """The per-request columns that come from marks alone, in :data:`_SCALAR_COLUMNS` order."""
+    """The per-request columns that come from marks and the server's own report, in :data:`_SCALAR_COLUMNS`
+    order. Joins the server's signals onto ``t`` first (here, in the writer's thread: never on the event loop)."""
+    join_server_signals(t)
     origin = ctx.step_start_ns
     usage = t.usage
     if usage is not None and usage.prompt_tokens is not None:
@@ -198,6 +214,7 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         None if err is None else str(err.kind),
         None if err is None else err.status,
         None if err is None else err.message,
+        *(t.server_ms(phase) for phase in SERVER_COLUMNS),
         t.started_ns,
         t.first_token_ns,
         t.last_token_ns,
@@ -209,7 +226,9 @@ _SCALAR_COLUMNS = (
     "schedule_lag_ms", "client_queue_ms", "setup_ms", "pool_ms", "dns_ms", "connect_ms", "tls_ms", "send_ms",
     "wait_ms", "ttfb_ms", "ttft_ms", "e2e_ms", "prompt_tokens", "prompt_tokens_source", "_usage_output_tokens",
     "max_tokens", "events", "reads", "connection_id", "reused", "http_version", "status", "finish_reason",
-    "error_phase", "error_kind", "error_status", "error_message", "started_ns", "_first_token_ns", "_last_token_ns",
+    "error_phase", "error_kind", "error_status", "error_message",
+    *(f"server_{phase}_ms" for phase in SERVER_COLUMNS),
+    "started_ns", "_first_token_ns", "_last_token_ns",
 )  # fmt: skip
 
 

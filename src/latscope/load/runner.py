@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from latscope.dialects.base import RequestSpec, StreamDecoder
-from latscope.dialects.openai import OpenAIStreamDecoder, chat_request, completions_request
+from latscope.dialects import get_dialect
+from latscope.dialects.base import RequestSpec
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.load.arrivals import ClosedLoop, OpenLoop, Schedule
 from latscope.load.config import BenchConfig, split_evenly
@@ -62,12 +62,13 @@ STOP_GRACE_S = 1.0
 
 
 class RequestBuilder:
-    """Builds the bytes of each planned request (OpenAI chat or completions) and its stream decoder."""
+    """Builds the bytes of each planned request in the run's dialect."""
 
     def __init__(self, config: BenchConfig, model: str) -> None:
         self.config = config
         self.model = model
         self.seed = config.workload.seed
+        self.dialect = get_dialect(config.dialect)
 
     def build(self, p: PlannedRequest) -> RequestSpec:
         """The request for ``p``: its file prompt, or a synthetic prompt of ``p.prompt_tokens`` words."""
@@ -80,21 +81,12 @@ class RequestBuilder:
         else:
             content = synthetic_prompt(p.prompt_tokens or 1, seed=prompt_seed(self.seed, p.request_id))
         extra = dict(cfg.extra_body) if cfg.extra_body else None
-        if cfg.api == "completions":
-            if not isinstance(content, str):
-                raise ValueError(f"request {p.request_id}: the completions API needs a 'prompt', not 'messages'")
-            spec = completions_request(
+        try:
+            return self.dialect.build_request(
                 self.model, content, p.max_tokens, temperature=cfg.temperature, ignore_eos=p.ignore_eos, extra=extra
             )
-        else:
-            spec = chat_request(
-                self.model, content, p.max_tokens, temperature=cfg.temperature, ignore_eos=p.ignore_eos, extra=extra
-            )
-        return spec
-
-    def decoder(self) -> StreamDecoder:
-        """A fresh stream decoder for one response."""
-        return OpenAIStreamDecoder(self.config.api)
+        except ValueError as exc:
+            raise ValueError(f"request {p.request_id}: {exc}") from None
 
 
 @dataclass(slots=True)
@@ -470,7 +462,6 @@ class StepWorker:
         await self._client.request(
             spec,
             self.config.url,
-            decoder=self.builder.decoder(),
             new_connection=self.config.new_connection_per_request,
             label=item.class_name,
             scheduled_ns=scheduled_ns,

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from latscope.signals.body import (
+    OLLAMA_COUNT_FIELDS,
+    OLLAMA_DURATION_FIELDS,
     body_measures,
     is_ollama_final,
     lab_measures,
@@ -164,6 +166,33 @@ def _keep_raw_fields(
         fields["latscope"] = dict(extra)
     if timings is not None:
         fields["timings"] = dict(timings)
+
+
+#: The fields of Ollama's final message that a stream decoder keeps on the timeline (``server_fields``).
+OLLAMA_FIELDS = frozenset(OLLAMA_DURATION_FIELDS + OLLAMA_COUNT_FIELDS)
+
+
+def join_server_signals(timeline: Timeline) -> None:
+    """Read what the server reported about this request onto ``timeline.server``: the response headers and trailers
+    (Server-Timing, TGI / OpenAI / Envoy timing headers, request id) and the final chunk's fields the client kept in
+    ``timeline.server_fields`` (llama.cpp ``timings``, the lab's ``latscope`` object, Ollama's durations); see
+    :func:`apply_server_signals`. The one join that ``probe``, ``diagnose`` and ``bench`` use. Safe to call again:
+    a measure is never added twice. Malformed signals never cost the measurement: they become a warning."""
+    fields = timeline.server_fields
+    timings = fields.get("timings")
+    extra = {key: value for key, value in fields.items() if key in OLLAMA_FIELDS}
+    lab = fields.get("latscope")
+    if isinstance(lab, Mapping):
+        extra["latscope"] = lab
+    try:
+        apply_server_signals(
+            timeline,
+            trailers=timeline.response_trailers,
+            timings=timings if isinstance(timings, Mapping) else None,
+            extra=extra or None,
+        )
+    except Exception as exc:  # a server's malformed signals must not cost the measurement
+        timeline.warnings.append(f"server signals could not be read: {exc!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from latscope.wire.client import Client
 from latscope.wire.errors import (
     ConnectError,
     DNSError,
+    ModelListError,
     PoolError,
     ResponseError,
     SendError,
@@ -24,6 +25,7 @@ __all__ = [
     "Client",
     "ConnectError",
     "DNSError",
+    "ModelListError",
     "Origin",
     "OriginStats",
     "PoolError",

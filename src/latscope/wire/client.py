@@ -18,13 +18,14 @@ from urllib.parse import urlsplit
 import orjson
 
 from latscope import __version__
-from latscope.dialects import DIALECTS, openai
-from latscope.dialects.base import RequestSpec, StreamDecoder
+from latscope.dialects import DIALECTS
+from latscope.dialects.base import Dialect, ErrorBodyDecoder, Framing, RequestSpec, StreamDecoder
+from latscope.dialects.errors import decode_error_body
 from latscope.timeline.model import ErrorKind, Phase, Timeline
 from latscope.timeline.redact import redact_url
 from latscope.wire.connection import Connection, open_connection
-from latscope.wire.errors import WireError, make_error, timeout_error
-from latscope.wire.exchange import ErrorBodyDecoder, Exchange, ResponseBodyDecoder
+from latscope.wire.errors import ModelListError, WireError, make_error, timeout_error
+from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin, OriginStats, Response, Timeouts, join_url, split_url
 from latscope.wire.pool import ConnectionPool
 from latscope.wire.request import BODY_METHODS, HeaderSet, merge_headers
@@ -41,27 +42,18 @@ _CACHE_ENTRIES = 256
 _Target = tuple[str, Origin, str]
 
 
-def default_decoder(spec: RequestSpec) -> StreamDecoder | None:
-    """The stream decoder for ``spec.dialect`` ("openai.chat", "openai.completions"), or None when unknown."""
-    family, _, mode = (spec.dialect or "").partition(".")
-    if family == "openai" and mode in openai.MODES:
-        return openai.OpenAIStreamDecoder(mode)
-    return None
-
-
-def default_body_decoder(spec: RequestSpec) -> ResponseBodyDecoder | None:
-    """The decoder of a non-streamed response body for ``spec.dialect`` (the registered dialect's
-    ``decode_response``), or None when the dialect is unknown."""
-    dialect = DIALECTS.get(spec.dialect) if spec.dialect else None
-    return dialect.decode_response if dialect is not None else None
-
+#: what a streamed response of a request whose dialect is unknown must be: an event stream (most servers send one)
+SSE_TYPES: tuple[str, ...] = ("text/event-stream",)
 
 #: the spec headers of :meth:`Client.get`
 _ACCEPT_ANY = (("accept", "*/*"),)
 
 
 def asks_for_stream(spec: RequestSpec) -> bool:
-    """True when the request body is a JSON object with ``"stream": true``."""
+    """True when the request will be answered with a stream: as its builder said (``spec.stream``), else when the
+    body is a JSON object with ``"stream": true``."""
+    if spec.stream is not None:
+        return spec.stream
     if not spec.body or b'"stream"' not in spec.body:
         return False
     try:
@@ -115,8 +107,9 @@ class Client:
         self._ssl_context: ssl.SSLContext | None = None
         self._sessions = SessionCache()
         self._pool = ConnectionPool(self._open, max_per_origin=max_connections_per_origin, may_multiplex=http2)
-        #: decodes 4xx/5xx bodies; OpenAI's decoder reads the shapes of most servers (TGI, FastAPI, HTML pages too)
-        self.error_decoder: ErrorBodyDecoder = openai.decode_error_body
+        #: decodes 4xx/5xx bodies of requests whose dialect is unknown (and of :meth:`get`); the shared decoder reads
+        #: the shapes of most servers (OpenAI, TGI, FastAPI, HTML pages too)
+        self.error_decoder: ErrorBodyDecoder = decode_error_body
         self._closed = False
         self._targets: dict[tuple[str, str], _Target] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -138,10 +131,12 @@ class Client:
     ) -> Timeline:
         """Send ``spec`` to ``base_url`` + ``spec.path`` and record its timeline (returned, also when it failed).
 
-        A streamed request (``decoder`` given, or ``"stream": true`` in the body) is decoded event by event with
-        ``decoder`` or the dialect's default decoder. ``new_connection`` forces a fresh connection (still offering
-        the saved TLS session). ``scheduled_ns`` is when a load generator meant to send it; ``timeline`` lets the
-        caller pass the record to fill (it is returned).
+        The dialect registered under ``spec.dialect`` (:data:`latscope.dialects.DIALECTS`) says how the response
+        reads: a streamed request (``decoder`` given, or the spec asks for a stream) is decoded event by event with
+        ``decoder`` or a new one of the dialect's, and must come back as the dialect's stream media type; a
+        non-streamed one is decoded whole; error bodies with the dialect's error decoder. ``new_connection`` forces a
+        fresh connection (still offering the saved TLS session). ``scheduled_ns`` is when a load generator meant to
+        send it; ``timeline`` lets the caller pass the record to fill (it is returned).
         """
         t = timeline if timeline is not None else Timeline()
         target = self._targets.get((base_url, spec.path))
@@ -167,19 +162,26 @@ class Client:
         else:
             t.url = target[0]
         origin, path = target[1], target[2]
+        dialect = DIALECTS.get(spec.dialect) if spec.dialect else None
         streamed = decoder is not None or asks_for_stream(spec)
-        if streamed and decoder is None:
-            decoder = default_decoder(spec)
-        body_decoder = None if streamed else default_body_decoder(spec)
         header_set = self._header_set(origin, path, spec.method, spec.headers, headers, len(spec.body))
         request_headers = header_set.fill(len(spec.body), t)
+        if dialect is None:
+            error_decoder, body_decoder, stream_types, framing = self.error_decoder, None, SSE_TYPES, Framing.SSE
+        else:
+            if streamed and decoder is None:
+                decoder = dialect.new_decoder()
+            error_decoder, stream_types, framing = dialect.decode_error, dialect.stream_media_types, dialect.framing
+            body_decoder = None if streamed else dialect.decode_response
         exchange = Exchange(
             t,
             decoder=decoder,
             streamed=streamed,
             keep_text=self.keep_text,
-            error_decoder=self.error_decoder,
+            error_decoder=error_decoder,
             body_decoder=body_decoder,
+            stream_types=stream_types,
+            framing=framing,
             loop=self._running_loop(),
         )
         await self._exchange(
@@ -206,6 +208,25 @@ class Client:
         if t.status is None or (t.error is not None and t.error.kind is not ErrorKind.HTTP_STATUS):
             raise WireError.from_timeline(t)
         return Response(t.status, exchange.response_header_list, exchange.body_bytes_kept, t)
+
+    async def list_models(self, base_url: str, dialect: Dialect) -> tuple[list[str], Timeline]:
+        """The model ids the server lists at ``base_url`` + the dialect's ``models_path`` (OpenAI's ``/models``,
+        Ollama's ``/api/tags``), in order, and that request's timeline. Raises
+        :class:`~latscope.wire.errors.WireError` when no response came (its phase says where) and
+        :class:`~latscope.wire.errors.ModelListError` for an error status or an answer that is no model list."""
+        url = join_url(base_url, dialect.models_path)
+        response = await self.get(url)
+        if response.status >= 400:
+            error = response.timeline.error
+            detail = error.message if error is not None else f"HTTP {response.status}"
+            raise ModelListError(f"listing models at {url} failed ({detail})", response.timeline)
+        try:
+            models = dialect.parse_models(response.body)
+        except ValueError as exc:
+            raise ModelListError(f"{url} did not answer a model list ({exc})", response.timeline) from None
+        if not models:
+            raise ModelListError(f"{url} lists no model", response.timeline)
+        return models, response.timeline
 
     def stats(self) -> dict[str, OriginStats]:
         """Pool statistics per origin (``"https://host:port"``): connections opened, requests, reuses, TLS."""

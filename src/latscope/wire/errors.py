@@ -90,6 +90,16 @@ _BY_PHASE: dict[Phase, type[WireError]] = {
 }
 
 
+class ModelListError(Exception):
+    """The server answered, but not with a model list (an error status, another body, an empty list). The message
+    says which URL answered what; ``timeline`` is that request's."""
+
+    def __init__(self, message: str, timeline: Timeline) -> None:
+        super().__init__(message)
+        self.message = message
+        self.timeline = timeline
+
+
 def make_error(message: str, *, phase: Phase, kind: ErrorKind, status: int | None = None) -> WireError:
     """A :class:`WireError` of the subclass for ``phase``."""
     return _BY_PHASE.get(phase, WireError)(message, phase=phase, kind=kind, status=status)

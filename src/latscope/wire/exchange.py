@@ -16,15 +16,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from latscope.dialects.base import ApiError, Chunk, DecodedResponse, StreamDecodeError, StreamDecoder
+from latscope.dialects.base import (
+    Chunk,
+    ErrorBodyDecoder,
+    Framing,
+    ResponseBodyDecoder,
+    StreamDecodeError,
+    StreamDecoder,
+)
 from latscope.timeline.model import ErrorKind, EventKind, Phase, StreamEvent, Timeline
 from latscope.wire.errors import WireError, make_error
-
-#: the decoder of an error body: ``(status, body, content_type) -> ApiError`` (``openai.decode_error_body``)
-ErrorBodyDecoder = Callable[[int, bytes, str | None], ApiError]
-
-#: the decoder of a non-streamed 2xx JSON body: ``body -> DecodedResponse`` (a dialect's ``decode_response``)
-ResponseBodyDecoder = Callable[[bytes], DecodedResponse]
 
 #: error bodies are kept up to this size for decoding; the rest is counted, not kept (an HTML error page from a
 #: proxy can be large, and the message is always at the start).
@@ -44,8 +45,6 @@ _COUNT = 1  # count bytes only (non-streamed request, or a streamed one with the
 _KEEP = 2  # keep the whole body (Client.get)
 _ERROR_BODY = 3  # keep up to MAX_ERROR_BODY_BYTES for the error decoder
 _DECODE_BODY = 4  # keep the whole body for the dialect's non-streamed decoder (up to MAX_DECODED_BODY_BYTES)
-
-_SSE_TYPE = "text/event-stream"
 
 
 def media_type(content_type: str | None) -> str | None:
@@ -78,6 +77,7 @@ class Exchange:
         "_decoder",
         "_error_decoder",
         "_feed",
+        "_framing",
         "_mode",
         "_pending_error",
         "_text_parts",
@@ -91,6 +91,7 @@ class Exchange:
         "keep_text",
         "reads",
         "response_header_list",
+        "stream_types",
         "streamed",
         "timeline",
     )
@@ -105,6 +106,8 @@ class Exchange:
         keep_text: bool = False,
         error_decoder: ErrorBodyDecoder | None = None,
         body_decoder: ResponseBodyDecoder | None = None,
+        stream_types: tuple[str, ...] = ("text/event-stream",),
+        framing: Framing = Framing.SSE,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         if loop is None:
@@ -125,6 +128,8 @@ class Exchange:
         self._feed: Callable[[bytes], list[Chunk]] | None = None
         self._error_decoder = error_decoder
         self._body_decoder = body_decoder
+        self.stream_types = stream_types
+        self._framing = framing
         self._mode = _COUNT
         self._pending_error: WireError | None = None
         self._text_parts: list[str] = []
@@ -146,15 +151,16 @@ class Exchange:
             self._mode = _KEEP
         elif self.streamed:
             kind = media_type(ctype)
-            if kind == _SSE_TYPE or (kind is None and self._decoder is not None):
+            if kind in self.stream_types or (kind is None and self._decoder is not None):
                 if kind is None:
-                    t.warnings.append("the response has no Content-Type; decoded it as an event stream")
+                    t.warnings.append(f"the response has no Content-Type; decoded it as {self._framing.description}")
                 if self._decoder is not None:
                     self._mode = _DECODE
                     self._feed = self._decoder.feed
             else:
+                expected = ", ".join(self.stream_types)
                 self._pending_error = make_error(
-                    f"expected an event stream ({_SSE_TYPE}) for a streamed request, got {ctype!r}",
+                    f"expected {self._framing.description} ({expected}) for a streamed request, got {ctype!r}",
                     phase=Phase.HEADERS,
                     kind=ErrorKind.CONTENT_TYPE,
                 )

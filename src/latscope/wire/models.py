@@ -77,6 +77,19 @@ class Timeouts:
     total_s: float | None = None
 
 
+def normalise_base_url(url: str, default_path: str = "/v1") -> str:
+    """A base URL as the dialects expect it: no scheme means http; a URL with no path gets ``default_path`` (a
+    dialect's ``base_path``: ``/v1`` for OpenAI-style servers, "" for Ollama's native API); a trailing slash is
+    dropped."""
+    if "://" not in url:
+        url = f"http://{url}"
+    scheme, _, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    if not slash or not path.strip("/"):
+        return f"{scheme}://{host}{default_path}"
+    return url.rstrip("/")
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     """The answer to :meth:`~latscope.wire.Client.get`: the whole body in memory (for ``/v1/models``, ``/metrics``)."""

@@ -202,9 +202,9 @@ def command(
                                --class 'rag:weight=0.2,prompt=4000,output=256'
     """
     from latscope.load.bench import ModelDiscoveryError, default_run_dir, load_summaries, run_bench
-    from latscope.load.progress import LiveProgress
-    from latscope.load.render import render_run
     from latscope.load.workers import WorkerFailed
+    from latscope.report.progress import LiveProgress
+    from latscope.report.run import render_run
 
     if workers != "auto" and not workers.isdigit():
         raise click.BadParameter("a number or 'auto'", param_hint="--workers")

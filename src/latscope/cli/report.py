@@ -21,7 +21,7 @@ from latscope.load.storage import RunFormatError, read_run_json
 @click.option("--recompute", is_flag=True, help="Recompute every summary from requests.parquet and events.parquet.")
 def command(run: str, as_json: bool, slo: str | None, recompute: bool) -> None:
     """Print the summary of the bench run saved in RUN (a directory written by `latscope bench`)."""
-    from latscope.load.render import render_run
+    from latscope.report.run import render_run
 
     run_dir = Path(run)
     if run_dir.is_file():

@@ -15,9 +15,11 @@ Modules, one concept each:
 ``slo``        service-level objectives and goodput
 ``summary``    per-step, per-class aggregates and warnings
 ``health``     the client's own CPU, loop lag and memory
-``render``     terminal tables; ``progress``: the live display
 ``bench``      the entry points: :func:`run_bench`, :func:`bench_async`, :func:`summarize_dir`
 =============  ======================================================================================================
+
+What a run looks like in the terminal lives in :mod:`latscope.report` (``run``: the summary tables, ``progress``:
+the live display).
 
 Typical use from Python::
 

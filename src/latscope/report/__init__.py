@@ -1,4 +1,10 @@
-"""Terminal (rich) renderings of timelines: the per-request waterfall and a compact table of several requests."""
+"""Rendering: everything latscope shows a person, one module per kind of thing shown.
+
+* :mod:`~latscope.report.waterfall` — one request's timeline as a waterfall, and a table of several requests
+* :mod:`~latscope.report.diagnosis` — a diagnosis: where the time goes, then the findings ranked by cost
+* :mod:`~latscope.report.run` — a bench run's summary: latency percentiles, throughput, goodput, health
+* :mod:`~latscope.report.progress` — the live display while a bench step runs
+"""
 
 from latscope.report.waterfall import (
     PhaseSpan,

@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from latscope.load.render import fmt_ms, fmt_rate
+from latscope.report.run import fmt_ms, fmt_rate
 
 #: Seconds of history the displayed request rate averages over.
 RATE_WINDOW_S = 3.0

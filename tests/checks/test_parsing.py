@@ -97,7 +97,7 @@ def test_not_tested_when_the_server_refuses_padding() -> None:
     ev = ParsingEvidence(
         padding=None,
         rejected="user: HTTP 400: unknown field; whitespace: HTTP 400: bad JSON",
-        failures=(failed("probe user padding", status=400),),
+        probe_failures=(failed("probe user padding", status=400),),
     )
     out = check_request_parsing(ev, REF)
     assert isinstance(out, NotTested) and "HTTP 400" in out.reason
@@ -132,10 +132,22 @@ def test_expected_refusals_are_not_misbehaviour() -> None:
         padding="whitespace",
         points=points(65.0),
         fast_parser=FAST,
-        failures=(failed("probe user padding", status=400), failed("pad 8 MB", status=413)),
+        probe_failures=(failed("probe user padding", status=400),),
+        failures=(failed("pad 8 MB", status=413),),
         size_limit_bytes=4 * MB,
     )
     assert isinstance(check_request_parsing(ev, REF), Finding)
+
+
+def test_a_refused_padded_request_is_misbehaviour_even_when_its_label_says_probe() -> None:
+    ev = ParsingEvidence(
+        padding="user",
+        points=points(65.0, repeats=1),
+        fast_parser=FAST,
+        failures=tuple(failed(f"probe {i}", status=400) for i in range(4)),
+    )
+    out = check_request_parsing(ev, REF)
+    assert isinstance(out, NotTested) and "misbehaved" in out.reason
 
 
 def test_a_sample_is_ok_without_an_error() -> None:

@@ -72,20 +72,28 @@ def test_not_tested_when_the_target_misbehaves() -> None:
 
 def test_refused_long_prompts_during_sizing_are_not_misbehaviour() -> None:
     refusals = tuple(failed(f"long alone {n} tokens", status=400) for n in (32768, 16384, 8192))
-    out = check_queue_head_of_line(evidence((290.0, 300.0, 296.0), failures=refusals), REF)
+    out = check_queue_head_of_line(evidence((290.0, 300.0, 296.0), long_alone_failures=refusals), REF)
     assert isinstance(out, Finding)
+
+
+def test_the_same_refusals_elsewhere_in_the_experiment_are_misbehaviour() -> None:
+    refusals = tuple(failed(f"round {n} long 1", status=400) for n in range(1, 9))
+    out = check_queue_head_of_line(evidence((290.0, 300.0, 296.0), failures=refusals), REF)
+    assert isinstance(out, NotTested) and "misbehaved" in out.reason
 
 
 def test_long_prompts_refused_with_an_empty_stream_are_not_misbehaviour_either() -> None:
     # llama-cpp-python answers a streamed prompt over its context with 200 and no event at all
     refusals = tuple(ok(f"long alone {n} tokens", status=200, events=0) for n in (4096, 2048, 1024, 512))
-    out = check_queue_head_of_line(evidence((290.0, 300.0, 296.0), failures=refusals), REF)
+    out = check_queue_head_of_line(evidence((290.0, 300.0, 296.0), long_alone_failures=refusals), REF)
     assert isinstance(out, Finding)
 
 
 def test_not_tested_with_the_reason_when_every_long_prompt_is_refused() -> None:
     refusals = tuple(ok(f"long alone {n} tokens", status=200, events=0) for n in (1024, 512, 256, 128, 64))
-    out = check_queue_head_of_line(evidence((), long_alone_ms=(), long_prompt_tokens=64, failures=refusals), REF)
+    out = check_queue_head_of_line(
+        evidence((), long_alone_ms=(), long_prompt_tokens=64, long_alone_failures=refusals), REF
+    )
     assert isinstance(out, NotTested)
     assert "refused every long prompt, down to about 64 tokens" in out.reason and "no token" in out.reason
 

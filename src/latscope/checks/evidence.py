@@ -269,7 +269,9 @@ class ParsingEvidence:
             rejects at once (400): their ``server_ms`` is the cost of receiving a body (network, TLS, HTTP framing)
             without parsing it. Empty when the server answered them in an unusable way.
         fast_parser: ``(body_bytes, ms)``: ``orjson.loads`` of the same bodies in the client process, best of a few.
-        failures: requests that failed (samples with their errors).
+        failures: padded requests and controls that failed (samples with their errors).
+        probe_failures: the first padded requests that found out whether the server accepts a padding kind and
+            failed: a refusal there chose the other kind (or showed that neither is accepted).
         rejected: why padding was refused (the server's answer), when it was.
         size_limit_bytes: the largest body the server accepted when it refused a larger one (413), else None.
         rtt_ms: the connection's TCP round-trip time (a remote target adds upload transfer time to ``server_ms``).
@@ -283,6 +285,7 @@ class ParsingEvidence:
     rejected: str | None = None
     size_limit_bytes: int | None = None
     rtt_ms: float | None = None
+    probe_failures: tuple[RequestSample, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +300,9 @@ class QueueEvidence:
         short_contended_ms: short TTFTs sent while ``longs_per_round`` long requests were in flight.
         server_queue_ms: what the server reported as queue time for the contended short requests (may be empty).
         long_contended_ms: per round, the TTFTs of its long requests (how the server worked through them).
-        failures: requests that failed.
+        failures: requests that failed, but for the long prompts sent alone.
+        long_alone_failures: long prompts sent alone (sizing the long prompt, and its repeats) that failed; a
+            refusal among them (``RequestSample.refused``: a context too short) is the sizing at work.
         note: how the long prompt was sized (halved after a rejection, capped …).
     """
 
@@ -311,6 +316,12 @@ class QueueEvidence:
     failures: tuple[RequestSample, ...] = ()
     note: str | None = None
     long_contended_ms: tuple[tuple[float, ...], ...] = ()
+    long_alone_failures: tuple[RequestSample, ...] = ()
+
+    @property
+    def all_failures(self) -> tuple[RequestSample, ...]:
+        """Every failed request of the experiment."""
+        return self.long_alone_failures + self.failures
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,14 +139,14 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
     """
     if ev.padding is None:
         return NotTested(PARSE_ID, f"no padded body was accepted: {ev.rejected or 'the server refused the padding'}")
-    # refusals the experiment expects (the body-size limit, the first padding kind) are not misbehaviour
-    unexpected = [f for f in ev.failures if f.status != 413 and not f.label.startswith("probe")]
+    # refusals the experiment expects (the body-size limit, a padding kind: probe_failures) are not misbehaviour
+    unexpected = [f for f in ev.failures if f.status != 413]
     broken = failures.too_many_failed(unexpected, ok_elsewhere=len(ev.points))
     if broken:
         return NotTested(PARSE_ID, f"the target misbehaved during the parsing experiment: {broken}")
     sizes = {round(p.body_bytes / SIZE_BUCKET_BYTES) for p in ev.points}
     if len(ev.points) < MIN_POINTS or len(sizes) < MIN_SIZES:
-        reason = failures.summarise(ev.failures)
+        reason = failures.summarise(ev.probe_failures + ev.failures)
         limit = ""
         if ev.size_limit_bytes is not None:
             limit = f"; the server accepts bodies up to about {ev.size_limit_bytes / BYTES_PER_MB:.2f} MB"

@@ -43,18 +43,18 @@ def check_queue_head_of_line(ev: QueueEvidence, reference: Reference | None) -> 
     """Finding when a short request's TTFT inflation behind ``longs_per_round`` long requests is at least
     :data:`HOL_FINDING_RATIO` long prefills; clear at most :data:`HOL_CLEAR_RATIO`."""
     if len(ev.short_alone_ms) >= 2 and not ev.long_alone_ms:
-        refused = [f for f in ev.failures if f.refused and f.label.startswith("long alone")]
-        if refused and len(refused) == len([f for f in ev.failures if f.label.startswith("long alone")]):
+        refused = [f for f in ev.long_alone_failures if f.refused]
+        if refused and len(refused) == len(ev.long_alone_failures):
             return NotTested(
                 QUEUE_ID,
                 f"the server refused every long prompt, down to about {ev.long_prompt_tokens} tokens (its context "
                 f"is shorter): no long prefill to queue behind ({failures.describe(refused[-1])})",
             )
     if len(ev.short_alone_ms) < 2 or not ev.long_alone_ms or not ev.short_contended_ms:
-        reason = failures.summarise(ev.failures) or "too few requests completed"
+        reason = failures.summarise(ev.all_failures) or "too few requests completed"
         return NotTested(QUEUE_ID, f"the queueing experiment could not measure: {reason}")
     # a long prompt refused for its length is the sizing at work, not misbehaviour
-    unexpected = [f for f in ev.failures if not (f.refused and f.label.startswith("long alone"))]
+    unexpected = [f for f in ev.long_alone_failures if not f.refused] + list(ev.failures)
     completed = len(ev.short_alone_ms) + len(ev.long_alone_ms) + len(ev.short_contended_ms) * (1 + ev.longs_per_round)
     broken = failures.too_many_failed(unexpected, ok_elsewhere=completed)
     if broken:

@@ -102,6 +102,7 @@ async def run(ctx: Context) -> ParsingEvidence:
     """Run the parsing experiment (see the module docstring)."""
     sizes = SIZES_MB_QUICK if ctx.quick else SIZES_MB
     failed: list[RequestSample] = []
+    probes: list[RequestSample] = []
     async with ctx.client(quickack=True) as client:
         padding: str | None = None
         rejections: list[str] = []
@@ -110,12 +111,12 @@ async def run(ctx: Context) -> ParsingEvidence:
             if sample.ok:
                 padding = kind
                 break
-            failed.append(sample)
+            probes.append(sample)
             rejections.append(f"{kind}: {failures.describe(sample)}")
             if sample.status is None or not 400 <= sample.status < 500 or sample.status == 429:
                 break  # not a refusal of the padding: the other kind would fail the same way
         if padding is None:
-            return ParsingEvidence(padding=None, failures=tuple(failed), rejected="; ".join(rejections))
+            return ParsingEvidence(padding=None, probe_failures=tuple(probes), rejected="; ".join(rejections))
         points: list[ParsePoint] = []
         control: list[ParsePoint] = []
         rtts: list[float] = []
@@ -152,4 +153,5 @@ async def run(ctx: Context) -> ParsingEvidence:
         failures=tuple(failed),
         size_limit_bytes=limit,
         rtt_ms=median(rtts),
+        probe_failures=tuple(probes),
     )

@@ -170,6 +170,7 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
     """Run the queueing experiment (see the module docstring)."""
     quick = ctx.quick
     failed: list[RequestSample] = []
+    long_failed: list[RequestSample] = []  # long prompts sent alone: refusals there are the sizing at work
     short_alone: list[float] = []
     long_alone: list[float] = []
     contended: list[float] = []
@@ -189,7 +190,7 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
         tokens, how = initial_long_tokens(baseline, short_ttft)
         notes.append(how)
         target = max(TARGET_PREFILL_FACTOR * short_ttft, TARGET_PREFILL_MIN_MS)
-        tokens, first_long = await _size_long_prompt(ctx, client, tokens, short_ttft, target, failed, notes)
+        tokens, first_long = await _size_long_prompt(ctx, client, tokens, short_ttft, target, long_failed, notes)
         if first_long is None:
             return QueueEvidence(
                 SHORT_PROMPT_TOKENS,
@@ -198,6 +199,7 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
                 short_alone_ms=tuple(short_alone),
                 failures=tuple(failed),
                 note="; ".join(notes),
+                long_alone_failures=tuple(long_failed),
             )
         long_alone.append(first_long)
         for index in range(1, LONG_ALONE_QUICK if quick else LONG_ALONE):
@@ -205,7 +207,7 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
             if sample.ok and sample.ttft_after_setup_ms is not None:
                 long_alone.append(sample.ttft_after_setup_ms)
             else:
-                failed.append(sample)
+                long_failed.append(sample)
         long_p50 = median(long_alone)
         assert long_p50 is not None
         delay_s = max(0.001, min(0.005, 0.05 * (long_p50 - short_ttft) / 1000.0))
@@ -230,6 +232,7 @@ async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
         failures=tuple(failed),
         note="; ".join(notes),
         long_contended_ms=tuple(long_rounds),
+        long_alone_failures=tuple(long_failed),
     )
 
 

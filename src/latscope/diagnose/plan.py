@@ -1,7 +1,8 @@
 """Which experiments a diagnosis runs: the finding ids asked for (``--only``) decide the families needed.
 
 The baseline always runs (every finding's severity is its cost next to the typical request); its prompt-length sweep
-runs only when the queueing experiment needs it to size the long prompt. Experiments run in request-path order.
+runs only when an experiment that needs it runs (``Experiment.needs_sweep``: the queueing experiment sizes its long
+prompt from it). Experiments run in the registry's order, request-path order.
 """
 
 from __future__ import annotations
@@ -9,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from latscope.checks import CHECKS
-
-#: The experiment families in the order they run (the baseline first).
-FAMILY_ORDER = ("connection", "parsing", "queueing", "streaming")
+from latscope.diagnose.experiments import EXPERIMENTS
 
 
 class UnknownFindingError(ValueError):
@@ -41,6 +40,6 @@ def select(only: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def families_for(ids: Iterable[str]) -> tuple[str, ...]:
-    """The experiment families the ids need, in running order."""
+    """The experiment families the ids need, in running order (the order of :data:`EXPERIMENTS`)."""
     needed = {CHECKS[i].family for i in ids}
-    return tuple(f for f in FAMILY_ORDER if f in needed)
+    return tuple(f for f in EXPERIMENTS if f in needed)

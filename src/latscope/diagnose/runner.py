@@ -1,6 +1,7 @@
 """``diagnose()``: run the experiments a set of finding ids needs, then the checks, and rank what they found.
 
-Order: target discovery (model, first contact) → baseline → connection → parsing → queueing → streaming → checks.
+Order: target discovery (model, first contact) → baseline → the experiments the ids need, in the order of the
+registry (:data:`~latscope.diagnose.experiments.EXPERIMENTS`: connection, parsing, queueing, streaming) → checks.
 Each experiment is bounded in requests (its plan) and in time (:data:`EXPERIMENT_TIMEOUT_S`); one that fails or runs
 out of time marks its checks "not tested" with the reason and the run goes on. Only an unreachable target (or one
 that refuses the request as such) ends the diagnosis early, with :class:`~latscope.diagnose.target.DiagnoseError`.
@@ -12,14 +13,15 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from latscope.checks import CHECKS
 from latscope.checks.evidence import BaselineEvidence, Reference
 from latscope.diagnose import plan, summary, target
 from latscope.diagnose.context import Context, ProgressCallback
+from latscope.diagnose.experiments import EXPERIMENTS, Prior
 from latscope.diagnose.experiments import baseline as baseline_experiment
-from latscope.diagnose.experiments import connection, parsing, queueing, streaming
 from latscope.diagnose.result import Diagnosis, ExperimentRun
 from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.findings import NotTested, Outcome
@@ -129,7 +131,7 @@ async def diagnose(
     first = await target.first_contact(ctx)
     families = plan.families_for(ids)
     runs: list[ExperimentRun] = []
-    wants_sweep = "queueing" in families
+    wants_sweep = any(EXPERIMENTS[family].needs_sweep for family in families)
     base = await _run_experiment(
         ctx,
         "baseline",
@@ -140,6 +142,7 @@ async def diagnose(
     baseline = base if isinstance(base, BaselineEvidence) else None
     reference = summary.reference(baseline)
     max_tokens = baseline.typical_max_tokens if baseline is not None else baseline_experiment.typical_max_tokens(quick)
+    prior = Prior(baseline, max_tokens)
     evidence: dict[str, Any] = {}
     stopped: _Failed | None = None
     for family in families:
@@ -149,22 +152,10 @@ async def diagnose(
         if stopped is not None:
             evidence[family] = stopped
             continue
-        if family == "connection":
-            evidence[family] = await _run_experiment(
-                ctx, family, connection.planned_requests(quick, ctx.tls), lambda: connection.run(ctx), runs
-            )
-        elif family == "parsing":
-            evidence[family] = await _run_experiment(
-                ctx, family, parsing.planned_requests(quick), lambda: parsing.run(ctx), runs
-            )
-        elif family == "queueing":
-            evidence[family] = await _run_experiment(
-                ctx, family, queueing.planned_requests(quick), lambda: queueing.run(ctx, baseline), runs
-            )
-        elif family == "streaming":
-            evidence[family] = await _run_experiment(
-                ctx, family, streaming.planned_requests(quick, ctx.tls), lambda: streaming.run(ctx, max_tokens), runs
-            )
+        experiment = EXPERIMENTS[family]
+        evidence[family] = await _run_experiment(
+            ctx, family, experiment.planned_requests(ctx), partial(experiment.run, ctx, prior), runs
+        )
     outcomes = _decide(ids, evidence, reference)
     return Diagnosis(
         target=target.facts(ctx, first, models),

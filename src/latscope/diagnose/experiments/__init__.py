@@ -1,8 +1,33 @@
 """The experiments, one module per family: each sends a bounded number of requests and returns its evidence.
 
-* :mod:`~latscope.diagnose.experiments.baseline` — the typical request and TTFT vs prompt length
+:data:`EXPERIMENTS` is the registry, family → :class:`~latscope.diagnose.experiments.base.Experiment`, in the order
+they run (request-path order); the checks of a family (:data:`latscope.checks.CHECKS`) read its evidence. Adding a
+finding is one experiment module with an ``EXPERIMENT`` registered here (or a new check on an existing family), one
+check module, one lab fault.
+
+* :mod:`~latscope.diagnose.experiments.baseline` — the typical request and TTFT vs prompt length (always first, not in
+  the registry: every finding's severity is measured against it)
 * :mod:`~latscope.diagnose.experiments.connection` — reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency
 * :mod:`~latscope.diagnose.experiments.parsing` — server time vs request body size
 * :mod:`~latscope.diagnose.experiments.queueing` — a short prompt alone and behind long ones
 * :mod:`~latscope.diagnose.experiments.streaming` — per-read analysis under different ACK behaviours and lengths
 """
+
+from __future__ import annotations
+
+from latscope.diagnose.experiments import connection, parsing, queueing, streaming
+from latscope.diagnose.experiments.base import Experiment, Prior
+
+EXPERIMENTS: dict[str, Experiment] = {}
+"""Every registered experiment by family, in running order."""
+
+
+def register_experiment(experiment: Experiment) -> None:
+    """Add (or replace) an experiment; a new family runs after the ones registered before it."""
+    EXPERIMENTS[experiment.family] = experiment
+
+
+for _module in (connection, parsing, queueing, streaming):
+    register_experiment(_module.EXPERIMENT)
+
+__all__ = ["EXPERIMENTS", "Experiment", "Prior", "register_experiment"]

@@ -15,6 +15,7 @@ import asyncio
 
 from latscope.checks.evidence import ConcurrencyEvidence, ConnectionEvidence, RequestSample
 from latscope.diagnose.context import Context
+from latscope.diagnose.experiments.base import Experiment, Prior
 
 SEQUENTIAL_REQUESTS = 3
 #: Idle pauses (s) before a further request on the same pool: shorter than a user's pause between prompts (seconds),
@@ -44,7 +45,7 @@ def planned_requests(quick: bool, tls: bool) -> int:
     return SEQUENTIAL_REQUESTS + idle + fresh + CONCURRENT_ROUNDS * CONCURRENT_REQUESTS
 
 
-async def run(ctx: Context) -> ConnectionEvidence:
+async def run(ctx: Context, prior: Prior) -> ConnectionEvidence:
     """Run the connection experiment (see the module docstring)."""
     sequential: list[RequestSample] = []
     fresh: list[RequestSample] = []
@@ -101,3 +102,11 @@ async def run(ctx: Context) -> ConnectionEvidence:
         concurrency=concurrency,
         idle=tuple(idle),
     )
+
+
+EXPERIMENT = Experiment(
+    family="connection",
+    description="reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency",
+    planned_requests=lambda ctx: planned_requests(ctx.quick, ctx.tls),
+    run=run,
+)

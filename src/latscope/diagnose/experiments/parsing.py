@@ -20,6 +20,7 @@ from latscope.checks import failures
 from latscope.checks.evidence import ParsePoint, ParsingEvidence, RequestSample
 from latscope.checks.stats import median
 from latscope.diagnose.context import Context
+from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.dialects.base import RequestSpec
 from latscope.timeline.model import ServerPhase
 from latscope.units import BYTES_PER_MB
@@ -98,7 +99,7 @@ def _point(sample: RequestSample) -> ParsePoint | None:
     )
 
 
-async def run(ctx: Context) -> ParsingEvidence:
+async def run(ctx: Context, prior: Prior) -> ParsingEvidence:
     """Run the parsing experiment (see the module docstring)."""
     sizes = SIZES_MB_QUICK if ctx.quick else SIZES_MB
     failed: list[RequestSample] = []
@@ -155,3 +156,11 @@ async def run(ctx: Context) -> ParsingEvidence:
         rtt_ms=median(rtts),
         probe_failures=tuple(probes),
     )
+
+
+EXPERIMENT = Experiment(
+    family="parsing",
+    description="server time vs request body size, against a fast JSON parser",
+    planned_requests=lambda ctx: planned_requests(ctx.quick),
+    run=run,
+)

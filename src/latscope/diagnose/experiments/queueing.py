@@ -22,6 +22,7 @@ import time
 from latscope.checks.evidence import BaselineEvidence, QueueEvidence, RequestSample
 from latscope.checks.stats import fit_line, median
 from latscope.diagnose.context import Context
+from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.timeline.model import ServerPhase, Timeline
 from latscope.wire import Client
 
@@ -166,8 +167,9 @@ async def _timed_long(ctx: Context, client: Client, tokens: int, label: str) -> 
     return await ctx.send(client, ctx.spec(tokens, 1), label=label)
 
 
-async def run(ctx: Context, baseline: BaselineEvidence | None) -> QueueEvidence:
-    """Run the queueing experiment (see the module docstring)."""
+async def run(ctx: Context, prior: Prior) -> QueueEvidence:
+    """Run the queueing experiment (see the module docstring); the long prompt is sized from the baseline's sweep."""
+    baseline = prior.baseline
     quick = ctx.quick
     failed: list[RequestSample] = []
     long_failed: list[RequestSample] = []  # long prompts sent alone: refusals there are the sizing at work
@@ -262,3 +264,12 @@ async def _round(
             task.cancel()
         raise
     return short, longs
+
+
+EXPERIMENT = Experiment(
+    family="queueing",
+    description="a short prompt alone and behind long ones",
+    planned_requests=lambda ctx: planned_requests(ctx.quick),
+    run=run,
+    needs_sweep=True,  # it sizes its long prompt from the sweep's prefill slope
+)

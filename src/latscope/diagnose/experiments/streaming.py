@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from latscope.checks.evidence import RequestSample, StreamEvidence
 from latscope.diagnose.context import Context
+from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.wire.tcpinfo import delayed_ack_supported, quickack_supported
 
 STREAM_REQUESTS = 3
@@ -33,8 +34,9 @@ def planned_requests(quick: bool, tls: bool = False) -> int:
     return 2 + n * (4 if quick else 5) + http11
 
 
-async def run(ctx: Context, max_tokens: int) -> StreamEvidence:
-    """Run the streaming experiment with streams of ``max_tokens`` tokens (see the module docstring)."""
+async def run(ctx: Context, prior: Prior) -> StreamEvidence:
+    """Run the streaming experiment with streams as long as the typical request's (see the module docstring)."""
+    max_tokens = prior.typical_max_tokens
     n = STREAM_REQUESTS_QUICK if ctx.quick else STREAM_REQUESTS
     async with ctx.client() as client:
         await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label="warm-up")
@@ -106,3 +108,11 @@ async def _quickack_pairs(
             short.append(
                 await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label=f"quickack{suffix} max_tokens 1 {i + 1}/{n}")
             )
+
+
+EXPERIMENT = Experiment(
+    family="streaming",
+    description="per-read analysis under delayed ACKs and quickack, TTFT vs max_tokens",
+    planned_requests=lambda ctx: planned_requests(ctx.quick, ctx.tls),
+    run=run,
+)

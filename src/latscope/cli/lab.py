@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import os
 import signal
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from latscope.lab.costmodel import CostModel
+from latscope.lab.edge.errors import EdgeError
 from latscope.lab.faults import FAULTS, PROFILES, UnknownFaultError
 from latscope.lab.http.limits import (
     DEFAULT_HEADER_TIMEOUT_S,
@@ -29,6 +31,7 @@ from latscope.quietgc import QuietCollector, rss_bytes
 
 if TYPE_CHECKING:
     from latscope.lab.app import Lab
+    from latscope.lab.edge.lab import EdgeLab
 
 #: CLI option → CostModel field, for the cost-model overrides.
 COST_OPTIONS: dict[str, str] = {
@@ -90,23 +93,28 @@ async def collect_when_idle(lab: Lab, quiet: QuietCollector) -> None:
             quiet.check(rss_bytes())
 
 
-async def serve(settings: LabSettings, ready_file: Path | None, console: Console) -> None:
-    """Start the lab, announce it, serve until SIGINT/SIGTERM, stop cleanly."""
-    from latscope.lab.app import Lab  # imported here so `latscope lab --list-faults` stays light
+async def serve(settings: LabSettings, ready_file: Path | None, console: Console, edge: str = "none") -> None:
+    """Start the lab (behind a real nginx with ``edge`` "nginx"), announce it, serve until SIGINT/SIGTERM, stop
+    cleanly."""
+    # imported here so `latscope lab --list-faults` stays light
+    from latscope.lab.app import Lab
+    from latscope.lab.edge.lab import EdgeLab
 
-    lab = Lab.from_settings(settings)
+    lab: Lab | EdgeLab = EdgeLab(settings) if edge == "nginx" else Lab(settings)
     await lab.start()
+    origin = lab.lab if isinstance(lab, EdgeLab) else lab
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     quiet = QuietCollector()
     quiet.enter(rss_bytes())
-    housekeeping = loop.create_task(collect_when_idle(lab, quiet), name="latscope-lab-gc")
+    housekeeping = loop.create_task(collect_when_idle(origin, quiet), name="latscope-lab-gc")
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):  # no signal handlers on Windows loops
             loop.add_signal_handler(signum, stop.set)
     try:
         faults = ", ".join(sorted(lab.faults)) or "none"
-        console.print(f"[bold green]latscope lab[/] profile [bold]{settings.profile}[/], faults: {faults}")
+        through = " through nginx" if isinstance(lab, EdgeLab) else ""
+        console.print(f"[bold green]latscope lab[/]{through} profile [bold]{settings.profile}[/], faults: {faults}")
         if lab.cert_path is not None:
             console.print(f"certificate to trust: {lab.cert_path}")
         console.print(f"metrics: {lab.origin}/metrics   health: {lab.origin}/health   (Ctrl-C stops)")
@@ -125,14 +133,30 @@ async def serve(settings: LabSettings, ready_file: Path | None, console: Console
             ready_file.unlink(missing_ok=True)
 
 
-def run(settings: LabSettings, ready_file: Path | None, console: Console) -> None:
+def run(settings: LabSettings, ready_file: Path | None, console: Console, edge: str = "none") -> None:
     """Run :func:`serve` on uvloop when it is installed, else on asyncio's default loop."""
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(settings, ready_file, console))
+        asyncio.run(serve(settings, ready_file, console, edge))
         return
-    uvloop.run(serve(settings, ready_file, console))
+    uvloop.run(serve(settings, ready_file, console, edge))
+
+
+def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -> LabSettings:
+    """The :class:`LabSettings` that the command's options describe: every option named after a settings field
+    sets that field (``--batch-window-ms`` → ``batch_window_ms``), the cost-model options override the cost model
+    (:data:`COST_OPTIONS`), ``--zero-cost`` starts from no simulated GPU time. Raises :class:`ValueError` (bad cost
+    values) and :class:`~latscope.lab.faults.UnknownFaultError`."""
+    cost = CostModel.zero() if zero_cost else CostModel.default()
+    overrides = {field: options[name] for name, field in COST_OPTIONS.items() if options.get(name) is not None}
+    fields = {f.name for f in dataclasses.fields(LabSettings)}
+    values = {name: value for name, value in options.items() if name in fields}
+    if values.get("policy") is not None:
+        values["policy"] = Policy(values["policy"])
+    settings = LabSettings(cost=cost.with_overrides(**overrides) if overrides else cost, **values)
+    settings.active_faults  # noqa: B018 — validates the fault names before anything starts
+    return settings
 
 
 @click.command(name="lab", context_settings={"show_default": True})
@@ -265,31 +289,11 @@ def run(settings: LabSettings, ready_file: Path | None, console: Console) -> Non
 )
 @click.option("--list-faults", is_flag=True, help="Print the fault catalogue and exit.")
 def command(
-    host: str,
-    port: int,
-    profile: str,
-    faults: tuple[str, ...],
-    no_faults: tuple[str, ...],
-    tls: bool,
-    http2: bool,
-    truth: bool,
-    api_key: str | None,
-    model: str,
-    policy: str | None,
-    batch_window_ms: float | None,
-    batch_trigger: int | None,
     zero_cost: bool,
-    seed: int,
-    metrics_names: str,
-    batch_log: Path | None,
-    max_body_bytes: int,
-    max_header_bytes: int,
-    header_timeout_s: float,
-    keepalive_timeout_s: float,
     ready_file: Path | None,
     edge: str,
     list_faults: bool,
-    **cost_options: Any,
+    **options: Any,
 ) -> None:
     """Run the reference OpenAI-compatible server, with any catalogued bottleneck switched on or off.
 
@@ -305,39 +309,16 @@ def command(
     if list_faults:
         Console().print(faults_table())
         return
-    cost = CostModel.zero() if zero_cost else CostModel.default()
-    overrides = {COST_OPTIONS[name]: value for name, value in cost_options.items() if value is not None}
     try:
-        cost = cost.with_overrides(**overrides) if overrides else cost
-        settings = LabSettings(
-            profile=profile,
-            faults=faults,
-            no_faults=no_faults,
-            host=host,
-            port=port,
-            tls=tls,
-            http2=http2,
-            truth=truth,
-            api_key=api_key,
-            model=model,
-            metrics_names="vllm" if metrics_names == "vllm" else "lab",
-            cost=cost,
-            policy=Policy(policy) if policy is not None else None,
-            batch_window_ms=batch_window_ms,
-            batch_trigger=batch_trigger,
-            seed=seed,
-            batch_log=batch_log,
-            max_body_bytes=max_body_bytes,
-            max_header_bytes=max_header_bytes,
-            header_timeout_s=header_timeout_s,
-            keepalive_timeout_s=keepalive_timeout_s,
-        )
-        settings.active_faults  # noqa: B018 — validates the fault names before anything starts
+        settings = settings_from_options(options, zero_cost=zero_cost)
     except (UnknownFaultError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        run(settings, ready_file, console)
+        run(settings, ready_file, console, edge)
+    except EdgeError as exc:
+        raise click.ClickException(f"the nginx edge did not start: {exc}") from None
     except OSError as exc:
-        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+        where = f"{settings.host}:{settings.port}"
+        raise click.ClickException(f"cannot serve on {where}: {exc.strerror or exc}") from None
     except KeyboardInterrupt:
         pass  # Ctrl-C before the signal handlers were installed: nothing was serving yet

@@ -14,30 +14,25 @@ keep-alive, TLS, ALPN and socket faults), gateway (:mod:`latscope.lab.gateway`),
 from __future__ import annotations
 
 import collections
+import dataclasses
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from latscope.lab.batchlog import BatchLog
 from latscope.lab.certs import CertFiles, generate_self_signed, remove_cert_files
-from latscope.lab.costmodel import CostModel
 from latscope.lab.gateway import Gateway
 from latscope.lab.handlers import LabService
-from latscope.lab.http.limits import (
-    DEFAULT_HEADER_TIMEOUT_S,
-    DEFAULT_KEEPALIVE_TIMEOUT_S,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_HEADER_BYTES,
-)
 from latscope.lab.http.server import HttpServer, ServerOptions
 from latscope.lab.metrics import LabMetrics
-from latscope.lab.records import DEFAULT_RECORDS_MAX, RequestRecord, new_record_log
-from latscope.lab.scheduler import Policy, Scheduler
-from latscope.lab.settings import DEFAULT_MODEL, LabSettings, MetricsNames
+from latscope.lab.records import RequestRecord, new_record_log
+from latscope.lab.scheduler import Scheduler
+from latscope.lab.settings import LabSettings
 from latscope.lab.tls import ServerTls
 
 
 class Lab:
-    """The lab server. Construct with keyword settings (see :class:`LabSettings`), then ``async with`` or
+    """The lab server. Construct with a :class:`LabSettings` and/or its fields as keywords, then ``async with`` or
     :meth:`start` / :meth:`stop`.
 
     Attributes once started: :attr:`url` (``http[s]://HOST:PORT/v1``), :attr:`origin` (without ``/v1``),
@@ -45,66 +40,12 @@ class Lab:
     ground truth, newest last), :attr:`scheduler`, :attr:`metrics`, :attr:`faults`.
     """
 
-    def __init__(
-        self,
-        *,
-        profile: str = "tuned",
-        faults: tuple[str, ...] | list[str] = (),
-        no_faults: tuple[str, ...] | list[str] = (),
-        tls: bool = False,
-        http2: bool = True,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        cost: CostModel | None = None,
-        truth: bool = False,
-        api_key: str | None = None,
-        model: str = DEFAULT_MODEL,
-        metrics_names: MetricsNames = "lab",
-        policy: Policy | None = None,
-        batch_window_ms: float | None = None,
-        batch_trigger: int | None = None,
-        seed: int = 0,
-        batch_log: str | Path | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
-        header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
-        keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S,
-        records_max: int = DEFAULT_RECORDS_MAX,
-    ) -> None:
-        """Every keyword is a :class:`LabSettings` field (``cost`` None: :meth:`CostModel.default`)."""
-        self._init(
-            LabSettings(
-                profile=profile,
-                faults=tuple(faults),
-                no_faults=tuple(no_faults),
-                tls=tls,
-                http2=http2,
-                host=host,
-                port=port,
-                cost=cost if cost is not None else CostModel.default(),
-                truth=truth,
-                api_key=api_key,
-                model=model,
-                metrics_names=metrics_names,
-                policy=policy,
-                batch_window_ms=batch_window_ms,
-                batch_trigger=batch_trigger,
-                seed=seed,
-                batch_log=Path(batch_log) if batch_log is not None else None,
-                max_body_bytes=max_body_bytes,
-                max_header_bytes=max_header_bytes,
-                header_timeout_s=header_timeout_s,
-                keepalive_timeout_s=keepalive_timeout_s,
-                records_max=records_max,
-            )
-        )
-
-    @classmethod
-    def from_settings(cls, settings: LabSettings) -> Lab:
-        """A lab configured by a ready-made :class:`LabSettings` (the CLI's path)."""
-        lab = cls.__new__(cls)
-        lab._init(settings)
-        return lab
+    def __init__(self, settings: LabSettings | None = None, /, **overrides: Any) -> None:
+        """``settings`` (default: the tuned lab) with the :class:`LabSettings` fields named in ``overrides``
+        replaced (``dataclasses.replace``): ``Lab(profile="naive", truth=True)``, ``Lab(settings, port=0)``. An
+        unknown field raises :class:`TypeError`, an unknown fault :class:`~latscope.lab.faults.UnknownFaultError`."""
+        base = settings if settings is not None else LabSettings()
+        self._init(dataclasses.replace(base, **overrides) if overrides else base)
 
     def _init(self, settings: LabSettings) -> None:
         self.settings = settings

@@ -69,6 +69,15 @@ class LabSettings:
     keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
     records_max: int = DEFAULT_RECORDS_MAX
 
+    def __post_init__(self) -> None:
+        # the Python API takes lists and strings where these are tuples and paths; a frozen value holds them as such
+        for name in ("faults", "no_faults"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+        if self.batch_log is not None and not isinstance(self.batch_log, Path):
+            object.__setattr__(self, "batch_log", Path(self.batch_log))
+
     @property
     def active_faults(self) -> frozenset[str]:
         """The faults that are on (raises :class:`~latscope.lab.faults.UnknownFaultError` for unknown names)."""

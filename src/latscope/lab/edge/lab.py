@@ -25,7 +25,6 @@ from types import TracebackType
 from typing import Any
 
 from latscope.lab.app import Lab
-from latscope.lab.costmodel import CostModel
 from latscope.lab.edge.config import EdgeConfig, split_faults
 from latscope.lab.edge.nginx import NginxEdge
 from latscope.lab.records import RequestRecord
@@ -40,8 +39,8 @@ ORIGIN_KEEPALIVE_TIMEOUT_S = 600.0
 class EdgeLab:
     """A lab origin (plain HTTP on an ephemeral loopback port) with an :class:`NginxEdge` in front.
 
-    Construct with the keyword settings of :class:`~latscope.lab.app.Lab` (``profile``, ``faults``, ``cost``,
-    ``truth``…) or :meth:`from_settings`; ``tls`` defaults to True here because the TLS-level faults and proxy
+    Construct like :class:`~latscope.lab.app.Lab`: a :class:`LabSettings` and/or its fields (``profile``,
+    ``faults``, ``cost``, ``truth``…) as keywords; ``tls`` defaults to True here because the TLS-level faults and proxy
     buffering's bursts need it. ``host``/``port`` are where nginx listens; ``nginx`` is the executable (default:
     found on PATH). Client-facing limits of the settings (``keepalive_timeout_s``, ``max_body_bytes``) go to nginx.
 
@@ -51,43 +50,11 @@ class EdgeLab:
     its ``config_text``, ``error_log_tail()``).
     """
 
-    def __init__(
-        self,
-        *,
-        profile: str = "tuned",
-        faults: tuple[str, ...] | list[str] = (),
-        no_faults: tuple[str, ...] | list[str] = (),
-        tls: bool = True,
-        http2: bool = True,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        cost: CostModel | None = None,
-        truth: bool = False,
-        nginx: str | None = None,
-        **settings: Any,
-    ) -> None:
-        """``settings``: any other :class:`~latscope.lab.settings.LabSettings` field (``api_key``, ``seed``…)."""
-        lab_settings = LabSettings(
-            profile=profile,
-            faults=tuple(faults),
-            no_faults=tuple(no_faults),
-            tls=tls,
-            http2=http2,
-            host=host,
-            port=port,
-            cost=cost if cost is not None else CostModel.default(),
-            truth=truth,
-            **settings,
-        )
-        self._init(lab_settings, nginx)
-
-    @classmethod
-    def from_settings(cls, settings: LabSettings, *, nginx: str | None = None) -> EdgeLab:
-        """An edge lab configured by a ready-made :class:`LabSettings` (the CLI's path): ``tls``, ``http2``,
-        ``host`` and ``port`` describe the nginx listener."""
-        lab = cls.__new__(cls)
-        lab._init(settings, nginx)
-        return lab
+    def __init__(self, settings: LabSettings | None = None, /, *, nginx: str | None = None, **overrides: Any) -> None:
+        """``settings`` (default: the tuned lab over TLS) with the :class:`~latscope.lab.settings.LabSettings`
+        fields in ``overrides`` replaced: ``tls``, ``http2``, ``host`` and ``port`` describe the nginx listener."""
+        base = settings if settings is not None else LabSettings(tls=True)
+        self._init(dataclasses.replace(base, **overrides) if overrides else base, nginx)
 
     def _init(self, settings: LabSettings, nginx: str | None) -> None:
         self.settings = settings
@@ -111,7 +78,7 @@ class EdgeLab:
             port=0,
             keepalive_timeout_s=max(settings.keepalive_timeout_s, ORIGIN_KEEPALIVE_TIMEOUT_S),
         )
-        self.lab = Lab.from_settings(self.origin_settings)
+        self.lab = Lab(self.origin_settings)
         self.nginx = nginx
         self.edge: NginxEdge | None = None
 

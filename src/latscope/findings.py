@@ -223,8 +223,8 @@ class NotTested:
 
 
 @dataclass(frozen=True, slots=True)
-class Inconclusive:
-    """The experiment ran but cannot decide; ``reason`` says why and what would settle it."""
+class _Measured:
+    """An outcome of an experiment that ran: why it decided as it did, and the numbers (the evidence)."""
 
     id: str
     reason: str
@@ -235,15 +235,13 @@ class Inconclusive:
 
 
 @dataclass(frozen=True, slots=True)
-class Clear:
+class Inconclusive(_Measured):
+    """The experiment ran but cannot decide; ``reason`` says why and what would settle it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Clear(_Measured):
     """The experiment ran and ruled the bottleneck out; ``reason`` gives the numbers that did."""
-
-    id: str
-    reason: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "reason": self.reason, "evidence": self.evidence}
 
 
 Outcome = Finding | NotTested | Inconclusive | Clear

@@ -15,13 +15,12 @@ lab's ``latscope`` object from the final chunk) is joined onto its timeline
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from latscope import callable_module
 from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.dialects.base import Dialect
 from latscope.signals.join import TtftSplit, join_server_signals, ttft_split
@@ -160,14 +159,7 @@ class ProbeResult:
             info = t.connection
             if info is None:
                 continue
-            facts.update(
-                http_version=info.http_version,
-                alpn=info.alpn,
-                tls_version=info.tls_version,
-                remote_address=info.remote_address,
-                remote_port=info.remote_port,
-                server=t.response_headers.get("server"),
-            )
+            facts.update(info.facts(), server=t.response_headers.get("server"))
             break
         return facts
 
@@ -347,14 +339,7 @@ def _fetcher(client: Client) -> Fetch:
     return fetch
 
 
-class _CallableModule(types.ModuleType):
-    """Makes ``latscope.probe(...)`` call :func:`probe` although ``latscope.probe`` is this module."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return probe(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+callable_module(__name__, probe)
 
 __all__ = [
     "ProbeError",

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from latscope.cli.main import cli
-from latscope.cli.probe import server_window
+from latscope.report.server import server_window
 from latscope.signals.prometheus import parse_exposition
 from latscope.signals.scrape import MetricsWindow
 from tests.support.stream_server import Handler, Received, Reply, ServerThread, paced_stream

@@ -20,6 +20,7 @@ from latscope.wire import Client, WireError
 from latscope.wire.exchange import Exchange
 from latscope.wire.http2 import HTTP2Connection
 from latscope.wire.models import Origin
+from latscope.wire.request import Outgoing
 from tests.support.stream_server import SSE_HEADERS, Received, Reply, StreamServer, chat_chunk
 from tests.support.tls_certs import LocalPKI
 from tests.wire.conftest import chat_spec
@@ -158,7 +159,7 @@ async def test_a_request_handed_a_connection_that_got_goaway_since_fails_unsent(
     sent_before = len(protocol.written)
     with pytest.raises(WireError) as caught:
         await conn.send(
-            "POST", "/v1/chat/completions", [], b"{}", Exchange(Timeline(), decoder=None, streamed=False), 1.0
+            Outgoing("POST", "/v1/chat/completions", [], b"{}"), Exchange(Timeline(), decoder=None, streamed=False), 1.0
         )
     assert (caught.value.phase, caught.value.kind) == (Phase.SEND, "goaway")
     assert "safe to retry" in caught.value.message

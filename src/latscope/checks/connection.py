@@ -11,9 +11,9 @@ from typing import Any
 
 from latscope.checks import failures
 from latscope.checks.evidence import ConnectionEvidence, Reference, RequestSample
-from latscope.checks.severity import cost_context, structural_severity
+from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, percentile
-from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome, make_finding
+from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
 
 REUSE_ID = "no-connection-reuse"
 RESUMPTION_ID = "tls-no-resumption"
@@ -141,11 +141,11 @@ def check_connection_reuse(ev: ConnectionEvidence, reference: Reference | None) 
             f"lower quartile of {len(new)} measured here)"
         )
         confidence = Confidence.HIGH
-    evidence.update(cost_context(cost, reference))
-    return make_finding(
+    return costed_finding(
         REUSE_ID,
-        severity=structural_severity(cost, reference),
-        cost_ms=cost,
+        cost,
+        reference,
+        structural=True,
         cost_basis=f"{basis}; {network}",
         evidence=evidence,
         rule=rule,
@@ -195,11 +195,11 @@ def check_tls_resumption(ev: ConnectionEvidence, reference: Reference | None) ->
     network = (
         "and with TLS 1.2 one round trip" if extra_trips else "(TLS 1.3: the same round trips, and 0-RTT data needs it)"
     )
-    evidence.update(cost_context(full_ms, reference))
-    return make_finding(
+    return costed_finding(
         RESUMPTION_ID,
-        severity=structural_severity(full_ms, reference),
-        cost_ms=full_ms,
+        full_ms,
+        reference,
+        structural=True,
         cost_basis=(
             f"ms of full TLS handshake on every new connection (lower quartile of {len(full)}); resumption would skip "
             "the "
@@ -273,11 +273,11 @@ def check_http2(ev: ConnectionEvidence, reference: Reference | None) -> Outcome:
         )
     else:
         basis = "not measured (the concurrency experiment did not run or nothing queued): structural cost only"
-    evidence.update(cost_context(cost, reference))
-    return make_finding(
+    return costed_finding(
         HTTP2_ID,
-        severity=structural_severity(cost, reference),
-        cost_ms=cost,
+        cost,
+        reference,
+        structural=True,
         cost_basis=basis,
         evidence=evidence,
         rule=f"ALPN offered {', '.join(ev.offered_alpn)} and the server selected {first.alpn or 'nothing (no ALPN)'}",

@@ -17,14 +17,7 @@ from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, ServerPha
 from latscope.units import NS_PER_MS
 
 #: Server-reported phases kept on a sample (Server-Timing, llama.cpp ``timings``, the lab's object), by name.
-SERVER_PHASES = (
-    ServerPhase.PARSE,
-    ServerPhase.VALIDATE,
-    ServerPhase.WINDOW_WAIT,
-    ServerPhase.QUEUE,
-    ServerPhase.PREFILL,
-    ServerPhase.DECODE,
-)
+SERVER_PHASES: tuple[ServerPhase, ...] = tuple(ServerPhase)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,11 +134,8 @@ class RequestSample:
             for index, count in sorted(token_reads.items())
             if count >= 2 and 0 <= index < len(t.reads)
         )
-        rtt_ms = None
-        tcp = None if info is None else (info.tcp_info_at_headers or info.tcp_info_at_end)
-        if tcp is not None:
-            rtt_us = tcp.min_rtt_us if tcp.min_rtt_us else tcp.rtt_us
-            rtt_ms = rtt_us / 1000.0 if rtt_us else None
+        rtt_us = None if info is None else info.rtt_us
+        rtt_ms = None if rtt_us is None else rtt_us / 1000.0
         ready = t.connection_ready_ns
         ttft_after = None
         e2e_after = None

@@ -19,9 +19,9 @@ from typing import Any
 
 from latscope.checks import failures
 from latscope.checks.evidence import ParsePoint, ParsingEvidence, Reference
-from latscope.checks.severity import cost_context, severity_for
+from latscope.checks.severity import costed_finding
 from latscope.checks.stats import LineFit, fit_line, median
-from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome, make_finding
+from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
 from latscope.units import BYTES_PER_MB
 
 PARSE_ID = "slow-request-parsing"
@@ -230,11 +230,10 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
     if remote:
         basis += f"; the target is {ev.rtt_ms:.1f} ms away, so part of it may be upload still in flight"
     evidence["excess_ms_per_mb"] = round(excess, 3)
-    evidence.update(cost_context(excess, reference))
-    return make_finding(
+    return costed_finding(
         PARSE_ID,
-        severity=severity_for(excess, reference),
-        cost_ms=excess,
+        excess,
+        reference,
         cost_basis=basis,
         evidence=evidence,
         rule=(

@@ -13,9 +13,9 @@ from typing import Any
 
 from latscope.checks import failures
 from latscope.checks.evidence import QueueEvidence, Reference
-from latscope.checks.severity import cost_context, severity_for
+from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, robust_sd
-from latscope.findings import CATALOGUE, Clear, Confidence, Inconclusive, NotTested, Outcome, make_finding
+from latscope.findings import CATALOGUE, Clear, Confidence, Inconclusive, NotTested, Outcome
 
 QUEUE_ID = "queue-head-of-line"
 
@@ -134,11 +134,10 @@ def check_queue_head_of_line(ev: QueueEvidence, reference: Reference | None) -> 
                 f"{CATALOGUE[QUEUE_ID].fix} This server works through one request at a time: parallel slots "
                 "(llama.cpp: --parallel) or continuous batching would also let short requests through."
             )
-    evidence.update(cost_context(inflation, reference))
-    return make_finding(
+    return costed_finding(
         QUEUE_ID,
-        severity=severity_for(inflation, reference),
-        cost_ms=inflation,
+        inflation,
+        reference,
         cost_basis=(
             f"ms added to a short request's TTFT while {ev.longs_per_round} requests with "
             f"{ev.long_prompt_tokens}-token prompts are in flight (median of {len(ev.short_contended_ms)} rounds)"

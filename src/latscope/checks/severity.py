@@ -13,8 +13,10 @@ Rules (documented for users in the report and the JSON's ``cost_basis``):
 
 from __future__ import annotations
 
+from typing import Any
+
 from latscope.checks.evidence import Reference
-from latscope.findings import Severity
+from latscope.findings import Confidence, Finding, Severity, make_finding
 
 #: A quarter of the typical TTFT: a user waiting for the first token notices that much added time.
 HIGH_SHARE = 0.25
@@ -64,3 +66,30 @@ def cost_context(cost_ms: float, reference: Reference | None) -> dict[str, float
     if reference.e2e_ms > 0:
         out["share_of_typical_e2e_pct"] = round(100.0 * cost_ms / reference.e2e_ms, 1)
     return out
+
+
+def costed_finding(
+    finding_id: str,
+    cost_ms: float,
+    reference: Reference | None,
+    *,
+    cost_basis: str,
+    evidence: dict[str, Any],
+    rule: str,
+    confidence: Confidence,
+    structural: bool = False,
+    fix: str | None = None,
+) -> Finding:
+    """The finding ``finding_id`` (:func:`~latscope.findings.make_finding`) with its severity from ``cost_ms`` next
+    to the typical request (:func:`severity_for`; :func:`structural_severity` when ``structural``) and the cost's
+    share of it added to its evidence (:func:`cost_context`)."""
+    return make_finding(
+        finding_id,
+        severity=(structural_severity if structural else severity_for)(cost_ms, reference),
+        cost_ms=cost_ms,
+        cost_basis=cost_basis,
+        evidence={**evidence, **cost_context(cost_ms, reference)},
+        rule=rule,
+        confidence=confidence,
+        fix=fix,
+    )

@@ -18,9 +18,9 @@ from typing import Any
 
 from latscope.checks import failures
 from latscope.checks.evidence import Reference, RequestSample, StreamEvidence
-from latscope.checks.severity import cost_context, severity_for
+from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, robust_sd
-from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Outcome, make_finding
+from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Outcome
 
 NAGLE_ID = "stream-coalescing-nagle"
 PROXY_ID = "stream-proxy-buffering"
@@ -187,11 +187,10 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     )
     if name == "delayed_ack" and not reused:
         basis += "; masked today because connections are not reused, it appears as soon as keep-alive works"
-    evidence.update(cost_context(hold, reference))
-    return make_finding(
+    return costed_finding(
         NAGLE_ID,
-        severity=severity_for(hold, reference),
-        cost_ms=hold,
+        hold,
+        reference,
         cost_basis=basis,
         evidence=evidence,
         rule=(
@@ -334,11 +333,10 @@ def _buffering(
     )
     if None in headers:
         rule += "; the response does not send 'X-Accel-Buffering: no'"
-    evidence.update(cost_context(growth, reference))
-    return make_finding(
+    return costed_finding(
         PROXY_ID,
-        severity=severity_for(growth, reference),
-        cost_ms=growth,
+        growth,
+        reference,
         cost_basis=basis,
         evidence=evidence,
         rule=rule,

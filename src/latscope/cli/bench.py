@@ -10,7 +10,7 @@ import click
 import orjson
 from rich.console import Console
 
-from latscope.cli.options import dialect_option, parse_headers, pick_dialect
+from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
 from latscope.load.arrivals import ArrivalSpecError, ClosedLoop, InterArrival, OpenLoop, parse_numbers
 from latscope.load.config import (
     BenchConfig,
@@ -157,10 +157,7 @@ def build_config(
 @click.option("--slo", help="Goodput objectives, e.g. ttft=500ms,tpot=50ms,e2e=10s.")
 @click.option("--workers", default="auto", show_default=True, help="Worker processes (one event loop each), or auto.")
 @click.option("--out", "-o", type=click.Path(file_okay=False), help="Run directory (default runs/bench-<time>).")
-@click.option("--header", "-H", "header_values", multiple=True, help="Extra request header 'Name: value'.")
-@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, help="Bearer token; never saved.")
-@click.option("--insecure", "-k", is_flag=True, help="Do not verify TLS certificates.")
-@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="CA bundle for TLS verification.")
+@target_options
 @click.option("--http2/--no-http2", default=True, show_default=True, help="Offer HTTP/2 over TLS.")
 @click.option("--no-reuse", is_flag=True, help="Open a new connection for every request.")
 @click.option("--temperature", type=float)
@@ -181,7 +178,7 @@ def command(
     url: str,
     workers: str,
     out: str | None,
-    header_values: tuple[str, ...],
+    header: tuple[str, ...],
     api_key: str | None,
     inline: bool,
     no_progress: bool,
@@ -211,7 +208,7 @@ def command(
     if inline and workers not in ("auto", "1"):
         raise click.UsageError("--inline runs one worker in this process; drop --workers or --inline")
     try:
-        config = build_config(url, workers=workers, headers=_headers(header_values, api_key), **options)
+        config = build_config(url, workers=workers, headers=_headers(header, api_key), **options)
     except _SPEC_ERRORS as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from latscope.cli.options import dialect_option, parse_headers
+from latscope.cli.options import dialect_option, parse_headers, target_options
 from latscope.diagnose import DiagnoseError, Diagnosis, ProgressEvent, UnknownFindingError, diagnose
 from latscope.diagnose.plan import diagnosed_ids, select
 from latscope.dialects import get_dialect
@@ -83,15 +83,7 @@ def _compare_hint(console: Console, profile: str) -> None:
 @click.argument("url", required=False)
 @click.option("--model", "-m", help="Model name (default: the first one the server lists at /models).")
 @dialect_option
-@click.option(
-    "--api-key",
-    envvar="OPENAI_API_KEY",
-    show_envvar=True,
-    help="Sent as 'Authorization: Bearer KEY'; never printed or saved.",
-)
-@click.option("--insecure", "-k", is_flag=True, help="Do not verify the server's TLS certificate.")
-@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra CA certificates (PEM) to trust.")
-@click.option("--header", "-H", "header", multiple=True, metavar="'NAME: VALUE'", help="Extra request header; repeat.")
+@target_options
 @click.option(
     "--only",
     metavar="IDS",

@@ -44,3 +44,27 @@ def pick_dialect(dialect: str, alias: str | None, alias_option: str) -> str:
     if dialect != DEFAULT_DIALECT:
         raise click.UsageError(f"{alias_option} means --dialect {alias}; drop one of them")
     return alias
+
+
+def target_options(func: F) -> F:
+    """How to reach the target, the same on every command: ``--api-key`` (or ``OPENAI_API_KEY``), ``--insecure``,
+    ``--ca-file`` and ``--header`` (parameters ``api_key``, ``insecure``, ``ca_file``, ``header``)."""
+    for option in reversed(
+        (
+            click.option(
+                "--api-key",
+                envvar="OPENAI_API_KEY",
+                show_envvar=True,
+                help="Sent as 'Authorization: Bearer KEY'; never printed or saved.",
+            ),
+            click.option("--insecure", "-k", is_flag=True, help="Do not verify the server's TLS certificate."),
+            click.option(
+                "--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra CA certificates (PEM) to trust."
+            ),
+            click.option(
+                "--header", "-H", "header", multiple=True, metavar="'NAME: VALUE'", help="Extra request header; repeat."
+            ),
+        )
+    ):
+        func = option(func)
+    return func

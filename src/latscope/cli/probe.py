@@ -6,16 +6,15 @@ import sys
 
 import click
 import orjson
-from rich.console import Console, Group, RenderableType
-from rich.table import Table
+from rich.console import Console
 from rich.text import Text
 
-from latscope.cli.options import dialect_option, parse_headers, pick_dialect
+from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
 from latscope.dialects import get_dialect
 from latscope.probe import ProbeError, ProbeResult, probe, ttft_side
+from latscope.report.server import server_window
 from latscope.report.waterfall import TtftSegment, requests_table, waterfall
 from latscope.signals.join import TtftSplit
-from latscope.signals.scrape import MetricsWindow, NotAvailable
 from latscope.timeline.model import Phase
 from latscope.wire import Timeouts, WireError
 from latscope.wire.loop import run
@@ -36,65 +35,6 @@ def ttft_segments(split: TtftSplit | None) -> list[TtftSegment] | None:
     if split is None:
         return None
     return [TtftSegment(part.name, part.ns, part.source, ttft_side(part.name)) for part in split.parts]
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f} ms"
-
-
-def server_window(window: MetricsWindow | NotAvailable) -> RenderableType:
-    """What the server's Prometheus metrics say about the probe's window: per-request means (ms) over the
-    requests it finished, and its queue and KV-cache gauges; or why there are none."""
-    if isinstance(window, NotAvailable):
-        return Text(f"server metrics: none ({window.url}: {window.why})", style="dim")
-    head = Text("server metrics ", style="bold")
-    interval = window.interval_s
-    head.append(f"{window.url}", style="dim")
-    if interval is not None:
-        head.append(f" · window {interval:.2f} s", style="dim")
-    stats = window.stats
-    if stats is None:
-        why = next((w for w in window.warnings if "no adapter" in w), "no adapter knows these metric names")
-        return Group(head, Text(f"not from a server latscope knows: {why}", style="yellow"))
-    head.append(f" · read as {stats.family}", style="dim")
-    table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
-    table.add_column(style="dim", no_wrap=True)
-    table.add_column(justify="right", no_wrap=True)
-    table.add_column(style="dim", overflow="fold")
-    sources = stats.sources
-    if stats.requests_finished is not None:
-        table.add_row("requests finished", f"{stats.requests_finished:g}", sources.get("requests_finished", ""))
-    for label, field_name, value in (
-        ("mean parse", "mean_parse_ms", stats.mean_parse_ms),
-        ("mean validate", "mean_validate_ms", stats.mean_validate_ms),
-        ("mean queue", "mean_queue_ms", stats.mean_queue_ms),
-        ("mean prefill", "mean_prefill_ms", stats.mean_prefill_ms),
-        ("mean decode", "mean_decode_ms", stats.mean_decode_ms),
-        ("mean inference", "mean_inference_ms", stats.mean_inference_ms),
-        ("mean TTFT", "mean_ttft_ms", stats.mean_ttft_ms),
-        ("mean e2e", "mean_e2e_ms", stats.mean_e2e_ms),
-        ("mean ITL", "mean_itl_ms", stats.mean_itl_ms),
-        ("mean API overhead", "mean_api_overhead_ms", stats.mean_api_overhead_ms),
-        ("total prefill", "total_prefill_ms", stats.total_prefill_ms),
-        ("total decode", "total_decode_ms", stats.total_decode_ms),
-    ):
-        if value is not None:
-            table.add_row(label, _ms(value), sources.get(field_name, ""))
-    for label, field_name, gauge, scale, unit in (
-        ("waiting", "waiting", stats.waiting, 1.0, ""),
-        ("running", "running", stats.running, 1.0, ""),
-        ("KV cache", "kv_usage", stats.kv_usage, 100.0, " %"),
-    ):
-        if gauge is not None:
-            shown = f"max {gauge.max * scale:g}{unit}, last {gauge.last * scale:g}{unit}"
-            table.add_row(label, shown, sources.get(field_name, ""))
-    if stats.mean_tokens_per_step is not None:
-        table.add_row("tokens per step", f"{stats.mean_tokens_per_step:.1f}", sources.get("mean_tokens_per_step", ""))
-    if stats.preemptions:
-        table.add_row("preemptions", f"{stats.preemptions:g}", sources.get("preemptions", ""))
-    parts: list[RenderableType] = [head, table]
-    parts += [Text(f"! {warning}", style="yellow") for warning in window.warnings]
-    return Group(*parts)
 
 
 def _print_result(console: Console, result: ProbeResult) -> None:
@@ -137,15 +77,7 @@ def _print_result(console: Console, result: ProbeResult) -> None:
     is_flag=True,
     help="Use /completions instead of /chat/completions (= --dialect openai.completions).",
 )
-@click.option("--insecure", "-k", is_flag=True, help="Do not verify the server's TLS certificate.")
-@click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra CA certificates (PEM) to trust.")
-@click.option("--header", "-H", "header", multiple=True, metavar="'NAME: VALUE'", help="Extra request header; repeat.")
-@click.option(
-    "--api-key",
-    envvar="OPENAI_API_KEY",
-    show_envvar=True,
-    help="Sent as 'Authorization: Bearer KEY'; never printed or saved.",
-)
+@target_options
 @click.option("--quickack", is_flag=True, help="Set TCP_QUICKACK before every read (tells Nagle from proxy buffering).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per phase.")
 @click.option(

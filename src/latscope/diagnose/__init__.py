@@ -13,25 +13,14 @@ experiments), :mod:`~latscope.diagnose.experiments` (one module per family), :mo
 (the typical request), :mod:`~latscope.diagnose.result` (:class:`Diagnosis` and its JSON contract).
 """
 
-import sys
-import types
-from typing import Any
-
+from latscope import callable_module
 from latscope.diagnose.context import ProgressEvent
 from latscope.diagnose.plan import UnknownFindingError, diagnosed_ids
 from latscope.diagnose.result import SCHEMA, Diagnosis, ExperimentRun
 from latscope.diagnose.runner import diagnose
 from latscope.diagnose.target import DiagnoseError, TargetUnreachable
 
-
-class _CallableModule(types.ModuleType):
-    """Makes ``latscope.diagnose(url)`` call :func:`diagnose` although ``latscope.diagnose`` is this package."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return diagnose(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+callable_module(__name__, diagnose)
 
 __all__ = [
     "SCHEMA",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,9 +150,27 @@ class Context:
         sample = RequestSample.from_timeline(t, label)
         return dataclasses.replace(sample, stale_retry=True) if stale else sample
 
-    async def send_all(self, client: Client, specs: Sequence[tuple[RequestSpec, str]]) -> list[RequestSample]:
-        """Send ``specs`` one after another on ``client`` (labels given), returning their samples in order."""
-        return [await self.send(client, spec, label=label) for spec, label in specs]
+    async def send_series(
+        self,
+        client: Client,
+        count: int,
+        prompt_tokens: int,
+        max_tokens: int,
+        label: str,
+        *,
+        new_connection: bool = False,
+    ) -> list[RequestSample]:
+        """``count`` requests one after another on ``client``, each a fresh :meth:`spec` of ``prompt_tokens`` and
+        ``max_tokens`` tokens, labelled ``"{label} 1/{count}"`` …; their samples in order."""
+        return [
+            await self.send(
+                client,
+                self.spec(prompt_tokens, max_tokens),
+                label=f"{label} {index + 1}/{count}",
+                new_connection=new_connection,
+            )
+            for index in range(count)
+        ]
 
     # -- progress -------------------------------------------------------------------------------------------------
 

@@ -89,16 +89,8 @@ def facts(ctx: Context, t: Timeline | None, models: list[str]) -> dict[str, Any]
         return out
     info = t.connection
     if info is not None:
-        tcp = info.tcp_info_at_headers or info.tcp_info_at_end
-        rtt_us = None if tcp is None else (tcp.min_rtt_us or tcp.rtt_us)
-        out.update(
-            http_version=info.http_version,
-            alpn=info.alpn,
-            tls_version=info.tls_version,
-            remote_address=info.remote_address,
-            remote_port=info.remote_port,
-            rtt_ms=None if not rtt_us else round(rtt_us / 1000.0, 3),
-        )
+        rtt_us = info.rtt_us
+        out.update(info.facts(), rtt_ms=None if rtt_us is None else round(rtt_us / 1000.0, 3))
     out["server"] = t.response_headers.get("server")
     if t.error is not None:
         out["first_contact_error"] = t.error.message

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypedDict, Unpack
 
 from latscope.timeline.model import EventKind, Usage
 
@@ -130,29 +130,33 @@ ResponseBodyDecoder = Callable[[bytes], DecodedResponse]
 """Decodes a non-streamed 2xx body; raises :class:`StreamDecodeError` when it is not the dialect's shape."""
 
 
+class GenerationOptions(TypedDict, total=False):
+    """The options every :class:`RequestBuilder` takes, all optional.
+
+    ``stream`` (default True) asks for a streamed answer; ``include_usage`` (default True) asks a streamed answer
+    for its token counts where the API needs asking; ``temperature`` and ``seed`` are sent when given;
+    ``ignore_eos`` makes the server generate exactly ``max_tokens`` tokens (an extension of vLLM, SGLang and
+    llama.cpp; a dialect whose API has no such switch raises :class:`ValueError`); ``extra`` fields are merged into
+    the body's top level last (they win).
+    """
+
+    stream: bool
+    include_usage: bool
+    temperature: float | None
+    seed: int | None
+    ignore_eos: bool
+    extra: Mapping[str, object] | None
+
+
 class RequestBuilder(Protocol):
-    """Builds one generation request: ``(model, prompt, max_tokens, *, options) -> RequestSpec``.
+    """Builds one generation request: ``(model, prompt, max_tokens, **options) -> RequestSpec``.
 
     ``prompt`` is a :data:`Prompt`: text, a chat ``messages`` list or token ids, as far as the API takes them.
-    ``max_tokens`` None leaves the output limit to the server.
-    ``include_usage`` asks a streamed response for token counts where the API needs asking; ``ignore_eos`` makes the
-    server generate exactly ``max_tokens`` tokens (an extension of vLLM, SGLang and llama.cpp; a dialect whose API
-    has no such switch raises :class:`ValueError`); ``extra`` fields are merged into the body's top level last.
+    ``max_tokens`` None leaves the output limit to the server; the options are :class:`GenerationOptions`.
     """
 
     def __call__(
-        self,
-        model: str,
-        prompt: Prompt,
-        max_tokens: int | None,
-        /,
-        *,
-        stream: bool = ...,
-        include_usage: bool = ...,
-        temperature: float | None = ...,
-        seed: int | None = ...,
-        ignore_eos: bool = ...,
-        extra: Mapping[str, object] | None = ...,
+        self, model: str, prompt: Prompt, max_tokens: int | None, /, **options: Unpack[GenerationOptions]
     ) -> RequestSpec: ...
 
 

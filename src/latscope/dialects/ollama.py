@@ -21,8 +21,9 @@ is not a JSON object raises :class:`~latscope.dialects.base.StreamDecodeError` n
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import orjson
 
@@ -31,6 +32,7 @@ from latscope.dialects.base import (
     DecodedResponse,
     Dialect,
     Framing,
+    GenerationOptions,
     Prompt,
     RequestSpec,
     StreamDecodeError,
@@ -62,35 +64,23 @@ NDJSON_MEDIA_TYPE = "application/x-ndjson"
 _JSON_HEADERS = [("content-type", "application/json"), ("accept", NDJSON_MEDIA_TYPE)]
 
 
-def _spec(
-    path: str,
-    dialect: str,
-    model: str,
-    fields: dict[str, object],
-    max_tokens: int | None,
-    *,
-    stream: bool,
-    temperature: float | None,
-    seed: int | None,
-    ignore_eos: bool,
-    extra: Mapping[str, object] | None,
+def _request(
+    path: str, dialect: str, model: str, fields: dict[str, object], max_tokens: int | None, options: GenerationOptions
 ) -> RequestSpec:
-    if ignore_eos:
+    if options.get("ignore_eos"):
         raise ValueError(f"{dialect}: Ollama's API has no ignore_eos; the output length is up to the model")
-    options: dict[str, object] = {}
-    if temperature is not None:
-        options["temperature"] = temperature
-    if seed is not None:
-        options["seed"] = seed
+    settings: dict[str, object] = {
+        name: options[name] for name in ("temperature", "seed") if options.get(name) is not None
+    }
     if max_tokens is not None:
-        options["num_predict"] = max_tokens  # Ollama's name for the generation limit
-    body: dict[str, object] = {"model": model, **fields, "stream": stream}
-    extra = dict(extra or {})
-    more_options = extra.pop("options", None)
-    if isinstance(more_options, Mapping):
-        options.update(more_options)
-    if options:
-        body["options"] = options
+        settings["num_predict"] = max_tokens  # Ollama's name for the generation limit
+    body: dict[str, object] = {"model": model, **fields, "stream": options.get("stream", True)}
+    extra = dict(options.get("extra") or {})
+    more = extra.pop("options", None)
+    if isinstance(more, Mapping):
+        settings.update(more)
+    if settings:
+        body["options"] = settings
     body.update(extra)
     return RequestSpec(
         method="POST",
@@ -104,16 +94,7 @@ def _spec(
 
 
 def chat_request(
-    model: str,
-    messages: Prompt,
-    max_tokens: int | None,
-    *,
-    stream: bool = True,
-    include_usage: bool = True,
-    temperature: float | None = None,
-    seed: int | None = None,
-    ignore_eos: bool = False,
-    extra: Mapping[str, object] | None = None,
+    model: str, messages: Prompt, max_tokens: int | None, **options: Unpack[GenerationOptions]
 ) -> RequestSpec:
     """A ``POST /api/chat`` request (a :class:`~latscope.dialects.base.RequestBuilder`). ``messages`` is a chat
     ``messages`` list or a prompt text sent as one user message; ``max_tokens`` becomes ``options.num_predict``,
@@ -122,47 +103,16 @@ def chat_request(
     ``extra`` fields (``keep_alive``, ``think``, ``format`` …) are added last and win; an ``options`` object in it is
     merged into the options."""
     fields: dict[str, object] = {"messages": prompt_messages(messages, OLLAMA_CHAT)}
-    return _spec(
-        CHAT_PATH,
-        OLLAMA_CHAT,
-        model,
-        fields,
-        max_tokens,
-        stream=stream,
-        temperature=temperature,
-        seed=seed,
-        ignore_eos=ignore_eos,
-        extra=extra,
-    )
+    return _request(CHAT_PATH, OLLAMA_CHAT, model, fields, max_tokens, options)
 
 
 def generate_request(
-    model: str,
-    prompt: Prompt,
-    max_tokens: int | None,
-    *,
-    stream: bool = True,
-    include_usage: bool = True,
-    temperature: float | None = None,
-    seed: int | None = None,
-    ignore_eos: bool = False,
-    extra: Mapping[str, object] | None = None,
+    model: str, prompt: Prompt, max_tokens: int | None, **options: Unpack[GenerationOptions]
 ) -> RequestSpec:
     """A ``POST /api/generate`` request: the prompt text (a ``messages`` list raises :class:`ValueError`); the
-    keyword arguments are as for :func:`chat_request`."""
+    options are as for :func:`chat_request`."""
     fields: dict[str, object] = {"prompt": prompt_text(prompt, OLLAMA_GENERATE)}
-    return _spec(
-        GENERATE_PATH,
-        OLLAMA_GENERATE,
-        model,
-        fields,
-        max_tokens,
-        stream=stream,
-        temperature=temperature,
-        seed=seed,
-        ignore_eos=ignore_eos,
-        extra=extra,
-    )
+    return _request(GENERATE_PATH, OLLAMA_GENERATE, model, fields, max_tokens, options)
 
 
 def _count(obj: Mapping[str, Any], key: str, warnings: list[str]) -> int | None:
@@ -352,17 +302,10 @@ CHAT = Dialect(
 )
 """The Ollama native chat dialect."""
 
-GENERATE = Dialect(
+GENERATE = dataclasses.replace(
+    CHAT,
     name=OLLAMA_GENERATE,
     description="Ollama's native generate API (POST /api/generate at the server root, NDJSON): a prompt, no chat turns",
     build_request=generate_request,
-    framing=Framing.NDJSON,
-    stream_media_types=CHAT.stream_media_types,
-    new_decoder=OllamaStreamDecoder,
-    decode_response=decode_response_body,
-    decode_error=decode_error_body,
-    parse_models=parse_models,
-    base_path="",
-    models_path="/api/tags",
 )
 """The Ollama native generate dialect."""

@@ -23,11 +23,12 @@ are seen to differ only in their text, they are decoded by comparing strings, wi
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+from collections.abc import Iterator
 from functools import partial
 from itertools import count, repeat
 from operator import itemgetter
-from typing import Any
+from typing import Any, Unpack
 
 import orjson
 
@@ -37,6 +38,7 @@ from latscope.dialects.base import (
     DecodedResponse,
     Dialect,
     Framing,
+    GenerationOptions,
     Prompt,
     RequestSpec,
     StreamDecodeError,
@@ -110,85 +112,51 @@ every second, so a stream it serves fast keeps earning new templates."""
 
 
 def chat_request(
-    model: str,
-    messages: Prompt,
-    max_tokens: int | None,
-    *,
-    stream: bool = True,
-    include_usage: bool = True,
-    temperature: float | None = None,
-    seed: int | None = None,
-    ignore_eos: bool = False,
-    extra: Mapping[str, object] | None = None,
+    model: str, messages: Prompt, max_tokens: int | None, **options: Unpack[GenerationOptions]
 ) -> RequestSpec:
     """A ``POST /chat/completions`` request.
 
     ``messages`` is a chat ``messages`` list, or a prompt text sent as one user message (token ids raise
-    :class:`ValueError`). ``max_tokens`` None leaves
-    the limit to the server. Streaming asks for ``stream_options.include_usage`` so the server reports token counts
-    in a last chunk. ``ignore_eos`` (a vLLM / llama.cpp extension, sent only when True) makes the server generate
-    exactly ``max_tokens`` tokens. ``extra`` fields are merged into the body's top level last (they win), e.g.
-    OpenAI's ``user`` field, which ``diagnose`` uses to pad a request to a chosen size.
+    :class:`ValueError`). ``max_tokens`` None leaves the limit to the server. Streaming asks for
+    ``stream_options.include_usage`` so the server reports token counts in a last chunk. ``ignore_eos`` (a vLLM /
+    llama.cpp extension, sent only when True) makes the server generate exactly ``max_tokens`` tokens. ``extra``
+    fields are merged into the body's top level last (they win), e.g. OpenAI's ``user`` field, which ``diagnose``
+    uses to pad a request to a chosen size. The options: :class:`~latscope.dialects.base.GenerationOptions`.
     """
-    message_list = prompt_messages(messages, CHAT_NAME)
-    body = _body(model, "messages", message_list, max_tokens, stream, include_usage, temperature, seed, ignore_eos)
-    return _spec("/chat/completions", body, extra, CHAT_NAME, model, stream)
+    return _request(
+        "/chat/completions", CHAT_NAME, model, "messages", prompt_messages(messages, CHAT_NAME), max_tokens, options
+    )
 
 
 def completions_request(
-    model: str,
-    prompt: Prompt,
-    max_tokens: int | None,
-    *,
-    stream: bool = True,
-    include_usage: bool = True,
-    temperature: float | None = None,
-    seed: int | None = None,
-    ignore_eos: bool = False,
-    extra: Mapping[str, object] | None = None,
+    model: str, prompt: Prompt, max_tokens: int | None, **options: Unpack[GenerationOptions]
 ) -> RequestSpec:
     """A ``POST /completions`` request (legacy completions: no chat template, so the prompt is sent as is).
 
     ``prompt`` is text, or a list of token ids (servers that accept them — vLLM, llama.cpp — then see exactly that
-    many prompt tokens); a ``messages`` list raises :class:`ValueError`. The keyword arguments are as for
+    many prompt tokens); a ``messages`` list raises :class:`ValueError`. The options are as for
     :func:`chat_request`.
     """
-    prompt_value = prompt_text(prompt, COMPLETIONS_NAME, token_ids=True)
-    body = _body(model, "prompt", prompt_value, max_tokens, stream, include_usage, temperature, seed, ignore_eos)
-    return _spec("/completions", body, extra, COMPLETIONS_NAME, model, stream)
+    value = prompt_text(prompt, COMPLETIONS_NAME, token_ids=True)
+    return _request("/completions", COMPLETIONS_NAME, model, "prompt", value, max_tokens, options)
 
 
-def _body(
-    model: str,
-    key: str,
-    value: object,
-    max_tokens: int | None,
-    stream: bool,
-    include_usage: bool,
-    temperature: float | None,
-    seed: int | None,
-    ignore_eos: bool,
-) -> dict[str, object]:
+def _request(
+    path: str, dialect: str, model: str, key: str, value: object, max_tokens: int | None, options: GenerationOptions
+) -> RequestSpec:
+    stream = options.get("stream", True)
     body: dict[str, object] = {"model": model, key: value}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
     body["stream"] = stream
-    if stream and include_usage:
+    if stream and options.get("include_usage", True):
         body["stream_options"] = {"include_usage": True}
-    if temperature is not None:
-        body["temperature"] = temperature
-    if seed is not None:
-        body["seed"] = seed
-    if ignore_eos:
+    for name in ("temperature", "seed"):
+        if options.get(name) is not None:
+            body[name] = options[name]
+    if options.get("ignore_eos"):
         body["ignore_eos"] = True
-    return body
-
-
-def _spec(
-    path: str, body: dict[str, object], extra: Mapping[str, object] | None, dialect: str, model: str, stream: bool
-) -> RequestSpec:
-    if extra:
-        body.update(extra)
+    body.update(options.get("extra") or {})
     return RequestSpec(
         method="POST",
         path=path,
@@ -699,15 +667,12 @@ CHAT = Dialect(
 )
 """The OpenAI chat completions dialect."""
 
-COMPLETIONS = Dialect(
+COMPLETIONS = dataclasses.replace(
+    CHAT,
     name=COMPLETIONS_NAME,
     description="OpenAI legacy completions (POST /v1/completions): the prompt sent as is, no chat template",
     build_request=completions_request,
-    framing=Framing.SSE,
-    stream_media_types=(SSE_MEDIA_TYPE,),
     new_decoder=partial(OpenAIStreamDecoder, "completions"),
     decode_response=partial(decode_response_body, mode="completions"),
-    decode_error=decode_error_body,
-    parse_models=parse_models,
 )
 """The OpenAI legacy completions dialect."""

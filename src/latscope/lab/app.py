@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from latscope.lab.batchlog import BatchLog
@@ -27,11 +25,12 @@ from latscope.lab.http.server import HttpServer, ServerOptions
 from latscope.lab.metrics import LabMetrics
 from latscope.lab.records import RequestRecord, new_record_log
 from latscope.lab.scheduler import Scheduler
+from latscope.lab.serving import AsyncService, Served
 from latscope.lab.settings import LabSettings
 from latscope.lab.tls import ServerTls
 
 
-class Lab:
+class Lab(Served, AsyncService):
     """The lab server. Construct with a :class:`LabSettings` and/or its fields as keywords, then ``async with`` or
     :meth:`start` / :meth:`stop`.
 
@@ -66,16 +65,6 @@ class Lab:
         scheme = "https" if self.settings.tls else "http"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{scheme}://{host}:{self.port}"
-
-    @property
-    def url(self) -> str:
-        """The OpenAI-style base URL: ``origin + "/v1"``."""
-        return self.origin + "/v1"
-
-    @property
-    def cert_path(self) -> Path | None:
-        """The generated certificate (PEM) to trust, or None without TLS / before start."""
-        return self._cert.cert_path if self._cert is not None else None
 
     @property
     def connections_accepted(self) -> int:
@@ -130,12 +119,3 @@ class Lab:
         if self._cert is not None:
             remove_cert_files(self._cert)
             self._cert = None
-
-    async def __aenter__(self) -> Lab:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()

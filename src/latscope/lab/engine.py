@@ -259,6 +259,7 @@ class Sequence:
         )
 
 
+@dataclass(slots=True)
 class Step:
     """One planned engine step.
 
@@ -272,25 +273,13 @@ class Step:
         waiting: requests left waiting once it was planned.
     """
 
-    __slots__ = ("chunks", "cost_ns", "decode", "stage", "start_ns", "tokens", "waiting")
-
-    def __init__(
-        self,
-        stage: StepStage,
-        start_ns: int,
-        cost_ns: int,
-        chunks: list[tuple[Sequence, int]],
-        decode: list[Sequence],
-        tokens: int,
-        waiting: int,
-    ) -> None:
-        self.stage = stage
-        self.start_ns = start_ns
-        self.cost_ns = cost_ns
-        self.chunks = chunks
-        self.decode = decode
-        self.tokens = tokens
-        self.waiting = waiting
+    stage: StepStage
+    start_ns: int
+    cost_ns: int
+    chunks: list[tuple[Sequence, int]]
+    decode: list[Sequence]
+    tokens: int
+    waiting: int
 
     @property
     def batch_size(self) -> int:
@@ -472,20 +461,20 @@ class EngineCore:
     def cancel(self, seq: Sequence, now_ns: int, error: str | None = None) -> bool:
         """Remove a sequence wherever it is and free its KV blocks; its stream ends (with ``error`` when given).
         Returns False when it had already finished."""
-        if seq.state is SeqState.FINISHED:
-            return False
-        self._remove_live(seq)
-        seq.stats.cancelled = True
-        seq.stats.finished_ns = now_ns
-        seq.sink.close(error)
-        return True
+        return self._end(seq, now_ns, error, cancelled=True)
 
     def fail(self, seq: Sequence, now_ns: int, error: str) -> bool:
         """End a sequence with an error (its stream raises it); frees its KV blocks."""
+        return self._end(seq, now_ns, error, cancelled=False)
+
+    def _end(self, seq: Sequence, now_ns: int, error: str | None, *, cancelled: bool) -> bool:
         if seq.state is SeqState.FINISHED:
             return False
         self._remove_live(seq)
-        seq.stats.error = error
+        if cancelled:
+            seq.stats.cancelled = True
+        else:
+            seq.stats.error = error
         seq.stats.finished_ns = now_ns
         seq.sink.close(error)
         return True

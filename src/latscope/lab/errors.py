@@ -6,9 +6,12 @@ The shapes follow what api.openai.com sends (400 ``invalid_request_error`` for b
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
+
 import orjson
 
 
+@dataclass(eq=False)
 class ErrorResponse(Exception):
     """A request the lab refuses; raised anywhere in the gateway and turned into one JSON response.
 
@@ -16,23 +19,16 @@ class ErrorResponse(Exception):
     object; ``headers`` are extra response headers (``WWW-Authenticate`` for 401).
     """
 
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-        headers: tuple[tuple[bytes, bytes], ...] = (),
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-        self.headers = headers
+    status: int
+    message: str
+    _: KW_ONLY
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
 
     def body(self) -> bytes:
         """The JSON body (UTF-8)."""

@@ -107,13 +107,7 @@ class Gateway:
     def _validate(self, endpoint: Endpoint, document: Any) -> dict[str, Any]:
         if not isinstance(document, dict):
             raise _invalid_type("the request body", "an object", document, with_param=False)
-        model = document.get("model")
-        if model is None:
-            raise invalid_request(
-                "You must provide a model parameter.", param="model", code="missing_required_parameter"
-            )
-        if not isinstance(model, str):
-            raise _invalid_type("model", "a string", model)
+        model = _required(document, "model", str, "a string", "You must provide a model parameter.")
         if model != self.model:
             raise model_not_found(model)
 
@@ -164,13 +158,7 @@ class Gateway:
 
     @staticmethod
     def _chat_prompt_tokens(document: Mapping[str, Any]) -> int:
-        messages = document.get("messages")
-        if messages is None:
-            raise invalid_request(
-                "Missing required parameter: 'messages'.", param="messages", code="missing_required_parameter"
-            )
-        if not isinstance(messages, list):
-            raise _invalid_type("messages", "an array", messages)
+        messages = _required(document, "messages", list, "an array", "Missing required parameter: 'messages'.")
         if not messages:
             raise invalid_request(
                 "Invalid 'messages': empty array. Expected an array with minimum length 1.",
@@ -256,6 +244,16 @@ def _max_tokens(document: Mapping[str, Any], default: int) -> int:
             param=name,
             code="integer_below_min_value",
         )
+    return value
+
+
+def _required(document: Mapping[str, Any], name: str, kind: type, what: str, missing: str) -> Any:
+    """The value of the required field ``name``: 400 ``missing`` when absent, 400 when not a ``kind``."""
+    value = document.get(name)
+    if value is None:
+        raise invalid_request(missing, param=name, code="missing_required_parameter")
+    if not isinstance(value, kind):
+        raise _invalid_type(name, what, value)
     return value
 
 

@@ -32,16 +32,8 @@ EVENT_KINDS: tuple[EventKind, ...] = tuple(EventKind)
 _KIND_CODE: dict[EventKind, int] = {k: i for i, k in enumerate(EVENT_KINDS)}
 _TOKEN_CODES = frozenset(_KIND_CODE[k] for k in TOKEN_KINDS)
 
-#: The server-reported phases that get a column of their own (``server_<phase>_ms``) in ``requests``.
-SERVER_COLUMNS: tuple[ServerPhase, ...] = (
-    ServerPhase.PARSE,
-    ServerPhase.VALIDATE,
-    ServerPhase.WINDOW_WAIT,
-    ServerPhase.QUEUE,
-    ServerPhase.PREFILL,
-    ServerPhase.DECODE,
-    ServerPhase.E2E,
-)
+#: The server-reported phases, each with a column of its own (``server_<phase>_ms``) in ``requests``.
+SERVER_COLUMNS: tuple[ServerPhase, ...] = tuple(ServerPhase)
 
 REQUEST_SCHEMA = pa.schema(
     [

@@ -151,6 +151,10 @@ class TcpInfo:
     ato_us: int  #: delayed-ACK timeout the kernel currently uses (40 000 µs = Linux's minimum)
 
 
+#: The fields of :class:`ConnectionInfo` a report shows about a target (:meth:`ConnectionInfo.facts`), in order.
+CONNECTION_FACTS = ("http_version", "alpn", "tls_version", "remote_address", "remote_port")
+
+
 @dataclass(slots=True)
 class ConnectionInfo:
     """Facts about the connection that carried the request."""
@@ -172,6 +176,19 @@ class ConnectionInfo:
     tcp_info_at_end: TcpInfo | None = None  #: TCP_INFO when the response ended
     quickack: bool = False  #: True when the client set TCP_QUICKACK before every read
     delayed_ack: bool = False  #: True when the client held the connection in delayed-ACK mode (TCP_QUICKACK 0)
+
+    @property
+    def rtt_us(self) -> int | None:
+        """The round-trip time the kernel measured, µs: ``min_rtt`` when it reports one, else the smoothed RTT, at
+        the response head (else at the end); None without TCP_INFO or when it reads 0."""
+        tcp = self.tcp_info_at_headers or self.tcp_info_at_end
+        if tcp is None:
+            return None
+        return tcp.min_rtt_us or tcp.rtt_us or None
+
+    def facts(self) -> dict[str, object]:
+        """What a report says about the connection: HTTP version, ALPN, TLS version, the server's address."""
+        return {name: getattr(self, name) for name in CONNECTION_FACTS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,19 +288,15 @@ class Timeline:
     def phase_reached(self) -> Phase:
         """The latest phase the marks show the request entered: where an error with no phase of its own (a
         cancellation, a bug, a deadline) is charged."""
-        if self.status is not None:
-            return Phase.STREAM
-        if self.send_end_ns is not None:
-            return Phase.HEADERS
-        if self.connection_ready_ns is not None:
-            return Phase.SEND
-        if self.tls_start_ns is not None:
-            return Phase.TLS
-        if self.connect_start_ns is not None:
-            return Phase.CONNECT
-        if self.dns_start_ns is not None:
-            return Phase.DNS
-        return Phase.POOL
+        latest_first = (
+            (self.status, Phase.STREAM),  # a response head arrived
+            (self.send_end_ns, Phase.HEADERS),
+            (self.connection_ready_ns, Phase.SEND),
+            (self.tls_start_ns, Phase.TLS),
+            (self.connect_start_ns, Phase.CONNECT),
+            (self.dns_start_ns, Phase.DNS),
+        )
+        return next((phase for mark, phase in latest_first if mark is not None), Phase.POOL)
 
     def server_ms(self, name: str) -> float | None:
         """The first server-reported duration called ``name``, in ms, or None."""

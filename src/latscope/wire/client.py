@@ -28,7 +28,7 @@ from latscope.wire.errors import ModelListError, WireError, make_error, timeout_
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin, OriginStats, Response, Timeouts, join_url, split_url
 from latscope.wire.pool import ConnectionPool
-from latscope.wire.request import BODY_METHODS, HeaderSet, merge_headers
+from latscope.wire.request import BODY_METHODS, HeaderSet, Outgoing, merge_headers
 from latscope.wire.tls import SessionCache, make_ssl_context
 
 USER_AGENT = f"latscope/{__version__}"
@@ -185,7 +185,7 @@ class Client:
             loop=self._running_loop(),
         )
         await self._exchange(
-            origin, path, spec.method, request_headers, spec.body, exchange, new_connection, header_set
+            origin, Outgoing(spec.method, path, request_headers, spec.body, header_set), exchange, new_connection
         )
         return t
 
@@ -204,7 +204,7 @@ class Client:
         header_set = self._header_set(origin, target, "GET", _ACCEPT_ANY, headers, 0)
         request_headers = header_set.fill(0, t)
         exchange = Exchange(t, decoder=None, streamed=False, keep_body=True, error_decoder=self.error_decoder)
-        await self._exchange(origin, target, "GET", request_headers, b"", exchange, False, header_set)
+        await self._exchange(origin, Outgoing("GET", target, request_headers, b"", header_set), exchange, False)
         if t.status is None or (t.error is not None and t.error.kind is not ErrorKind.HTTP_STATUS):
             raise WireError.from_timeline(t)
         return Response(t.status, exchange.response_header_list, exchange.body_bytes_kept, t)
@@ -347,17 +347,7 @@ class Client:
             self._header_sets[key] = header_set
         return header_set
 
-    async def _exchange(
-        self,
-        origin: Origin,
-        target: str,
-        method: str,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        exchange: Exchange,
-        new_connection: bool,
-        header_set: HeaderSet | None = None,
-    ) -> None:
+    async def _exchange(self, origin: Origin, request: Outgoing, exchange: Exchange, new_connection: bool) -> None:
         t = exchange.timeline
         timeouts = self.timeouts
         deadline_ns = None if timeouts.total_s is None else t.started_ns + int(timeouts.total_s * 1e9)
@@ -368,7 +358,7 @@ class Client:
             # every phase checks the total deadline where it waits: no task or timer wraps the request as a whole
             conn = await self._pool.acquire(origin, t, new_connection=new_connection, deadline_ns=deadline_ns)
             t.connection_ready_ns = monotonic_ns()
-            await self._send(conn, method, target, headers, body, exchange, header_set, deadline_ns)
+            await self._send(conn, request, exchange, deadline_ns)
             await self._await_response(conn, exchange, deadline_ns)
         except WireError as err:
             exchange.fail(err, monotonic_ns())
@@ -395,17 +385,7 @@ class Client:
                     # after application data was read, so a TLS 1.3 ticket (sent after the handshake) is in it
                     self._sessions.save(origin, ssl_object.session)
 
-    async def _send(
-        self,
-        conn: Connection,
-        method: str,
-        target: str,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        exchange: Exchange,
-        header_set: HeaderSet | None,
-        deadline_ns: int | None,
-    ) -> None:
+    async def _send(self, conn: Connection, request: Outgoing, exchange: Exchange, deadline_ns: int | None) -> None:
         """Write the request within the send timeout, or within what is left of the total one when that is less."""
         limit_s = self.timeouts.send_s
         if deadline_ns is not None:
@@ -414,13 +394,13 @@ class Client:
                 if left_s <= 0:
                     raise self._total_timeout(Phase.SEND)
                 try:
-                    await conn.send(method, target, headers, body, exchange, left_s, header_set)
+                    await conn.send(request, exchange, left_s)
                 except WireError as err:
                     if err.kind is ErrorKind.TIMEOUT:
                         raise self._total_timeout(Phase.SEND) from None
                     raise
                 return
-        await conn.send(method, target, headers, body, exchange, limit_s, header_set)
+        await conn.send(request, exchange, limit_s)
 
     def _total_timeout(self, phase: Phase) -> WireError:
         return timeout_error(phase, f"total timeout of {self.timeouts.total_s:g} s exceeded during {phase}")

@@ -20,7 +20,7 @@ from latscope.wire.exchange import Exchange
 from latscope.wire.http2 import HTTP2Connection
 from latscope.wire.http11 import HTTP11Connection
 from latscope.wire.models import Origin, Timeouts
-from latscope.wire.request import HeaderSet
+from latscope.wire.request import Outgoing
 from latscope.wire.tcpinfo import set_delayed_ack
 from latscope.wire.tls import ALPN_H2, SessionCache
 from latscope.wire.transport import WireProtocol
@@ -52,19 +52,9 @@ class Connection(Protocol):
     def reserve(self) -> None:
         """Claim a request slot (called by the pool when handing the connection out)."""
 
-    async def send(
-        self,
-        method: str,
-        target: str,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        exchange: Exchange,
-        send_timeout_s: float,
-        header_set: HeaderSet | None = None,
-    ) -> None:
-        """Write one request and attach ``exchange`` to receive its response; marks send_* in the timeline.
-        ``headers`` are ``header_set.fill(...)``'s when ``header_set`` is given (which lets the connection reuse
-        work done for the set's earlier requests)."""
+    async def send(self, request: Outgoing, exchange: Exchange, send_timeout_s: float) -> None:
+        """Write ``request`` within ``send_timeout_s`` s and attach ``exchange`` to receive its response; marks
+        send_* in the timeline."""
 
     def abandon(self, exchange: Exchange) -> None:
         """The caller gave up on ``exchange`` (timeout, cancel): stop delivering to it; close when needed."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from latscope.dialects.base import (
     Chunk,
@@ -24,8 +25,8 @@ from latscope.dialects.base import (
     StreamDecodeError,
     StreamDecoder,
 )
-from latscope.timeline.model import ErrorKind, EventKind, Phase, StreamEvent, Timeline
-from latscope.wire.errors import WireError, make_error
+from latscope.timeline.model import ErrorKind, EventKind, Phase, StreamEvent, Timeline, Usage
+from latscope.wire.errors import WireError, lost_error, make_error
 
 #: error bodies are kept up to this size for decoding; the rest is counted, not kept (an HTML error page from a
 #: proxy can be large, and the message is always at the start).
@@ -242,6 +243,20 @@ class Exchange:
         t.error = error.to_record(at_ns)
         self._finish(at_ns)
 
+    def lost_error(self, exc: BaseException | None) -> WireError:
+        """The error for the connection lost under this exchange (``exc`` None: closed cleanly by the peer), named
+        after how far the request had come."""
+        t = self.timeline
+        if t.send_end_ns is None:
+            return lost_error(exc, Phase.SEND, "while sending the request")
+        if t.status is None:
+            return lost_error(exc, Phase.HEADERS, "before sending the response head")
+        return lost_error(
+            exc,
+            Phase.STREAM,
+            f"while reading the stream (after {len(self.events)} events, {self.body_bytes} body bytes)",
+        )
+
     @property
     def body_bytes_kept(self) -> bytes:
         """The kept body (``keep_body`` or an error body)."""
@@ -274,14 +289,19 @@ class Exchange:
                 t.first_token_ns = at_ns
             t.last_token_ns = at_ns
 
+    def _result(self, finish_reason: str | None, usage: Usage | None, timings: dict[str, Any] | None) -> None:
+        """Keep what a response said about its result: finish reason, token usage, llama.cpp ``timings``."""
+        t = self.timeline
+        if finish_reason is not None:
+            t.finish_reason = finish_reason
+        if usage is not None:
+            t.usage = usage
+        if timings is not None:
+            t.server_fields["timings"] = timings
+
     def _extras(self, c: Chunk) -> None:
         t = self.timeline
-        if c.finish_reason is not None:
-            t.finish_reason = c.finish_reason
-        if c.usage is not None:
-            t.usage = c.usage
-        if c.timings is not None:
-            t.server_fields["timings"] = c.timings
+        self._result(c.finish_reason, c.usage, c.timings)
         if c.extra is not None:
             t.server_fields.update(c.extra)
         if c.error is not None and self._pending_error is None:
@@ -309,12 +329,7 @@ class Exchange:
                 phase=Phase.STREAM,
                 kind=ErrorKind.API_ERROR,
             )
-        if decoded.finish_reason is not None:
-            t.finish_reason = decoded.finish_reason
-        if decoded.usage is not None:
-            t.usage = decoded.usage
-        if decoded.timings is not None:
-            t.server_fields["timings"] = decoded.timings
+        self._result(decoded.finish_reason, decoded.usage, decoded.timings)
         text = decoded.reasoning + decoded.text  # the order a stream would have sent them in
         generated = decoded.usage.completion_tokens if decoded.usage is not None else None
         if text or generated:

@@ -31,10 +31,10 @@ import h11
 import httptools
 
 from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Read
-from latscope.wire.errors import WireError, lost_error, make_error, timeout_error
+from latscope.wire.errors import lost_error, make_error, timeout_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin
-from latscope.wire.request import COALESCE_BODY_BYTES, HeaderSet
+from latscope.wire.request import COALESCE_BODY_BYTES, HeaderSet, Outgoing
 from latscope.wire.tcpinfo import read_tcp_info
 from latscope.wire.transport import WireProtocol
 
@@ -307,16 +307,8 @@ class HTTP11Connection:
         self._reserved = True
         self.requests += 1
 
-    async def send(
-        self,
-        method: str,
-        target: str,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        exchange: Exchange,
-        send_timeout_s: float,
-        header_set: HeaderSet | None = None,
-    ) -> None:
+    async def send(self, request: Outgoing, exchange: Exchange, send_timeout_s: float) -> None:
+        method, target, headers, body, header_set = request
         t = exchange.timeline
         self._idle = False
         self._sending = True
@@ -430,7 +422,7 @@ class HTTP11Connection:
     def connection_lost(self, exc: BaseException | None) -> None:
         ex = self._exchange
         if ex is not None and not ex.finished:
-            ex.fail(self._lost_error(ex, exc), monotonic_ns())
+            ex.fail(ex.lost_error(exc), monotonic_ns())
         self._exchange = None
         self._mark_closed()
 
@@ -565,16 +557,6 @@ class HTTP11Connection:
         ex.fail(make_error(f"internal error: {exc!r}", phase=phase, kind=ErrorKind.INTERNAL), at_ns)
         self._exchange = None
         self._close()
-
-    def _lost_error(self, ex: Exchange, exc: BaseException | None) -> WireError:
-        t = ex.timeline
-        if t.send_end_ns is None:
-            return lost_error(exc, Phase.SEND, "while sending the request")
-        if t.status is None:
-            return lost_error(exc, Phase.HEADERS, "before sending the response head")
-        return lost_error(
-            exc, Phase.STREAM, f"while reading the stream (after {len(ex.events)} events, {ex.body_bytes} body bytes)"
-        )
 
     def _close(self) -> None:
         if not self._closed:

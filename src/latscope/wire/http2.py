@@ -25,7 +25,7 @@ from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Read
 from latscope.wire.errors import WireError, lost_error, make_error, timeout_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin
-from latscope.wire.request import COALESCE_BODY_BYTES, HeaderSet
+from latscope.wire.request import COALESCE_BODY_BYTES, Outgoing
 from latscope.wire.tcpinfo import read_tcp_info
 from latscope.wire.transport import WireProtocol
 
@@ -108,16 +108,8 @@ class HTTP2Connection:
         self._reserved += 1
         self.requests += 1
 
-    async def send(
-        self,
-        method: str,
-        target: str,
-        headers: list[tuple[str, str]],
-        body: bytes,
-        exchange: Exchange,
-        send_timeout_s: float,
-        header_set: HeaderSet | None = None,
-    ) -> None:
+    async def send(self, request: Outgoing, exchange: Exchange, send_timeout_s: float) -> None:
+        method, target, headers, body, _ = request
         t = exchange.timeline
         conn = self._h2
         origin = self.origin
@@ -255,7 +247,7 @@ class HTTP2Connection:
     def connection_lost(self, exc: BaseException | None) -> None:
         at_ns = monotonic_ns()
         for ex in list(self._streams.values()):
-            ex.fail(self._lost_error(ex, exc), at_ns)
+            ex.fail(ex.lost_error(exc), at_ns)
         self._streams.clear()
         self._mark_closed(exc)
 
@@ -341,16 +333,6 @@ class HTTP2Connection:
             self.on_release(self)
         if self._goaway and not self._streams:
             self.close()
-
-    def _lost_error(self, ex: Exchange, exc: BaseException | None) -> WireError:
-        t = ex.timeline
-        if t.send_end_ns is None:
-            return lost_error(exc, Phase.SEND, "while sending the request")
-        if t.status is None:
-            return lost_error(exc, Phase.HEADERS, "before sending the response head")
-        return lost_error(
-            exc, Phase.STREAM, f"while reading the stream (after {len(ex.events)} events, {ex.body_bytes} body bytes)"
-        )
 
     def _fail_all(self, error: WireError, at_ns: int) -> None:
         for ex in list(self._streams.values()):

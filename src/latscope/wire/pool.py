@@ -121,7 +121,7 @@ class ConnectionPool:
                 conn.close()
             p.conns.clear()
             p.spare.clear()
-            self._wake_all(p)
+            self._wake(p, every=True)
         await asyncio.sleep(0)  # let the transports run their close callbacks
 
     # --- internals ----------------------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ class ConnectionPool:
         conn_any.on_release = self._released
         conn = self._hand_out(conn, p, t, reused=False)
         if learned:
-            self._wake_all(p)  # requests waiting to learn the protocol can look again
+            self._wake(p, every=True)  # requests waiting to learn the protocol can look again
         else:
             self._pass_on(origin, p)
         return conn
@@ -241,27 +241,17 @@ class ConnectionPool:
             )
         p.woken -= 1
 
-    def _wake(self, p: _OriginPool) -> None:
-        """Wake the first live waiter."""
-        if not p.waiting:
-            return
+    def _wake(self, p: _OriginPool, *, every: bool = False) -> None:
+        """Wake the first live waiter (``every``: all of them)."""
         waiters = p.waiters
-        while waiters:
+        while p.waiting and waiters:
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(True)
                 p.waiting -= 1
                 p.woken += 1
-                return
-
-    def _wake_all(self, p: _OriginPool) -> None:
-        waiters = p.waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(True)
-                p.waiting -= 1
-                p.woken += 1
+                if not every:
+                    return
 
     def _pass_on(self, origin: Origin, p: _OriginPool) -> None:
         """A waiter got what it was woken for: wake the next one if there may be something left for it too."""

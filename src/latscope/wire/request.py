@@ -11,6 +11,7 @@ placeholder values in the slots (:mod:`latscope.wire.http11`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from latscope.timeline.model import Timeline
 from latscope.timeline.redact import redact_headers
@@ -24,6 +25,21 @@ COALESCE_BODY_BYTES = 64 * 1024
 #: methods whose requests carry a Content-Length even when the body is empty (RFC 9110 §8.6: a user agent SHOULD
 #: send it for a method that defines a meaning for enclosed content)
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class Outgoing(NamedTuple):
+    """One request as a connection writes it.
+
+    ``target`` is the request target (path and query); ``headers`` the fields to send, the per-request slots
+    filled (:meth:`HeaderSet.fill`); ``header_set`` the set they were filled from, which lets a connection reuse
+    work done for the set's earlier requests (the HTTP/1.1 head h11 wrote), or None for fields given as they are.
+    """
+
+    method: str
+    target: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    header_set: HeaderSet | None = None
 
 
 class HeaderSet:

@@ -47,16 +47,10 @@ def planned_requests(quick: bool, tls: bool) -> int:
 
 async def run(ctx: Context, prior: Prior) -> ConnectionEvidence:
     """Run the connection experiment (see the module docstring)."""
-    sequential: list[RequestSample] = []
     fresh: list[RequestSample] = []
     idle: list[tuple[float, RequestSample]] = []
     async with ctx.client() as client:
-        for index in range(SEQUENTIAL_REQUESTS):
-            sequential.append(
-                await ctx.send(
-                    client, ctx.spec(PROMPT_TOKENS, MAX_TOKENS), label=f"sequential {index + 1}/{SEQUENTIAL_REQUESTS}"
-                )
-            )
+        sequential = await ctx.send_series(client, SEQUENTIAL_REQUESTS, PROMPT_TOKENS, MAX_TOKENS, "sequential")
         if sequential[-1].ok:
             for pause in IDLE_PAUSES_S_QUICK if ctx.quick else IDLE_PAUSES_S:
                 await asyncio.sleep(pause)
@@ -66,15 +60,9 @@ async def run(ctx: Context, prior: Prior) -> ConnectionEvidence:
             # new connections on purpose: their setup is the measured cost of a fresh connection (and, over TLS,
             # each offers the saved session)
             count = FRESH_REQUESTS_QUICK if ctx.quick else FRESH_REQUESTS
-            for index in range(count):
-                fresh.append(
-                    await ctx.send(
-                        client,
-                        ctx.spec(PROMPT_TOKENS, MAX_TOKENS),
-                        label=f"new connection {index + 1}/{count}",
-                        new_connection=True,
-                    )
-                )
+            fresh = await ctx.send_series(
+                client, count, PROMPT_TOKENS, MAX_TOKENS, "new connection", new_connection=True
+            )
     concurrency = None
     negotiated = next((s for s in (*sequential, *fresh) if s.ok and s.http_version is not None), None)
     if ctx.tls and negotiated is not None and negotiated.http_version != "HTTP/2":

@@ -40,22 +40,12 @@ async def run(ctx: Context, prior: Prior) -> StreamEvidence:
     n = STREAM_REQUESTS_QUICK if ctx.quick else STREAM_REQUESTS
     async with ctx.client() as client:
         await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label="warm-up")
-        reused = [
-            await ctx.send(client, ctx.spec(PROMPT_TOKENS, max_tokens), label=f"reused {i + 1}/{n}") for i in range(n)
-        ]
+        reused = await ctx.send_series(client, n, PROMPT_TOKENS, max_tokens, "reused")
     delayed: list[RequestSample] = []
     delayed_ok = delayed_ack_supported()
     if delayed_ok:
-        async with ctx.client(delayed_ack=True) as delayed_client:
-            for i in range(n):
-                delayed.append(
-                    await ctx.send(
-                        delayed_client,
-                        ctx.spec(PROMPT_TOKENS, max_tokens),
-                        label=f"delayed-ack {i + 1}/{n}",
-                        new_connection=True,
-                    )
-                )
+        async with ctx.client(delayed_ack=True) as client:
+            delayed = await ctx.send_series(client, n, PROMPT_TOKENS, max_tokens, "delayed-ack", new_connection=True)
     quick_long: list[RequestSample] = []
     quick_short: list[RequestSample] = []
     await _quickack_pairs(ctx, max_tokens, n, quick_long, quick_short, http2=True)
@@ -66,12 +56,7 @@ async def run(ctx: Context, prior: Prior) -> StreamEvidence:
     fresh: list[RequestSample] = []
     if not ctx.quick:
         async with ctx.client() as client:
-            for i in range(n):
-                fresh.append(
-                    await ctx.send(
-                        client, ctx.spec(PROMPT_TOKENS, max_tokens), label=f"fresh {i + 1}/{n}", new_connection=True
-                    )
-                )
+            fresh = await ctx.send_series(client, n, PROMPT_TOKENS, max_tokens, "fresh", new_connection=True)
     return StreamEvidence(
         max_tokens=max_tokens,
         fresh=tuple(fresh),

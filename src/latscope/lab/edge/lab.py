@@ -21,13 +21,13 @@ import asyncio
 import collections
 import dataclasses
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from latscope.lab.app import Lab
 from latscope.lab.edge.config import EdgeConfig, split_faults
 from latscope.lab.edge.nginx import NginxEdge
 from latscope.lab.records import RequestRecord
+from latscope.lab.serving import AsyncService
 from latscope.lab.settings import LabSettings
 
 #: Idle keep-alive of the origin's connections from nginx, s: well above nginx's upstream ``keepalive_timeout``
@@ -36,7 +36,7 @@ from latscope.lab.settings import LabSettings
 ORIGIN_KEEPALIVE_TIMEOUT_S = 600.0
 
 
-class EdgeLab:
+class EdgeLab(AsyncService):
     """A lab origin (plain HTTP on an ephemeral loopback port) with an :class:`NginxEdge` in front.
 
     Construct like :class:`~latscope.lab.app.Lab`: a :class:`LabSettings` and/or its fields (``profile``,
@@ -137,12 +137,3 @@ class EdgeLab:
                 await asyncio.to_thread(edge.stop)
         finally:
             await self.lab.stop()
-
-    async def __aenter__(self) -> EdgeLab:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()

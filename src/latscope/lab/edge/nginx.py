@@ -45,6 +45,7 @@ from latscope.lab.certs import CertFiles, generate_self_signed
 from latscope.lab.edge.config import EdgeConfig
 from latscope.lab.edge.errors import EdgeStartError, EdgeUnavailable
 from latscope.lab.managed import ManagedProcess
+from latscope.lab.serving import Served
 
 #: Where distributions install nginx; ``/usr/sbin`` is not on an ordinary user's PATH on Debian.
 SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin", "/usr/local/nginx/sbin", "/opt/homebrew/bin")
@@ -316,7 +317,7 @@ def _tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
     return data[-limit:].decode("utf-8", "replace").strip()
 
 
-class NginxEdge(ManagedProcess):
+class NginxEdge(Served, ManagedProcess):
     """nginx as a reverse proxy in front of a lab origin, configured by an :class:`EdgeConfig`.
 
     ``origin_url`` is the origin's plain-HTTP address (``http://127.0.0.1:PORT``, a trailing ``/v1`` is fine).
@@ -365,16 +366,6 @@ class NginxEdge(ManagedProcess):
         """``scheme://host:port`` of the edge (IPv6 hosts in brackets)."""
         scheme = "https" if self.config.tls else "http"
         return f"{scheme}://{_address(self.host, self.port)}"
-
-    @property
-    def url(self) -> str:
-        """The OpenAI-style base URL through the edge: ``origin + "/v1"``."""
-        return self.origin + "/v1"
-
-    @property
-    def cert_path(self) -> Path | None:
-        """The generated certificate (PEM) to trust, or None without TLS / before start."""
-        return self._cert.cert_path if self._cert is not None else None
 
     @property
     def pid(self) -> int | None:

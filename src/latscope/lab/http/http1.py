@@ -13,15 +13,14 @@ first byte; a body may not stall longer than that between reads; an idle connect
 
 from __future__ import annotations
 
-import asyncio
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import h11
 
 from latscope.lab.errors import payload_too_large
-from latscope.lab.http.exchange import ConnectionInfo, Headers, Request, ResponseChannel
-from latscope.lab.http.session import JSON_CONTENT_TYPE, Session, SessionConfig, error_response, now_ns
+from latscope.lab.http.exchange import Headers, Request, ResponseChannel
+from latscope.lab.http.session import JSON_CONTENT_TYPE, Session, error_response, now_ns
 
 #: After refusing a request early (413 before its body arrived), half-close and keep reading and discarding what the
 #: client still sends for at most this long: closing a socket with unread bytes makes the kernel send RST, and the
@@ -44,15 +43,8 @@ class _Phase(enum.Enum):
 class H1Session(Session):
     """An HTTP/1.1 connection: requests one at a time (pipelined bytes wait in h11's buffer)."""
 
-    def __init__(
-        self,
-        transport: asyncio.Transport,
-        info: ConnectionInfo,
-        config: SessionConfig,
-        on_closed: Callable[[Session], None],
-    ) -> None:
-        super().__init__(transport, info, config, on_closed)
-        self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=config.limits.max_header_bytes)
+    def _start(self) -> None:
+        self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
         self._phase = _Phase.WAITING
         self._head: h11.Request | None = None
         self._body: list[bytes] = []

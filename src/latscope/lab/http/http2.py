@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
@@ -33,8 +32,8 @@ from h2.exceptions import ProtocolError
 from h2.settings import SettingCodes
 
 from latscope.lab.errors import payload_too_large
-from latscope.lab.http.exchange import ConnectionInfo, Headers, Request, ResponseChannel
-from latscope.lab.http.session import JSON_CONTENT_TYPE, Session, SessionConfig, now_ns
+from latscope.lab.http.exchange import Headers, Request, ResponseChannel
+from latscope.lab.http.session import JSON_CONTENT_TYPE, Session, now_ns
 
 #: Per-stream receive window the lab advertises; the connection window is raised to the body limit.
 STREAM_WINDOW = 4 * 1024 * 1024
@@ -86,15 +85,8 @@ class _Stream:
 class H2Session(Session):
     """An HTTP/2 connection."""
 
-    def __init__(
-        self,
-        transport: asyncio.Transport,
-        info: ConnectionInfo,
-        config: SessionConfig,
-        on_closed: Callable[[Session], None],
-    ) -> None:
-        super().__init__(transport, info, config, on_closed)
-        info.http_version = "2"
+    def _start(self) -> None:
+        self.info.http_version = "2"
         self.conn = H2Connection(H2Configuration(client_side=False, header_encoding=None))
         self._streams: dict[int, _Stream] = {}
         self._goaway_sent = False
@@ -103,10 +95,10 @@ class H2Session(Session):
             {
                 SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS,
                 SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                SettingCodes.MAX_HEADER_LIST_SIZE: config.limits.max_header_bytes,
+                SettingCodes.MAX_HEADER_LIST_SIZE: self.limits.max_header_bytes,
             }
         )
-        connection_window = max(config.limits.max_body_bytes, STREAM_WINDOW)
+        connection_window = max(self.limits.max_body_bytes, STREAM_WINDOW)
         self.conn.increment_flow_control_window(connection_window - 65_535)  # 65 535: the RFC's initial window
         self.flush()
         self._arm(self.limits.header_timeout_s, self._on_timeout)

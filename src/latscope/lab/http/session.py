@@ -37,7 +37,8 @@ def error_response(status: int, message: str, code: str | None = None) -> tuple[
 
 
 class Session:
-    """Base of one connection's protocol session."""
+    """Base of one connection's protocol session. A subclass sets up its protocol state in :meth:`_start`, which
+    the constructor calls last."""
 
     def __init__(
         self,
@@ -57,6 +58,11 @@ class Session:
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._start()
+
+    def _start(self) -> None:
+        """Set up the protocol's own state and arm its first timer (the constructor's last step)."""
+        raise NotImplementedError
 
     # -- asyncio.Protocol callbacks, forwarded by the server's connection protocol ---------------------------------
     def data_received(self, data: bytes) -> None:

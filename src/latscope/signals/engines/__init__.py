@@ -1,24 +1,27 @@
 """Per-server-family Prometheus adapters: a registry from family name to adapter, and auto-detection.
 
-Each module is named after the server it reads and holds its metric-name table (``METRICS``) and its
-``window_stats(delta, snapshots)`` adapter. :func:`window_stats` is the entry point: two scrapes (and any taken in
-between, for gauges) in, :class:`~latscope.signals.windowstats.ServerWindowStats` out.
+Each module is named after the server it reads and holds its metric-name table (``METRICS``), and a
+``window_stats(delta, snapshots)`` adapter of its own when the names alone do not say everything (TGI's batch
+timings, llama.cpp's engine-time counters, Triton's microsecond counters); the others are read by name.
+:func:`window_stats` is the entry point: two scrapes (and any taken in between, for gauges) in,
+:class:`~latscope.signals.windowstats.ServerWindowStats` out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 from latscope.signals.engines import lab, llamacpp, sglang, tgi, triton, vllm
 from latscope.signals.headers import warn
 from latscope.signals.prometheus import Snapshot, delta
-from latscope.signals.windowstats import Adapter, ServerWindowStats
+from latscope.signals.windowstats import Adapter, ServerWindowStats, stats_from_names
 
 # Detection order: the lab first (it may sit in front of a real engine and re-export its metrics), then the engines.
 ADAPTERS: dict[str, tuple[tuple[str, ...], Adapter]] = {
-    "lab": (lab.METRICS.detect_prefixes, lab.window_stats),
-    "vllm": (vllm.METRICS.detect_prefixes, vllm.window_stats),
-    "sglang": (sglang.METRICS.detect_prefixes, sglang.window_stats),
+    "lab": (lab.METRICS.detect_prefixes, partial(stats_from_names, lab.METRICS)),
+    "vllm": (vllm.METRICS.detect_prefixes, partial(stats_from_names, vllm.METRICS)),
+    "sglang": (sglang.METRICS.detect_prefixes, partial(stats_from_names, sglang.METRICS)),
     "tgi": (tgi.METRICS.detect_prefixes, tgi.window_stats),
     "llamacpp": (llamacpp.METRICS.detect_prefixes, llamacpp.window_stats),
     "triton": (triton.METRICS.detect_prefixes, triton.window_stats),

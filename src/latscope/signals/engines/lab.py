@@ -9,10 +9,7 @@ Histograms: ``latscope_lab_request_{queue,prefill,decode,parse}_seconds``, ``lat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from latscope.signals.prometheus import Snapshot
-from latscope.signals.windowstats import EngineMetrics, ServerWindowStats, stats_from_names
+from latscope.signals.windowstats import EngineMetrics
 
 METRICS = EngineMetrics(
     family="lab",
@@ -33,8 +30,3 @@ METRICS = EngineMetrics(
     prompt_tokens=("latscope_lab_prompt_tokens_total",),
     generation_tokens=("latscope_lab_generation_tokens_total",),
 )
-
-
-def window_stats(window: Snapshot, gauges: Sequence[Snapshot]) -> ServerWindowStats:
-    """Stats from a lab delta and the window's snapshots."""
-    return stats_from_names(METRICS, window, gauges)

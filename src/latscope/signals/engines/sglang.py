@@ -7,10 +7,7 @@ whole prompts and ``cached_tokens_total`` their cached part, so their ratio is t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from latscope.signals.prometheus import Snapshot
-from latscope.signals.windowstats import EngineMetrics, ServerWindowStats, stats_from_names
+from latscope.signals.windowstats import EngineMetrics
 
 METRICS = EngineMetrics(
     family="sglang",
@@ -29,8 +26,3 @@ METRICS = EngineMetrics(
     prefix_cache_hits=("sglang:cached_tokens_total",),
     prefix_cache_queries=("sglang:prompt_tokens_total",),
 )
-
-
-def window_stats(window: Snapshot, gauges: Sequence[Snapshot]) -> ServerWindowStats:
-    """Stats from an SGLang delta and the window's snapshots."""
-    return stats_from_names(METRICS, window, gauges)

@@ -9,10 +9,7 @@ also the cached prompt tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from latscope.signals.prometheus import Snapshot
-from latscope.signals.windowstats import EngineMetrics, ServerWindowStats, stats_from_names
+from latscope.signals.windowstats import EngineMetrics
 
 METRICS = EngineMetrics(
     family="vllm",
@@ -38,8 +35,3 @@ METRICS = EngineMetrics(
     prefix_cache_hits=("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
     prefix_cache_queries=("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
 )
-
-
-def window_stats(window: Snapshot, gauges: Sequence[Snapshot]) -> ServerWindowStats:
-    """Stats from a vLLM delta and the window's snapshots."""
-    return stats_from_names(METRICS, window, gauges)

@@ -21,6 +21,7 @@ def new_conn(
     alpn: str | None = None,
     http: str = "HTTP/1.1",
     version: str | None = None,
+    rtt: float = 0.02,
 ) -> RequestSample:
     return ok(
         f"conn {cid}",
@@ -34,12 +35,12 @@ def new_conn(
         alpn=alpn,
         http_version=http,
         tls_version=version,
-        rtt_ms=0.02,
+        rtt_ms=rtt,
     )
 
 
-def reused_conn(cid: int, http: str = "HTTP/1.1", alpn: str | None = None) -> RequestSample:
-    return ok(f"conn {cid} again", reused=True, connection_id=cid, http_version=http, alpn=alpn)
+def reused_conn(cid: int, http: str = "HTTP/1.1", alpn: str | None = None, rtt: float | None = None) -> RequestSample:
+    return ok(f"conn {cid} again", reused=True, connection_id=cid, http_version=http, alpn=alpn, rtt_ms=rtt)
 
 
 # -- no-connection-reuse ---------------------------------------------------------------------------------------------
@@ -134,8 +135,18 @@ def test_resumption_finding_when_offered_sessions_are_never_resumed() -> None:
     fresh = (new_conn(2, tls=1.6, resumed=False, offered=True), new_conn(3, tls=1.8, resumed=False, offered=True))
     out = check_tls_resumption(ConnectionEvidence(tls=True, sequential=seq, fresh=fresh), REF)
     assert isinstance(out, Finding) and out.id == "tls-no-resumption"
-    assert out.cost_ms == pytest.approx(1.7)  # the lower quartile of the full handshakes
+    # the lower quartile of the full handshakes, less the round trip a resumed one would still take
+    assert out.cost_ms == pytest.approx(1.7 - out.evidence["rtt_ms"])
     assert out.severity is Severity.MEDIUM and "0 of 2" in out.rule
+
+
+def test_what_resumption_saves_a_remote_client_is_the_handshake_beyond_its_round_trip() -> None:
+    far = 40.0
+    seq = (new_conn(1, tls=47.0, resumed=False, offered=False, version="TLSv1.3", rtt=far), reused_conn(1, rtt=far))
+    fresh = tuple(new_conn(n, tls=46.5, resumed=False, offered=True, rtt=far) for n in (2, 3))
+    out = check_tls_resumption(ConnectionEvidence(tls=True, sequential=seq, fresh=fresh), REF)
+    assert isinstance(out, Finding) and out.cost_ms == pytest.approx(6.5)
+    assert out.evidence["full_handshake_ms"] == pytest.approx(46.5) and "round trip" in out.cost_basis
 
 
 def test_resumption_clear_when_a_session_is_resumed() -> None:

@@ -190,3 +190,58 @@ def test_an_excess_within_a_few_times_the_receiving_cost_is_inconclusive() -> No
     out = check_request_parsing(ev, REF)
     assert isinstance(out, Inconclusive) and "busy host" in out.reason
     assert out.evidence["receive_ms_per_mb"] == 7.0
+
+
+def remote(parse_ms_per_mb: float, *, control: bool, noise: tuple[float, ...] = (0.0,)) -> tuple[ParsePoint, ...]:
+    """Bodies over a path 40 ms away, each on a new connection: the upload takes slow-start rounds (a step of 160
+    ms up to 0.5 MB, then 40 ms per MB), the same for a valid body and its control; the server then parses the valid
+    ones at ``parse_ms_per_mb`` (the control is rejected at byte 0)."""
+    out = []
+    for r in range(3):
+        for i, size in enumerate(SIZES):
+            upload = 0.0 if size == 0 else 160.0 + 40.0 * size
+            extra = noise[(r * len(SIZES) + i) % len(noise)]
+            parse = 0.0 if control else 2.0 + parse_ms_per_mb * size
+            # the client's write covers part of the upload (send_ms), the rest shows as wait: split it
+            out.append(ParsePoint(int(size * MB) + 200 + r * 4099, 40.0 + upload * 0.5 + parse + extra, upload * 0.5,
+                                  reused=False))  # fmt: skip
+    return tuple(out)
+
+
+def test_bodies_over_a_remote_path_are_judged_by_their_time_beyond_the_same_bytes_rejected() -> None:
+    # a fast server 40 ms away: its upload's step and per-MB cost are the path's, and the control shares them
+    ev = ParsingEvidence(
+        padding="user", points=remote(2.0, control=False), control=remote(0.0, control=True), fast_parser=FAST,
+        rtt_ms=40.0,
+    )  # fmt: skip
+    out = check_request_parsing(ev, REF)
+    assert isinstance(out, Clear), out
+    assert "paired" in out.evidence["timed_from"] and out.evidence["receive_ms_per_mb"] > 30.0
+
+
+def test_slow_parsing_is_found_beyond_a_slow_link_whose_receiving_dwarfs_it() -> None:
+    # the receiving cost (a 20 Mbit/s link: 400 ms per MB) is the network's, not the server's CPU: it does not hide a
+    # parser that costs 60 ms per MB
+    slow_link = tuple(
+        ParsePoint(p.body_bytes, p.server_ms + 360.0 * p.body_bytes / MB, p.send_ms, reused=False)
+        for p in remote(60.0, control=False)
+    )
+    control = tuple(
+        ParsePoint(p.body_bytes, p.server_ms + 360.0 * p.body_bytes / MB, p.send_ms, reused=False)
+        for p in remote(0.0, control=True)
+    )
+    out = check_request_parsing(
+        ParsingEvidence(padding="user", points=slow_link, control=control, fast_parser=FAST), REF
+    )
+    assert isinstance(out, Finding) and 55.0 < out.cost_ms < 62.0
+
+
+def test_a_difference_that_does_not_grow_in_a_line_is_not_a_finding() -> None:
+    # the valid bodies went over warmer connections for some sizes and colder for others: a jumpy difference
+    steps = dict(zip(SIZES, (0.0, 300.0, 0.0, 40.0, 400.0), strict=True))
+    jumpy = tuple(
+        ParsePoint(p.body_bytes, p.server_ms + steps[round(p.body_bytes / MB * 2) / 2], p.send_ms, reused=False)
+        for p in remote(0.0, control=False)
+    )
+    ev = ParsingEvidence(padding="user", points=jumpy, control=remote(0.0, control=True), fast_parser=FAST)
+    assert isinstance(check_request_parsing(ev, REF), Inconclusive)

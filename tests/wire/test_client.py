@@ -111,6 +111,23 @@ def test_tcp_info_parsing_reads_the_struct_offsets() -> None:
     assert tcpinfo.parse_tcp_info(b"\0" * 50) is None
 
 
+def test_tcp_info_reads_the_segment_size_the_backlog_and_the_delivery_rate() -> None:
+    raw = bytearray(232)
+    for offset, value in ((20, 1448), (24, 3)):
+        struct.pack_into("=I", raw, offset, value)
+    struct.pack_into("=Q", raw, 160, 2_500_000)
+    info = tcpinfo.parse_tcp_info(bytes(raw))
+    assert info is not None and (info.rcv_mss, info.unacked, info.delivery_rate_bps) == (1448, 3, 2_500_000)
+
+
+async def test_the_send_backlog_is_empty_once_the_peer_has_everything() -> None:
+    async with StreamServer(paced_stream(2)) as server, Client() as client:
+        t = await client.request(chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"))
+        assert t.ok
+        assert client.send_backlog(t) == 0  # the request was answered: the server had all of it
+    assert client.send_backlog(t) is None  # the client closed: nothing to ask
+
+
 @pytest.mark.skipif(not tcpinfo.quickack_supported(), reason="TCP_QUICKACK is Linux-only")
 async def test_quickack_mode_sets_the_option_before_every_read(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[bool | None] = []

@@ -34,6 +34,10 @@ class RequestSample:
         e2e_after_setup_ms: end − connection ready.
         request_bytes: request body size; response_close: the response said ``Connection: close``.
         rtt_ms: TCP round-trip time from TCP_INFO (``min_rtt`` when reported, else the smoothed RTT).
+        delivery_rate_bps: the kernel's estimate of the rate the request was delivered at (bytes/s, TCP_INFO at the
+            end of the response), None where not reported.
+        rcv_mss: the largest segment the server sends, bytes (TCP_INFO), None where not reported.
+        body_bytes: response body bytes (HTTP framing removed).
         first_read_token_events: token events completed by the read that carried the first token.
         max_token_events_per_read: most token events one read completed (1 = no coalescing).
         burst_bytes: sizes of the reads that completed two or more token events, in order.
@@ -74,6 +78,9 @@ class RequestSample:
     response_close: bool = False
     server_header: str | None = None
     rtt_ms: float | None = None
+    delivery_rate_bps: int | None = None
+    rcv_mss: int | None = None
+    body_bytes: int = 0
     first_read_token_events: int = 0
     max_token_events_per_read: int = 0
     burst_bytes: tuple[int, ...] = ()
@@ -135,6 +142,7 @@ class RequestSample:
             if count >= 2 and 0 <= index < len(t.reads)
         )
         rtt_us = None if info is None else info.rtt_us
+        end_tcp = None if info is None else info.tcp_info_at_end
         rtt_ms = None if rtt_us is None else rtt_us / 1000.0
         ready = t.connection_ready_ns
         ttft_after = None
@@ -177,6 +185,9 @@ class RequestSample:
             response_close="close" in headers.get("connection", "").lower(),
             server_header=headers.get("server"),
             rtt_ms=rtt_ms,
+            delivery_rate_bps=None if end_tcp is None else end_tcp.delivery_rate_bps,
+            rcv_mss=None if end_tcp is None else end_tcp.rcv_mss,
+            body_bytes=t.response_body_bytes,
             first_read_token_events=token_reads.get(first_read, 0) if first_read is not None else 0,
             max_token_events_per_read=max(token_reads.values(), default=0),
             burst_bytes=bursts,
@@ -238,13 +249,14 @@ class ConcurrencyEvidence:
 @dataclass(frozen=True, slots=True)
 class ParsePoint:
     """One padded request of the parsing experiment: its body size (bytes) and the server-side time (``wait_ms``:
-    first response byte − request fully written), the upload time, and what the server reported for parsing and
-    validating (ms, None when it reports nothing)."""
+    first response byte − request fully written), the upload time, what the server reported for parsing and
+    validating (ms, None when it reports nothing), and whether it went on a reused connection (None: unknown)."""
 
     body_bytes: int
     server_ms: float
     send_ms: float | None = None
     server_parse_ms: float | None = None
+    reused: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +277,7 @@ class ParsingEvidence:
         rejected: why padding was refused (the server's answer), when it was.
         size_limit_bytes: the largest body the server accepted when it refused a larger one (413), else None.
         rtt_ms: the connection's TCP round-trip time (a remote target adds upload transfer time to ``server_ms``).
+        upload_rate_bps: the rate the path carried the largest bodies at (bytes/s, the kernel's estimate).
     """
 
     padding: str | None
@@ -276,6 +289,7 @@ class ParsingEvidence:
     size_limit_bytes: int | None = None
     rtt_ms: float | None = None
     probe_failures: tuple[RequestSample, ...] = ()
+    upload_rate_bps: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +307,12 @@ class QueueEvidence:
         failures: requests that failed, but for the long prompts sent alone.
         long_alone_failures: long prompts sent alone (sizing the long prompt, and its repeats) that failed; a
             refusal among them (``RequestSample.refused``: a context too short) is the sizing at work.
+        head_start_ms: per contended round (aligned with ``short_contended_ms``; empty when unknown), how long the
+            first long request had been inside the server when the short one arrived: the client's lead after it saw
+            the long one acknowledged, plus one round trip.
+        rounds_not_arrived: rounds left out because their long requests had not all reached the server in time.
+        arrival_verified: every counted round saw its long requests acknowledged (False where the platform could
+            only see them written).
         note: how the long prompt was sized (halved after a rejection, capped …).
     """
 
@@ -307,6 +327,9 @@ class QueueEvidence:
     note: str | None = None
     long_contended_ms: tuple[tuple[float, ...], ...] = ()
     long_alone_failures: tuple[RequestSample, ...] = ()
+    head_start_ms: tuple[float, ...] = ()
+    rounds_not_arrived: int = 0
+    arrival_verified: bool = True
 
     @property
     def all_failures(self) -> tuple[RequestSample, ...]:

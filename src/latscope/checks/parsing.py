@@ -55,6 +55,14 @@ RECEIVE_RATIO = 3.0
 #: slope: the excess is real time, but not spent parsing (the server would have timed it). The lower edge of the
 #: confirmation band, so a report either confirms, contradicts, or (above the band) leaves the finding as measured.
 CONTRADICT_SHARE = 1.0 - CONFIRM_TOLERANCE
+#: Receiving costs a server's CPU at most this much per MB (an interpreted HTTP stack on a busy 2-core host measured
+#: 6.8; C stacks well under 1): a control that takes longer is waiting for the network (a link's bandwidth, round
+#: trips), which does not stretch with the host's load like parsing, so only this much of it counts for the ratio
+#: above.
+RECEIVE_CPU_MAX_MS_PER_MB = 10.0
+#: The paired differences (each body minus its control) must lie on a line this well (R²) for a finding: parsing
+#: grows with the bytes parsed, while a difference that jumps between sizes is something else.
+MIN_PAIRED_R2 = 0.8
 #: A fit this good (R²) is high-confidence evidence on its own.
 HIGH_CONFIDENCE_R2 = 0.9
 #: A target further away than this (ms of RTT) adds upload transfer time to the server-side time.
@@ -128,6 +136,36 @@ def control_ms_per_mb(ev: ParsingEvidence) -> float | None:
     return None if fit is None else max(0.0, fit.slope)
 
 
+def _buckets(values: list[tuple[int, float]]) -> set[int]:
+    return {round(size / SIZE_BUCKET_BYTES) for size, _ in values}
+
+
+def paired_differences(ev: ParsingEvidence) -> list[tuple[int, float]]:
+    """``(body bytes, ms)`` for every padded body whose control (the same bytes, rejected at byte 0) went like it
+    over a new connection: its time from the start of the upload minus the control's. Receiving the body, however
+    the path delivers it (slow start, flow control, bandwidth), is the same for both, so what is left is the
+    server's work on a valid body."""
+    controls = {c.body_bytes: c for c in ev.control if c.reused is False}
+    out: list[tuple[int, float]] = []
+    for p in ev.points:
+        c = controls.get(p.body_bytes)
+        if c is not None and p.reused is False:
+            out.append((p.body_bytes, point_ms(p, from_upload_start=True) - point_ms(c, from_upload_start=True)))
+    return out
+
+
+def _paired_floors(ev: ParsingEvidence) -> list[tuple[float, float]]:
+    """Per body size, the fastest padded request minus the fastest control (each the server's own cost: a busy host
+    only adds time to either), over the sizes both have: ``(MB, ms)``."""
+
+    def by_bucket(points: tuple[ParsePoint, ...]) -> dict[int, tuple[float, float]]:
+        floors = floor_points(points, from_upload_start=True)
+        return {round(mb * BYTES_PER_MB / SIZE_BUCKET_BYTES): (mb, ms) for mb, ms in floors}
+
+    padded, control = by_bucket(ev.points), by_bucket(ev.control)
+    return [(padded[b][0], padded[b][1] - control[b][1]) for b in sorted(padded) if b in control]
+
+
 def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> Outcome:
     """Finding when the server's per-MB time is at least :data:`SLOW_PARSE_RATIO` × a fast parser's and at least
     :data:`SLOW_PARSE_MIN_EXCESS_MS_PER_MB` above it.
@@ -157,27 +195,40 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             + limit,
         )
     receiving = control_ms_per_mb(ev)
-    upload = receiving is not None  # with a control, time both from the upload's start (see the module docstring)
-    fit = fit_line(
-        [p.body_bytes / BYTES_PER_MB for p in ev.points], [point_ms(p, from_upload_start=upload) for p in ev.points]
-    )
-    floors = floor_points(ev.points, from_upload_start=upload)
-    floor = fit_line([x for x, _ in floors], [y for _, y in floors])
     fast = _fast_parser_ms_per_mb(ev.fast_parser)
-    if fit is None or floor is None or fast is None or fit.slope_se is None:
+    pairs = paired_differences(ev)
+    paired = receiving is not None and len(pairs) >= MIN_POINTS and len(_buckets(pairs)) >= MIN_SIZES
+    upload = receiving is not None  # with a control, everything is timed from the upload's start
+    padded = [(p.body_bytes, point_ms(p, from_upload_start=upload)) for p in ev.points]
+    # What is decided on: with a control, each body's time beyond the same bytes rejected at byte 0 (receiving is
+    # already subtracted, pair by pair); without one, the padded bodies' own times.
+    series = pairs if paired else padded
+    fit = fit_line([b / BYTES_PER_MB for b, _ in series], [ms for _, ms in series])
+    floors = _paired_floors(ev) if paired else floor_points(ev.points, from_upload_start=upload)
+    floor = fit_line([x for x, _ in floors], [y for _, y in floors])
+    padded_floor = fit_line(*zip(*floor_points(ev.points, from_upload_start=upload), strict=True))
+    if fit is None or floor is None or padded_floor is None or fast is None or fit.slope_se is None:
         return Inconclusive(PARSE_ID, "the padded requests did not span enough sizes for a line; run again")
+    offset = 0.0 if paired else (receiving or 0.0)  # receiving, where the series still contains it
     evidence = _fit_evidence(ev, fit, fast, upload)
-    evidence["server_ms_per_mb_fastest"] = round(floor.slope, 3)
+    evidence["timed_from"] = (
+        "upload start, minus the same body rejected at byte 0 (paired, new connections)"
+        if paired
+        else evidence["timed_from"]
+    )
+    evidence["server_ms_per_mb_fastest"] = round(padded_floor.slope, 3)
     evidence["receive_ms_per_mb"] = None if receiving is None else round(receiving, 3)
-    # the raw slopes are compared with the receiving cost plus what a fast parser would need plus the margin
-    threshold = (receiving or 0.0) + max(fast * SLOW_PARSE_RATIO, fast + SLOW_PARSE_MIN_EXCESS_MS_PER_MB)
+    # the slopes are compared with what a fast parser would need plus the margin (plus receiving, where included)
+    threshold = offset + max(fast * SLOW_PARSE_RATIO, fast + SLOW_PARSE_MIN_EXCESS_MS_PER_MB)
     evidence["threshold_ms_per_mb"] = round(threshold, 3)
     low = fit.slope - SLOPE_Z * fit.slope_se
+    excess = floor.slope - offset - fast
     if floor.slope < threshold and low < threshold:
         return Clear(
             PARSE_ID,
-            f"the server spends {floor.slope:.2f} ms per MB of body ({receiving or 0.0:.2f} of them receiving it; "
-            f"fast parser here: {fast:.2f} ms/MB), below the {threshold:.2f} ms/MB that would mean slow parsing",
+            f"the server spends {excess + fast:.2f} ms per MB of body beyond receiving it ({receiving or 0.0:.2f} "
+            f"ms/MB; fast parser here: {fast:.2f} ms/MB), below the {threshold - offset:.2f} ms/MB that would mean "
+            "slow parsing",
             evidence,
         )
     if floor.slope < threshold or fit.slope < threshold:
@@ -188,13 +239,22 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             "more samples or larger bodies would settle it",
             evidence,
         )
-    excess = floor.slope - (receiving or 0.0) - fast
-    if receiving is not None and excess < RECEIVE_RATIO * receiving:
+    if paired and fit.r2 < MIN_PAIRED_R2:
+        evidence["excess_ms_per_mb"] = round(excess, 3)
+        return Inconclusive(
+            PARSE_ID,
+            f"the time beyond receiving grows {fit.slope:.2f} ms per MB, but not in a line (R² {fit.r2:.2f} < "
+            f"{MIN_PAIRED_R2:g}): something other than parsing varies with the body; more repeats would settle it",
+            evidence,
+        )
+    # the server's own CPU receiving the bytes: what the control measured, less what a network carries slowly
+    receive_cpu = None if receiving is None else min(receiving, RECEIVE_CPU_MAX_MS_PER_MB)
+    if receive_cpu is not None and excess < RECEIVE_RATIO * receive_cpu:
         evidence["excess_ms_per_mb"] = round(excess, 3)
         return Inconclusive(
             PARSE_ID,
             f"the server spends {excess:.2f} ms per MB beyond receiving the body and a fast parser, above the "
-            f"{threshold:.2f} ms/MB threshold but under {RECEIVE_RATIO:g}× the {receiving:.2f} ms/MB it needs to "
+            f"{threshold:.2f} ms/MB threshold but under {RECEIVE_RATIO:g}× the {receive_cpu:.2f} ms/MB it needs to "
             "receive the same bytes: a busy host stretches both alike; a run on a quiet host, or the server's own "
             "parse timing (Server-Timing), would settle it",
             evidence,
@@ -209,9 +269,9 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             # between the client and the parser (a proxy buffering the body, the network), not into parsing
             return Inconclusive(
                 PARSE_ID,
-                f"server-side time grows {floor.slope:.2f} ms per MB of body ({excess:.2f} beyond receiving it and "
-                f"a fast parser), but the server reports only {reported:.2f} ms per MB of parsing and validation: "
-                "the time goes elsewhere on the path (a proxy in front, the network)",
+                f"server-side time grows {padded_floor.slope:.2f} ms per MB of body ({excess:.2f} beyond receiving "
+                f"it and a fast parser), but the server reports only {reported:.2f} ms per MB of parsing and "
+                "validation: the time goes elsewhere on the path (a proxy in front, the network)",
                 evidence,
             )
     remote = ev.rtt_ms is not None and ev.rtt_ms >= REMOTE_RTT_MS
@@ -237,8 +297,8 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
         cost_basis=basis,
         evidence=evidence,
         rule=(
-            f"server time grows {floor.slope:.2f} ms per MB of padding ({ev.padding}); beyond receiving the body "
-            f"that is ≥ {SLOW_PARSE_RATIO:g}× the fast parser's {fast:.2f} ms/MB and ≥ "
+            f"server time grows {padded_floor.slope:.2f} ms per MB of padding ({ev.padding}); beyond receiving the "
+            f"body that is ≥ {SLOW_PARSE_RATIO:g}× the fast parser's {fast:.2f} ms/MB and ≥ "
             f"{SLOW_PARSE_MIN_EXCESS_MS_PER_MB:g} ms/MB above it"
         ),
         confidence=confidence,

@@ -50,6 +50,13 @@ def check_queue_head_of_line(ev: QueueEvidence, reference: Reference | None) -> 
                 f"the server refused every long prompt, down to about {ev.long_prompt_tokens} tokens (its context "
                 f"is shorter): no long prefill to queue behind ({failures.describe(refused[-1])})",
             )
+    if len(ev.short_alone_ms) >= 2 and ev.long_alone_ms and not ev.short_contended_ms and ev.rounds_not_arrived:
+        return Inconclusive(
+            QUEUE_ID,
+            f"in {ev.rounds_not_arrived} round(s) the long requests had not all reached the server (their bytes "
+            "acknowledged) before the short one was due: nothing is known of a queue they were never in; a target "
+            "this slow to receive a long prompt needs a longer wait",
+        )
     if len(ev.short_alone_ms) < 2 or not ev.long_alone_ms or not ev.short_contended_ms:
         reason = failures.summarise(ev.all_failures) or "too few requests completed"
         return NotTested(QUEUE_ID, f"the queueing experiment could not measure: {reason}")
@@ -71,8 +78,17 @@ def check_queue_head_of_line(ev: QueueEvidence, reference: Reference | None) -> 
     assert short_alone is not None and long_alone is not None and contended is not None
     prefill = long_alone - short_alone
     inflation = contended - short_alone
+    # What a queue holds a short request for is counted from the first long request's arrival: by the time the short
+    # one arrived the server had been working on it for its head start (about one round trip on a remote target).
+    # Each round's wait plus its head start is what the check measures in long prefills.
+    rounds = len(ev.short_contended_ms)
+    heads = ev.head_start_ms if len(ev.head_start_ms) == rounds else (0.0,) * rounds
+    waits = [c - short_alone + h for c, h in zip(ev.short_contended_ms, heads, strict=True)]
+    held = median(waits)
+    head = median(heads)
+    assert held is not None and head is not None
     alone_noise = robust_sd(ev.short_alone_ms) or 0.0
-    noise = max(alone_noise, robust_sd(ev.short_contended_ms) or 0.0)
+    noise = max(alone_noise, robust_sd(waits) or 0.0)
     evidence: dict[str, Any] = {
         "short_prompt_tokens": ev.short_prompt_tokens,
         "long_prompt_tokens": ev.long_prompt_tokens,
@@ -85,6 +101,12 @@ def check_queue_head_of_line(ev: QueueEvidence, reference: Reference | None) -> 
         "inflation_ms": round(inflation, 3),
         "noise_sd_ms": round(noise, 3),
     }
+    if ev.head_start_ms:
+        evidence["head_start_ms_p50"] = round(head, 3)
+    if not ev.arrival_verified:
+        evidence["arrival"] = "the long requests were seen written, not acknowledged (no TCP_INFO here)"
+    if ev.rounds_not_arrived:
+        evidence["rounds_not_arrived"] = ev.rounds_not_arrived
     if ev.note:
         evidence["note"] = ev.note
     if prefill < max(MIN_PREFILL_MS, MIN_PREFILL_FACTOR * short_alone):
@@ -95,7 +117,15 @@ def check_queue_head_of_line(ev: QueueEvidence, reference: Reference | None) -> 
             "accepts one",
             evidence,
         )
-    ratio = inflation / prefill
+    if head >= prefill:
+        return Inconclusive(
+            QUEUE_ID,
+            f"the long requests took {head:.1f} ms to reach the server, longer than one of them takes to prefill "
+            f"({prefill:.1f} ms): the first was done before the short request arrived; a longer prompt would settle "
+            "it if the server accepts one",
+            evidence,
+        )
+    ratio = held / prefill
     evidence["inflation_in_long_prefills"] = round(ratio, 3)
     if ratio <= HOL_CLEAR_RATIO:
         return Clear(
@@ -107,12 +137,13 @@ def check_queue_head_of_line(ev: QueueEvidence, reference: Reference | None) -> 
     # When every round's short request waited the finding's worth of long prefills, the rounds differ only in where
     # in the running prefill it arrived (up to one prefill): their spread is the mechanism, not noise, and the
     # inflation need only stand clear of an uncontended short request's jitter.
-    every_round = min(ev.short_contended_ms) - short_alone >= HOL_FINDING_RATIO * prefill
+    every_round = min(waits) >= HOL_FINDING_RATIO * prefill
     evidence["every_round_held"] = every_round
-    if ratio < HOL_FINDING_RATIO or inflation < NOISE_Z * (alone_noise if every_round else noise):
+    if ratio < HOL_FINDING_RATIO or held < NOISE_Z * (alone_noise if every_round else noise):
         return Inconclusive(
             QUEUE_ID,
-            f"a short request waited {inflation:.1f} ms = {ratio:.2f} long prefills (noise {noise:.1f} ms): "
+            f"a short request waited {inflation:.1f} ms = {ratio:.2f} long prefills counting the first one's "
+            f"{head:.1f} ms head start (noise {noise:.1f} ms): "
             "between the clear and the finding thresholds; more rounds would settle it",
             evidence,
         )
@@ -122,8 +153,8 @@ def check_queue_head_of_line(ev: QueueEvidence, reference: Reference | None) -> 
         evidence["server_reported_queue_ms_p50"] = round(reported, 3)
     parallel = prefills_in_parallel(ev, short_alone, prefill)
     rule = (
-        f"the short request's TTFT grew by {ratio:.2f} long prefills (≥ {HOL_FINDING_RATIO:g}): it waited for "
-        "long requests queued ahead of it, not only for the step that was running"
+        f"the short request's TTFT grew by {ratio:.2f} long prefills (≥ {HOL_FINDING_RATIO:g}, counting the first "
+        "one's head start): it waited for long requests queued ahead of it, not only for the step that was running"
     )
     fix = None
     if parallel is not None:

@@ -10,10 +10,18 @@ read. They are told apart by their mechanisms (reference/network-timing.md):
 - A buffering proxy holds bytes until its buffer fills (4/8/16 KB) or the response ends, whatever the ACKs do: the
   first token waits for the buffer, so TTFT grows with the number of tokens requested. The control is the same
   prompt with ``max_tokens`` 1, and both are measured with quickack on so Nagle cannot contribute.
+
+On a real network the two meet. Nagle also releases a held write once a whole segment's worth of data waits (one MSS,
+1448 bytes on an Ethernet path), and when the round trip is longer than the server takes to write that much, the
+segment fills first: the hold no longer depends on the ACK (quickack does not remove it) and TTFT grows with
+``max_tokens``, as behind a buffer. What tells them apart is how much was held: Nagle holds about one segment
+(:func:`segment_fill`, the segment size from TCP_INFO), a proxy's buffer is several (4 KB or more). On loopback a
+segment is 64 KB and the ACK always comes first.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
@@ -47,6 +55,78 @@ PROXY_MIN_HELD_FRACTION = 0.2
 PROXY_CLEAR_HELD_FRACTION = 0.1
 #: The growth must stand this many noise standard deviations above zero.
 NOISE_Z = 3.0
+#: A first token held back with between this many TCP segments' worth of data … (Nagle releases a write once one
+#: segment's worth waits; a proxy's buffer, 4 KB and more, is at least 2.8 segments of 1448 bytes)
+FILL_SEGMENTS_LOW = 0.5
+#: … and this many waited for a segment to fill.
+FILL_SEGMENTS_HIGH = 1.6
+#: A segment fill must hold the first token for at least this many of the server's token intervals to count.
+FILL_MIN_INTERVALS = 2.0
+#: Where a segment fills sooner than the delayed ACK comes, Nagle's hold ends with it: a stream start held at least
+#: this share of the segment's fill time (when that is below :data:`NAGLE_MIN_HOLD_MS`) was held by Nagle.
+FILL_HOLD_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFill:
+    """How much a stream's first token was held back, in TCP segments.
+
+    ``growth_ms``: TTFT with the long stream's ``max_tokens`` minus with ``max_tokens`` 1 (quickack on both);
+    ``interval_ms``: the server's time per token (the long streams' mean inter-token gap); ``event_bytes``: the mean
+    body bytes per stream event; ``held_bytes``: what was written while the first token waited
+    (growth ÷ interval × event bytes); ``mss``: the server's segment size, bytes (TCP_INFO ``rcv_mss``).
+    """
+
+    growth_ms: float
+    interval_ms: float
+    event_bytes: float
+    held_bytes: float
+    mss: int
+
+    @property
+    def segments(self) -> float:
+        """The held bytes in segments."""
+        return self.held_bytes / self.mss
+
+    @property
+    def fill_time_ms(self) -> float:
+        """How long the server takes to write one segment's worth of events: the longest Nagle can hold a stream's
+        start on this path, however late the ACK comes."""
+        return self.mss / self.event_bytes * self.interval_ms
+
+    @property
+    def one_segment(self) -> bool:
+        """The hold is about one segment's worth: what Nagle waits for, not a proxy's buffer."""
+        return FILL_SEGMENTS_LOW <= self.segments <= FILL_SEGMENTS_HIGH and (
+            self.growth_ms >= FILL_MIN_INTERVALS * self.interval_ms
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ttft_growth_ms": round(self.growth_ms, 3),
+            "token_interval_ms": round(self.interval_ms, 3),
+            "event_bytes": round(self.event_bytes, 1),
+            "held_bytes": round(self.held_bytes, 1),
+            "segment_bytes": self.mss,
+            "held_segments": round(self.segments, 2),
+        }
+
+
+def segment_fill(
+    short_samples: tuple[RequestSample, ...], long_samples: tuple[RequestSample, ...]
+) -> SegmentFill | None:
+    """The first token's hold in TCP segments (see :class:`SegmentFill`), or None without the numbers (no segment
+    size from TCP_INFO, streams too short for a token interval)."""
+    short = median(_ttfts(short_samples))
+    done = [s for s in long_samples if s.ok and s.events and s.itl_ms]
+    long = median(_ttfts(done))
+    interval = median([sum(s.itl_ms) / len(s.itl_ms) for s in done])
+    event_bytes = median([s.body_bytes / s.events for s in done])
+    mss = median([float(s.rcv_mss) for s in done if s.rcv_mss])
+    if short is None or long is None or not interval or not event_bytes or not mss:
+        return None
+    growth = long - short
+    return SegmentFill(growth, interval, event_bytes, max(0.0, growth) / interval * event_bytes, int(mss))
 
 
 def _ttfts(samples: tuple[RequestSample, ...] | list[RequestSample]) -> list[float]:
@@ -121,13 +201,16 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
         return NotTested(NAGLE_ID, "no stream started in delayed-ACK mode: " + "; ".join(why))
     control_p50 = median(control)
     assert control_p50 is not None
+    fill = segment_fill(ev.quickack_short, ev.quickack)
+    # the longest hold to expect: the delayed ACK, or on a real network the time a segment takes to fill if shorter
+    min_hold = NAGLE_MIN_HOLD_MS if fill is None else min(NAGLE_MIN_HOLD_MS, FILL_HOLD_SHARE * fill.fill_time_ms)
     measured: list[tuple[str, list[RequestSample], float, int]] = []
     unpiled: dict[str, int] = {}
     for name, samples in candidates:
         timed = [(s, s.ttft_after_setup_ms - control_p50) for s in samples if s.ttft_after_setup_ms is not None]
         p50 = median([late for _, late in timed])
         assert p50 is not None
-        late = [(s, v) for s, v in timed if v >= NAGLE_MIN_HOLD_MS]
+        late = [(s, v) for s, v in timed if v >= min_hold]
         # late streams whose first token came alone, at a cadence that would have piled tokens up behind a hold
         unpiled[name] = sum(1 for s, v in late if late_without_pileup(s, v))
         measured.append((name, samples, p50, len(late) - unpiled[name]))
@@ -161,6 +244,14 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     fresh = _ttfts(ev.fresh)
     if fresh:
         evidence["ttft_fresh_ms_p50"] = round(median(fresh) or 0.0, 3)
+    evidence["min_hold_ms"] = round(min_hold, 3)
+    if fill is not None:
+        evidence["segment_fill"] = fill.to_dict()
+    ack_hold = hold >= min_hold and _majority(held, len(samples))
+    if not ack_hold and fill is not None and fill.one_segment:
+        quick = [s for s in ev.quickack if s.ok]
+        if _majority(sum(1 for s in quick if s.first_read_token_events >= 2), len(quick)):
+            return _segment_fill_finding(ev, reference, name, samples, fill, evidence)
     if held == 0:
         alone = ""
         if unpiled[name]:
@@ -174,10 +265,10 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
             f"{control_p50:.1f} ms: nothing waited for an ACK{alone}",
             evidence,
         )
-    if hold < NAGLE_MIN_HOLD_MS or not _majority(held, len(samples)):
+    if hold < min_hold or not _majority(held, len(samples)):
         return Inconclusive(
             NAGLE_ID,
-            f"{held} of {len(samples)} delayed-ACK streams started ≥ {NAGLE_MIN_HOLD_MS:g} ms late (median hold "
+            f"{held} of {len(samples)} delayed-ACK streams started ≥ {min_hold:.1f} ms late (median hold "
             f"{hold:.1f} ms): more samples would settle it",
             evidence,
         )
@@ -194,10 +285,46 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
         cost_basis=basis,
         evidence=evidence,
         rule=(
-            f"{held} of {len(samples)} streams in delayed-ACK mode started ≥ {NAGLE_MIN_HOLD_MS:g} ms later than "
+            f"{held} of {len(samples)} streams in delayed-ACK mode started ≥ {min_hold:.1f} ms later than "
             "with quickack on (Nagle holding small writes until the ACK)"
         ),
         confidence=Confidence.HIGH if coalesced * 2 >= len(samples) and control_coalesced == 0 else Confidence.MEDIUM,
+    )
+
+
+def _segment_fill_finding(
+    ev: StreamEvidence,
+    reference: Reference | None,
+    name: str,
+    samples: list[RequestSample],
+    fill: SegmentFill,
+    evidence: dict[str, Any],
+) -> Finding:
+    """Nagle found by its other release: the first token waited, with quickack on, for about one segment's worth
+    of data to be written (see the module docstring)."""
+    short = median(_ttfts(ev.quickack_short))
+    start = median(_ttfts(samples))
+    assert short is not None and start is not None
+    cost = max(fill.growth_ms, start - short)  # what a stream in delayed-ACK mode (every reused connection) waits
+    rtt = median([s.rtt_ms for s in (*ev.quickack, *samples) if s.ok and s.rtt_ms is not None])
+    away = "" if rtt is None else f" on a path whose round trip ({rtt:.1f} ms) outlasts that"
+    evidence["condition"] = name
+    return costed_finding(
+        NAGLE_ID,
+        cost,
+        reference,
+        cost_basis=(
+            f"ms added to TTFT at the start of a stream (delayed-ACK mode, every reused keep-alive connection: "
+            f"{start - short:.1f} ms; with quickack on: {fill.growth_ms:.1f} ms): the server's small writes wait "
+            "until a whole TCP segment's worth is written"
+        ),
+        evidence=evidence,
+        rule=(
+            f"with quickack on, the first token waited {fill.growth_ms:.1f} ms for {fill.held_bytes:.0f} bytes to "
+            f"be written behind it, {fill.segments:.2f} TCP segments of {fill.mss} bytes (Nagle's algorithm "
+            f"releasing small writes once a segment is full){away}"
+        ),
+        confidence=Confidence.HIGH if rtt is not None else Confidence.MEDIUM,
     )
 
 
@@ -291,6 +418,17 @@ def _buffering(
     }
     unpiled = sum(1 for s in long_ok if late_without_pileup(s, growth))
     evidence["streams_first_token_alone"] = unpiled
+    fill = segment_fill(short_samples, long_samples)
+    if fill is not None:
+        evidence["segment_fill"] = fill.to_dict()
+    if fill is not None and fill.one_segment and growth >= PROXY_MIN_GROWTH_MS:
+        return Clear(
+            PROXY_ID,
+            f"TTFT{over} grew {growth:.1f} ms from max_tokens 1 to {ev.max_tokens}, while {fill.held_bytes:.0f} bytes "
+            f"were written behind the first token: one TCP segment ({fill.mss} bytes), what Nagle's algorithm waits "
+            "for, not a proxy's buffer (4 KB and more; see stream-coalescing-nagle)",
+            evidence,
+        )
     if growth < PROXY_MIN_GROWTH_MS or fraction < PROXY_CLEAR_HELD_FRACTION:
         return Clear(
             PROXY_ID,

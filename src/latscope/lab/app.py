@@ -79,7 +79,7 @@ class Lab(Served, AsyncService):
         settings = self.settings
         tls = None
         if settings.tls:
-            self._cert = generate_self_signed()
+            self._cert = generate_self_signed(hosts=(settings.host,))
             tls = ServerTls(self._cert, http2=settings.http2_enabled, resumption=settings.tls_resumption)
         gateway = Gateway(
             model=settings.model,

@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import ipaddress
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +35,9 @@ class CertFiles:
     directory: Path  #: the temporary directory holding both; removed by :func:`remove_cert_files`
 
 
-def generate_self_signed(directory: Path | None = None) -> CertFiles:
-    """Generate a P-256 key and a self-signed certificate for the loopback names; write both as PEM.
+def generate_self_signed(directory: Path | None = None, hosts: Sequence[str] = ()) -> CertFiles:
+    """Generate a P-256 key and a self-signed certificate for the loopback names and ``hosts`` (the address the
+    server binds when it is not loopback: an IP literal or a name); write both as PEM.
 
     ``directory`` defaults to a new temporary directory (mode 0700, as :func:`tempfile.mkdtemp` makes it).
     """
@@ -58,13 +60,7 @@ def generate_self_signed(directory: Path | None = None) -> CertFiles:
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + VALIDITY)
         .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.DNSName("localhost"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                    x509.IPAddress(ipaddress.ip_address("::1")),
-                ]
-            ),
+            x509.SubjectAlternativeName(_names(("localhost", "127.0.0.1", "::1", *hosts))),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -95,6 +91,17 @@ def generate_self_signed(directory: Path | None = None) -> CertFiles:
     )
     key_path.chmod(0o600)
     return CertFiles(cert_path=cert_path, key_path=key_path, directory=target)
+
+
+def _names(hosts: Sequence[str]) -> list[x509.GeneralName]:
+    """Subject alternative names for ``hosts``: IP addresses as such, anything else as a DNS name; each once."""
+    names: list[x509.GeneralName] = []
+    for host in dict.fromkeys(hosts):
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    return names
 
 
 def remove_cert_files(files: CertFiles) -> None:

@@ -141,7 +141,10 @@ class StreamEvent(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class TcpInfo:
-    """A ``TCP_INFO`` snapshot of the connection's socket (Linux ``struct tcp_info``). Times in microseconds."""
+    """A ``TCP_INFO`` snapshot of the connection's socket (Linux ``struct tcp_info``). Times in microseconds.
+
+    The last three fields came later (records written before them read as None).
+    """
 
     rtt_us: int  #: smoothed round-trip time
     rttvar_us: int  #: round-trip time variance
@@ -149,6 +152,14 @@ class TcpInfo:
     total_retrans: int  #: segments retransmitted over the connection's life
     snd_cwnd: int  #: congestion window, in segments
     ato_us: int  #: delayed-ACK timeout the kernel currently uses (40 000 µs = Linux's minimum)
+    #: the largest segment the peer sends, bytes, as this side estimates it (``tcpi_rcv_mss``): a read of exactly
+    #: this many bytes is one full segment
+    rcv_mss: int | None = None
+    #: the kernel's latest estimate of the rate this side's data was delivered at, bytes/s (``tcpi_delivery_rate``,
+    #: kernel ≥ 4.9); after an upload, what the path carried it at
+    delivery_rate_bps: int | None = None
+    #: segments sent and not yet acknowledged (``tcpi_unacked``): 0 once the peer has everything sent so far
+    unacked: int | None = None
 
 
 #: The fields of :class:`ConnectionInfo` a report shows about a target (:meth:`ConnectionInfo.facts`), in order.

@@ -29,6 +29,7 @@ from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin, OriginStats, Response, Timeouts, join_url, split_url
 from latscope.wire.pool import ConnectionPool
 from latscope.wire.request import BODY_METHODS, HeaderSet, Outgoing, merge_headers
+from latscope.wire.tcpinfo import send_backlog
 from latscope.wire.tls import SessionCache, make_ssl_context
 
 USER_AGENT = f"latscope/{__version__}"
@@ -227,6 +228,20 @@ class Client:
         if not models:
             raise ModelListError(f"{url} lists no model", response.timeline)
         return models, response.timeline
+
+    def send_backlog(self, t: Timeline) -> int | None:
+        """What the connection that carries ``t`` has written and the server has not acknowledged (TCP segments in
+        flight plus bytes still waiting in the kernel or in the client's own buffer): 0 once every byte of the
+        request is in the server's kernel, which is how an experiment knows its request has arrived. None when that
+        cannot be known: the request has no connection (yet), it closed, or the platform has no ``TCP_INFO``."""
+        info = t.connection
+        conn = None if info is None else self._pool.find(info.connection_id)
+        if conn is None:
+            return None
+        backlog = send_backlog(conn.protocol.sock)
+        if backlog is None:
+            return None
+        return backlog + conn.protocol.write_buffer_size
 
     def stats(self) -> dict[str, OriginStats]:
         """Pool statistics per origin (``"https://host:port"``): connections opened, requests, reuses, TLS."""

@@ -108,6 +108,14 @@ class ConnectionPool:
                 return await self._open(origin, p, t, deadline_ns, pass_on=True)
             front = True  # woken for nothing (another waiter took it): keep this request's place in the queue
 
+    def find(self, connection_id: int) -> Connection | None:
+        """The open connection with this id (``ConnectionInfo.connection_id``), or None once it closed."""
+        for p in self._origins.values():
+            for conn in p.conns:
+                if conn.info.connection_id == connection_id:
+                    return conn
+        return None
+
     def open_connections(self, origin: Origin) -> int:
         """How many connections to ``origin`` are open (what ``max_per_origin`` limits)."""
         p = self._origins.get(origin)

@@ -21,13 +21,18 @@ _TCP_QUICKACK = getattr(socket, "TCP_QUICKACK", None)
 TCP_QUICKACK: int | None = _TCP_QUICKACK
 _U32 = struct.Struct("=I")
 
-# Byte offsets of the u32 fields we read in struct tcp_info.
+# Byte offsets of the fields we read in struct tcp_info (u32 unless said).
 _ATO = 12  # tcpi_ato, µs
+_RCV_MSS = 20  # tcpi_rcv_mss, bytes
+_UNACKED = 24  # tcpi_unacked, segments
 _RTT = 68  # tcpi_rtt, µs
 _RTTVAR = 72  # tcpi_rttvar, µs
 _SND_CWND = 80  # tcpi_snd_cwnd, segments
 _TOTAL_RETRANS = 100  # tcpi_total_retrans, segments
+_NOTSENT_BYTES = 144  # tcpi_notsent_bytes, bytes (kernel ≥ 4.6)
 _MIN_RTT = 148  # tcpi_min_rtt, µs (kernel ≥ 4.6)
+_DELIVERY_RATE = 160  # tcpi_delivery_rate, u64 bytes/s (kernel ≥ 4.9)
+_U64 = struct.Struct("=Q")
 
 
 def _fields_struct(offsets: tuple[int, ...]) -> struct.Struct:
@@ -40,8 +45,10 @@ def _fields_struct(offsets: tuple[int, ...]) -> struct.Struct:
     return struct.Struct(fmt)
 
 
-#: ato, rtt, rttvar, snd_cwnd, total_retrans, min_rtt, in this order
-_ALL_FIELDS = _fields_struct((_ATO, _RTT, _RTTVAR, _SND_CWND, _TOTAL_RETRANS, _MIN_RTT))
+#: ato, rcv_mss, unacked, rtt, rttvar, snd_cwnd, total_retrans, min_rtt, in this order
+_ALL_FIELDS = _fields_struct((_ATO, _RCV_MSS, _UNACKED, _RTT, _RTTVAR, _SND_CWND, _TOTAL_RETRANS, _MIN_RTT))
+#: unacked and notsent_bytes: what a sender still owes its peer
+_BACKLOG_FIELDS = _fields_struct((_UNACKED, _NOTSENT_BYTES))
 
 
 def quickack_supported() -> bool:
@@ -82,8 +89,9 @@ def quickack_enabled(sock: socket.socket) -> bool | None:
 def parse_tcp_info(raw: bytes) -> TcpInfo | None:
     """Unpack the fields latscope uses from a raw ``struct tcp_info``; None when the struct is too short."""
     if len(raw) >= _ALL_FIELDS.size:
-        ato, rtt, rttvar, snd_cwnd, total_retrans, min_rtt = _ALL_FIELDS.unpack_from(raw)
-        return TcpInfo(rtt, rttvar, min_rtt, total_retrans, snd_cwnd, ato)
+        ato, rcv_mss, unacked, rtt, rttvar, snd_cwnd, total_retrans, min_rtt = _ALL_FIELDS.unpack_from(raw)
+        rate = _U64.unpack_from(raw, _DELIVERY_RATE)[0] if len(raw) >= _DELIVERY_RATE + 8 else None
+        return TcpInfo(rtt, rttvar, min_rtt, total_retrans, snd_cwnd, ato, rcv_mss, rate or None, unacked)
     if len(raw) < _TOTAL_RETRANS + 4:
         return None
     # a kernel older than 4.6: no tcpi_min_rtt
@@ -94,6 +102,8 @@ def parse_tcp_info(raw: bytes) -> TcpInfo | None:
         total_retrans=_U32.unpack_from(raw, _TOTAL_RETRANS)[0],
         snd_cwnd=_U32.unpack_from(raw, _SND_CWND)[0],
         ato_us=_U32.unpack_from(raw, _ATO)[0],
+        rcv_mss=_U32.unpack_from(raw, _RCV_MSS)[0],
+        unacked=_U32.unpack_from(raw, _UNACKED)[0],
     )
 
 
@@ -106,3 +116,19 @@ def read_tcp_info(sock: socket.socket | None) -> TcpInfo | None:
     except OSError:
         return None
     return parse_tcp_info(raw)
+
+
+def send_backlog(sock: socket.socket | None) -> int | None:
+    """What this side has written and the peer has not acknowledged yet: segments sent and unacknowledged plus bytes
+    not sent at all (``tcpi_unacked`` + ``tcpi_notsent_bytes``). 0 means everything written so far has reached the
+    peer's kernel. None off Linux, before kernel 4.6, for a closed socket, or when the call fails."""
+    if _TCP_INFO is None or sock is None:
+        return None
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, TCP_INFO_BYTES)
+    except OSError:
+        return None
+    if len(raw) < _NOTSENT_BYTES + 4:
+        return None
+    unacked, notsent = _BACKLOG_FIELDS.unpack_from(raw)
+    return int(unacked) + int(notsent)

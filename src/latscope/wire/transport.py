@@ -165,6 +165,12 @@ class WireProtocol(asyncio.Protocol):
         return self._paused
 
     @property
+    def write_buffer_size(self) -> int:
+        """Bytes written and still in the transport's own buffer, not yet handed to the kernel."""
+        transport = self.transport
+        return 0 if transport is None or transport.is_closing() else transport.get_write_buffer_size()
+
+    @property
     def usable(self) -> bool:
         """True while the connection can carry another request (not closed by either side)."""
         return not (self.closed or self.eof or self.transport is None or self.transport.is_closing())

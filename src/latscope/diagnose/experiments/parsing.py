@@ -2,10 +2,14 @@
 
 The padding is OpenAI's ``user`` field (an end-user id: sent to the server, never tokenised), or — when the server
 refuses it — JSON whitespace before the first key. ``max_tokens`` is 1 and quickack is on, so what varies between the
-requests is only the body the server must read, parse and validate. The server-side time of each is its ``wait_ms``
-(first response byte − request fully written).
+requests is only the body the server must read, parse and validate. Every request goes on a new connection, so every
+body starts its upload from the same TCP state (on a remote server a MB takes several round trips to arrive, and a
+connection warmed up by the previous body delivers the next one sooner). The server-side time of each is its
+``wait_ms`` (first response byte − request fully written), and with the control below, the time from the start of
+the upload.
 
-Controls: after each padded request, the same body with its first byte replaced (``!``: no JSON document starts
+Controls: next to each padded request (after it, or before it on every other repeat), the same body with its first
+byte replaced (``!``: no JSON document starts
 with it), which the server receives whole and rejects at once — its ``wait_ms`` is the cost of receiving the body
 without parsing it; and ``orjson.loads`` of the padded bodies, timed here.
 """
@@ -24,6 +28,7 @@ from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.dialects.base import RequestSpec
 from latscope.timeline.model import ServerPhase
 from latscope.units import BYTES_PER_MB
+from latscope.wire import Client
 
 #: Padding sizes (MB): from none to a few MB, past any real prompt, so the per-MB cost stands out from noise.
 SIZES_MB = (0.0, 0.5, 1.0, 2.0, 4.0)
@@ -84,7 +89,12 @@ def _control_point(sample: RequestSample) -> ParsePoint | None:
     """The control's point when the server answered it with a refusal of the body (:data:`CONTROL_STATUSES`)."""
     if sample.status not in CONTROL_STATUSES or sample.wait_ms is None:
         return None
-    return ParsePoint(body_bytes=sample.request_bytes, server_ms=max(0.0, sample.wait_ms), send_ms=sample.send_ms)
+    return ParsePoint(
+        body_bytes=sample.request_bytes,
+        server_ms=max(0.0, sample.wait_ms),
+        send_ms=sample.send_ms,
+        reused=sample.reused,
+    )
 
 
 def _point(sample: RequestSample) -> ParsePoint | None:
@@ -96,6 +106,7 @@ def _point(sample: RequestSample) -> ParsePoint | None:
         server_ms=sample.wait_ms,
         send_ms=sample.send_ms,
         server_parse_ms=sum(reported) if reported else None,
+        reused=sample.reused,
     )
 
 
@@ -121,13 +132,22 @@ async def run(ctx: Context, prior: Prior) -> ParsingEvidence:
         points: list[ParsePoint] = []
         control: list[ParsePoint] = []
         rtts: list[float] = []
+        rates: list[tuple[int, int]] = []  # (body bytes, the kernel's delivery rate after it, bytes/s)
         fast: dict[int, float] = {}
         limit: int | None = None
         usable = list(sizes)
         for repeat in range(REPEATS):
             for size_mb in list(usable):
                 spec = padded(ctx, padding, int(size_mb * BYTES_PER_MB) + repeat * SIZE_JITTER_BYTES)
-                sample = await ctx.send(client, spec, label=f"pad {size_mb:g} MB #{repeat + 1}")
+                invalid = ctx.with_body(spec, INVALID_FIRST_BYTE + spec.body[1:])
+                # Each on a connection of its own, so both bodies start from the same TCP state (slow start from the
+                # initial window): a remote server receives a MB over several round trips, and a body sent on a
+                # connection the previous one warmed up arrives sooner, which the subtraction would count as parsing.
+                # The order alternates, so what is left of a difference cancels over the repeats.
+                control_first = repeat % 2 == 1
+                if control_first:
+                    rejected = await _send_fresh(ctx, client, invalid, f"control {size_mb:g} MB #{repeat + 1}")
+                sample = await _send_fresh(ctx, client, spec, f"pad {size_mb:g} MB #{repeat + 1}")
                 point = _point(sample)
                 if point is None:
                     failed.append(sample)
@@ -139,10 +159,12 @@ async def run(ctx: Context, prior: Prior) -> ParsingEvidence:
                 points.append(point)
                 if sample.rtt_ms is not None:
                     rtts.append(sample.rtt_ms)
+                if sample.delivery_rate_bps is not None:
+                    rates.append((sample.request_bytes, sample.delivery_rate_bps))
                 if len(spec.body) not in fast:
                     fast[len(spec.body)] = fast_parser_ms(spec.body)
-                invalid = ctx.with_body(spec, INVALID_FIRST_BYTE + spec.body[1:])
-                rejected = await ctx.send(client, invalid, label=f"control {size_mb:g} MB #{repeat + 1}")
+                if not control_first:
+                    rejected = await _send_fresh(ctx, client, invalid, f"control {size_mb:g} MB #{repeat + 1}")
                 checked = _control_point(rejected)
                 if checked is not None:
                     control.append(checked)
@@ -155,7 +177,21 @@ async def run(ctx: Context, prior: Prior) -> ParsingEvidence:
         size_limit_bytes=limit,
         rtt_ms=median(rtts),
         probe_failures=tuple(probes),
+        upload_rate_bps=_upload_rate(rates),
     )
+
+
+async def _send_fresh(ctx: Context, client: Client, spec: RequestSpec, label: str) -> RequestSample:
+    return await ctx.send(client, spec, label=label, new_connection=True)
+
+
+def _upload_rate(rates: list[tuple[int, int]]) -> float | None:
+    """The path's upload rate (bytes/s): the kernel's delivery rate after the largest bodies (the ones that left slow
+    start furthest behind), median over their repeats."""
+    if not rates:
+        return None
+    largest = max(size for size, _ in rates)
+    return median([float(rate) for size, rate in rates if size >= largest - REPEATS * SIZE_JITTER_BYTES])
 
 
 EXPERIMENT = Experiment(

@@ -7,8 +7,11 @@
    stream that ends empty, see ``RequestSample.refused``) is halved, one that prefills too fast is doubled, and
    between a refused size and an accepted one that prefills too fast, sizes in between are tried. Long requests
    alone give their TTFT.
-3. Rounds: :data:`LONGS_PER_ROUND` long requests are sent at once; as soon as all are written, a short one follows.
-   Its TTFT is the contended short TTFT.
+3. Rounds: :data:`LONGS_PER_ROUND` long requests are sent at once; as soon as all have arrived (every byte
+   acknowledged by the server's TCP: on a remote server a long prompt needs several round trips, and a short request
+   sent when they were merely written overtakes them), a short one follows. Its TTFT is the contended short TTFT; the
+   first long request's head start inside the server (measured lead + one round trip) is recorded with it. A round
+   whose long requests did not arrive within :data:`WRITE_WAIT_S` is not counted.
 
 TTFTs here exclude the client's connection setup (first token − connection ready) and quickack is on, so new
 connections and the server's socket options cannot blur the scheduler's effect. ``max_tokens`` is 1 everywhere.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 from latscope.checks.evidence import BaselineEvidence, QueueEvidence, RequestSample
 from latscope.checks.stats import fit_line, median
@@ -61,7 +65,7 @@ MAX_DOUBLINGS = 2
 MAX_BISECTIONS = 2
 #: Sizes between two tried ones are rounded to this many tokens (a prompt's chat template adds a few anyway).
 SIZE_STEP = 16
-#: Longest wait (s) for the long requests to be written before the short one goes anyway.
+#: Longest wait (s) for the long requests to arrive before the round is given up.
 WRITE_WAIT_S = 5.0
 WRITE_POLL_S = 0.0005
 
@@ -178,6 +182,9 @@ async def run(ctx: Context, prior: Prior) -> QueueEvidence:
     contended: list[float] = []
     server_queue: list[float] = []
     long_rounds: list[tuple[float, ...]] = []
+    head_starts: list[float] = []
+    undelivered = 0
+    verified = True
     notes: list[str] = []
     async with ctx.client(quickack=True) as client:
         for index in range(SHORT_ALONE_QUICK if quick else SHORT_ALONE):
@@ -214,12 +221,22 @@ async def run(ctx: Context, prior: Prior) -> QueueEvidence:
         assert long_p50 is not None
         delay_s = max(0.001, min(0.005, 0.05 * (long_p50 - short_ttft) / 1000.0))
         for round_index in range(ROUNDS_QUICK if quick else ROUNDS):
-            short, longs = await _round(ctx, client, tokens, delay_s, round_index)
+            sent = await _round(ctx, client, tokens, delay_s, round_index)
+            short, longs = sent.short, sent.longs
             bad = [s for s in (*longs, short) if not s.ok]
             failed.extend(bad)
             if bad or short.ttft_after_setup_ms is None:
                 continue  # a round whose long requests failed did not hold the short one up: not evidence
+            if sent.delivered is False:
+                undelivered += 1
+                continue  # the short request may have overtaken them on the way: not the situation meant
+            verified = verified and sent.delivered is True
             contended.append(short.ttft_after_setup_ms)
+            if sent.lead_ms is not None and short.rtt_ms is not None:
+                # the first long request's head start inside the server when the short one arrived: the client's
+                # lead after it saw the long one acknowledged, plus that acknowledgement's way back and the short
+                # request's way there (one round trip)
+                head_starts.append(sent.lead_ms + short.rtt_ms)
             long_rounds.append(tuple(s.ttft_after_setup_ms for s in longs if s.ttft_after_setup_ms is not None))
             if ServerPhase.QUEUE in short.server_ms:
                 server_queue.append(short.server_ms[ServerPhase.QUEUE])
@@ -235,13 +252,29 @@ async def run(ctx: Context, prior: Prior) -> QueueEvidence:
         note="; ".join(notes),
         long_contended_ms=tuple(long_rounds),
         long_alone_failures=tuple(long_failed),
+        head_start_ms=tuple(head_starts) if len(head_starts) == len(contended) else (),
+        rounds_not_arrived=undelivered,
+        arrival_verified=verified,
     )
 
 
-async def _round(
-    ctx: Context, client: Client, tokens: int, delay_s: float, index: int
-) -> tuple[RequestSample, list[RequestSample]]:
-    """One contended round: the long requests at once, then the short one once they are written."""
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """One contended round as sent: the short request's sample, the long ones', whether every long request had
+    reached the server before the short one was sent (True; False: it had not, within :data:`WRITE_WAIT_S`; None:
+    this platform cannot tell), and the short request's send time after the first long request had arrived (ms)."""
+
+    short: RequestSample
+    longs: list[RequestSample]
+    delivered: bool | None
+    lead_ms: float | None
+
+
+async def _round(ctx: Context, client: Client, tokens: int, delay_s: float, index: int) -> _Round:
+    """One contended round: the long requests at once, then the short one once they are all in the server's kernel
+    (every byte sent acknowledged: :meth:`~latscope.wire.Client.send_backlog`). A remote server needs several round
+    trips to receive a long prompt (slow start, flow control): a short request sent when the long ones were merely
+    written would overtake them on the way and measure nothing."""
     timelines = [Timeline() for _ in range(LONGS_PER_ROUND)]
     tasks = [
         asyncio.create_task(
@@ -249,21 +282,45 @@ async def _round(
         )
         for n in range(LONGS_PER_ROUND)
     ]
+    arrived: list[int | None] = [None] * LONGS_PER_ROUND  # when each long request was seen to have arrived (ns)
+    verified: bool | None = True
     deadline = time.monotonic() + WRITE_WAIT_S
     try:
-        while time.monotonic() < deadline and any(
-            t.send_end_ns is None and t.error is None and not task.done()
-            for t, task in zip(timelines, tasks, strict=True)
-        ):
+        while time.monotonic() < deadline:
+            waiting = False
+            for n, (t, task) in enumerate(zip(timelines, tasks, strict=True)):
+                if arrived[n] is not None or task.done() or t.error is not None:
+                    continue
+                if t.send_end_ns is None:
+                    waiting = True
+                    continue
+                backlog = client.send_backlog(t)
+                if backlog is None:  # no TCP_INFO here: written is the best this client can know
+                    verified = None
+                    arrived[n] = t.send_end_ns
+                elif backlog == 0:
+                    arrived[n] = time.monotonic_ns()
+                else:
+                    waiting = True
+            if not waiting:
+                break
             await asyncio.sleep(WRITE_POLL_S)
+        else:
+            verified = False
         await asyncio.sleep(delay_s)
-        short = await ctx.send(client, ctx.spec(SHORT_PROMPT_TOKENS, 1), label=f"round {index + 1} short")
+        short_timeline = Timeline()
+        short = await ctx.send(
+            client, ctx.spec(SHORT_PROMPT_TOKENS, 1), label=f"round {index + 1} short", timeline=short_timeline
+        )
         longs = list(await asyncio.gather(*tasks))
     except BaseException:
         for task in tasks:
             task.cancel()
         raise
-    return short, longs
+    first = min((at for at in arrived if at is not None), default=None)
+    sent = short_timeline.send_start_ns
+    lead_ms = None if first is None or sent is None else (sent - first) / 1e6
+    return _Round(short, longs, verified, lead_ms)
 
 
 EXPERIMENT = Experiment(

@@ -518,7 +518,7 @@ class NginxEdge(Served, ManagedProcess):
             paths.temp_dir(kind).mkdir(parents=True)
         if self.config.tls:
             paths.tls.mkdir()
-            self._cert = generate_self_signed(paths.tls)
+            self._cert = generate_self_signed(paths.tls, hosts=(self.host,))
         self.prefix = prefix
         self._paths = paths
 

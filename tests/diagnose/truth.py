@@ -45,14 +45,15 @@ def _lower_quartile(values: list[float]) -> float:
     return statistics.quantiles(values, n=4, method="inclusive")[0]
 
 
-def first_token_hold_ms(t: Timeline) -> float:
-    """How long the first token waited between the lab writing it and the client reading it."""
+def first_token_hold_ms(t: Timeline, one_way_ms: float = 0.0) -> float:
+    """How long the first token waited between the lab writing it and the client reading it, beyond the path's
+    one-way delay (``one_way_ms``: what a network path between them adds to every packet)."""
     first = next(e for e in t.events if e.kind in TOKEN_KINDS and e.server_sent_ns is not None)
     assert first.server_sent_ns is not None
-    return (first.at_ns - first.server_sent_ns) / 1e6
+    return (first.at_ns - first.server_sent_ns) / 1e6 - one_way_ms
 
 
-async def nagle_hold_ms(lab: Lab) -> float:
+async def nagle_hold_ms(lab: Lab, one_way_ms: float = 0.0) -> float:
     """Median first-token hold on reused connections with the kernel's default ACK behaviour."""
     async with _client(lab) as client:
         await client.request(_spec(0, 1), lab.url)
@@ -60,18 +61,18 @@ async def nagle_hold_ms(lab: Lab) -> float:
         for i in range(SAMPLES):
             t = await client.request(_spec(i + 1, 8), lab.url)
             assert t.ok and t.connection is not None and t.connection.reused
-            holds.append(first_token_hold_ms(t))
+            holds.append(first_token_hold_ms(t, one_way_ms))
     return statistics.median(holds)
 
 
-async def buffered_hold_ms(lab: Lab, max_tokens: int) -> float:
+async def buffered_hold_ms(lab: Lab, max_tokens: int, one_way_ms: float = 0.0) -> float:
     """Median first-token hold of ``max_tokens``-token streams, the client ACKing at once (no Nagle)."""
     async with _client(lab, quickack=True) as client:
         holds = []
         for i in range(SAMPLES):
             t = await client.request(_spec(100 + i, max_tokens), lab.url)
             assert t.ok
-            holds.append(first_token_hold_ms(t))
+            holds.append(first_token_hold_ms(t, one_way_ms))
     return statistics.median(holds)
 
 
@@ -89,13 +90,19 @@ async def new_connection_ms(lab: Lab) -> float:
 async def full_handshake_ms(lab: Lab) -> float:
     """Lower quartile of the TLS handshakes of new connections that offer the saved session and are refused it (a
     client that tries to resume, as every diagnosis does)."""
+    return await handshake_ms(lab, resumed=False)
+
+
+async def handshake_ms(lab: Lab, *, resumed: bool) -> float:
+    """Lower quartile of the TLS handshakes of new connections that offer the saved session, all resumed or all
+    refused it as ``resumed`` says (asserted)."""
     async with _client(lab) as client:
         await client.request(_spec(299, 1), lab.url)  # saves a session to offer
         costs = []
         for i in range(2 * SAMPLES):
             t = await client.request(_spec(300 + i, 1), lab.url, new_connection=True)
             assert t.ok and t.connection is not None and t.connection.tls_session_offered
-            assert not t.connection.tls_session_resumed
+            assert t.connection.tls_session_resumed is resumed
             tls = metrics.tls_ms(t)
             assert tls is not None
             costs.append(tls)

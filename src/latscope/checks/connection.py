@@ -210,10 +210,10 @@ def check_tls_resumption(ev: ConnectionEvidence, reference: Reference | None) ->
         reference,
         structural=True,
         cost_basis=(
-            f"ms per new connection that resumption would save: the full TLS handshake (lower quartile of "
-            f"{len(full)}: {full_ms:.2f} ms) less the {RESUMED_ROUND_TRIPS} round trip a resumed one still takes "
-            f"({unavoidable:.2f} ms at this RTT); resumption skips the certificate exchange and its verification "
-            f"{network}"
+            f"ms per new connection of TLS handshake beyond the {RESUMED_ROUND_TRIPS} round trip a resumed one still "
+            f"takes: the full handshake (lower quartile of {len(full)}: {full_ms:.2f} ms) less {unavoidable:.2f} ms "
+            f"at this RTT, what resumption saves at most (it skips the certificate exchange and its verification "
+            f"{network}; its own key exchange remains)"
         ),
         evidence=evidence,
         rule=f"0 of {len(offered)} new connections that offered the saved session were resumed",

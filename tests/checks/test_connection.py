@@ -62,6 +62,21 @@ def test_reuse_finding_when_every_request_opens_a_new_connection() -> None:
     assert out.evidence["reused"] == [False, False, False]
 
 
+def test_reuse_finding_names_the_round_trip_a_silent_close_outlasted() -> None:
+    # no Connection: close, yet each request after the first opened a new connection, 40 ms from the server: the
+    # idle time it saw between a response and the next request was at least that round trip
+    far = (
+        new_conn(1, rtt=40.2, connect=40.5),
+        new_conn(2, rtt=40.3, connect=40.6),
+        new_conn(3, rtt=40.2, connect=40.4),
+    )
+    out = check_connection_reuse(ConnectionEvidence(tls=False, sequential=far), REF)
+    assert isinstance(out, Finding) and "round trip (40.2 ms)" in out.rule
+    near = (new_conn(1), new_conn(2), new_conn(3))
+    out = check_connection_reuse(ConnectionEvidence(tls=False, sequential=near), REF)
+    assert isinstance(out, Finding) and "round trip" not in out.rule
+
+
 def test_reuse_finding_is_high_when_a_new_connection_costs_a_quarter_of_ttft() -> None:
     ev = ConnectionEvidence(
         tls=True,

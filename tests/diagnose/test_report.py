@@ -86,3 +86,11 @@ def test_a_diagnosis_without_findings_or_typical_request_still_renders() -> None
 def test_durations_read_in_the_right_unit() -> None:
     assert fmt_ms(None) == "—" and fmt_ms(0.123) == "0.12 ms" and fmt_ms(12.34) == "12.3 ms"
     assert fmt_ms(1500.0) == "1.50 s"
+
+
+def test_the_target_line_shows_the_path_it_was_measured_over() -> None:
+    far = DATA | {"target": DATA["target"] | {"rtt_ms": 40.378, "upload_mbit_s": 19.4}}
+    line = _render(far).splitlines()[0]
+    assert "rtt 40.4 ms" in line and "upload 19.4 Mbit/s" in line
+    near = _render(DATA).splitlines()[0]
+    assert "rtt 0.01 ms" in near and "upload" not in near  # not measured: not shown

@@ -100,8 +100,7 @@ time.sleep(60)
 
 
 def test_a_killed_creator_leaves_no_relay_and_no_devices() -> None:
-    if netpath.unsupported_reason() is not None:
-        pytest.skip(netpath.unsupported_reason() or "")
+    netpath.require_support()
     creator = subprocess.Popen([sys.executable, "-c", _KILLED_CREATOR], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         assert creator.stdout is not None

@@ -38,9 +38,9 @@ def llama_python() -> str | None:
     return sys.executable
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -76,18 +76,20 @@ DEFAULT_N_CTX = 4096
 
 
 @contextlib.contextmanager
-def running_llama_server(python: str, workdir: Path, *, n_ctx: int = DEFAULT_N_CTX) -> Iterator[LlamaServer]:
-    """Start llama-cpp-python's OpenAI server on a free loopback port with the tiny model and a context of ``n_ctx``
-    tokens; stop it by pid on exit."""
+def running_llama_server(
+    python: str, workdir: Path, *, n_ctx: int = DEFAULT_N_CTX, host: str = "127.0.0.1"
+) -> Iterator[LlamaServer]:
+    """Start llama-cpp-python's OpenAI server on a free port of ``host`` (loopback by default; a network path's server
+    address for the distance tests) with the tiny model and a context of ``n_ctx`` tokens; stop it by pid on exit."""
     model_path = write_tiny_llama(workdir / "tiny-llama.gguf")
-    port = free_port()
+    port = free_port(host)
     log_path = workdir / "server.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [
                 python, "-m", "llama_cpp.server",
                 "--model", str(model_path), "--model_alias", "tiny-llama",
-                "--host", "127.0.0.1", "--port", str(port),
+                "--host", host, "--port", str(port),
                 "--n_ctx", str(n_ctx), "--n_threads", "1", "--verbose", "False",
                 # by default llama-cpp-python cancels the running stream when another request arrives (it closes the
                 # chunked body unfinished); queueing is what its single model slot does otherwise, and what we test
@@ -96,7 +98,7 @@ def running_llama_server(python: str, workdir: Path, *, n_ctx: int = DEFAULT_N_C
             stdout=log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
-    server = LlamaServer(f"http://127.0.0.1:{port}/v1", "tiny-llama", process, log_path)
+    server = LlamaServer(f"http://{host}:{port}/v1", "tiny-llama", process, log_path)
     try:
         _wait_ready(server, time.monotonic() + STARTUP_TIMEOUT_S)
         yield server

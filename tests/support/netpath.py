@@ -53,7 +53,7 @@ import warnings
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 
@@ -92,6 +92,23 @@ class PathUnavailable(RuntimeError):
     """The system refused to create a namespace or TUN device (no permission): a reason to skip, not to fail."""
 
 
+#: Set (to anything) where network paths must work, as in CI: a test that cannot build one then fails, not skips.
+REQUIRE_ENV = "LATSCOPE_REQUIRE_NETPATH"
+
+
+def require_support() -> None:
+    """Skip the calling test when this machine cannot build a network path (fail instead under ``$REQUIRE_ENV``)."""
+    reason = unsupported_reason()
+    if reason is not None:
+        _skip_or_fail(reason)
+
+
+def _skip_or_fail(reason: str) -> NoReturn:
+    if os.environ.get(REQUIRE_ENV):
+        pytest.fail(f"{reason} (and ${REQUIRE_ENV} says network paths must work here)")
+    pytest.skip(reason)
+
+
 @contextlib.contextmanager
 def network_path(
     delay_ms: float = 0.0,
@@ -103,14 +120,12 @@ def network_path(
     """``with network_path(delay_ms=20) as path:`` in a test: a :class:`NetworkPath` with ``delay_ms`` one-way
     delay (ms) and ``rate_mbit`` bottleneck (Mbit/s, see there), or ``pytest.skip`` with the reason when this machine
     cannot build one."""
-    reason = unsupported_reason()
-    if reason is not None:
-        pytest.skip(reason)
+    require_support()
     path = NetworkPath(one_way_delay_ms=delay_ms, rate_mbit=rate_mbit, queue_bytes=queue_bytes, use_uvloop=use_uvloop)
     try:
         path.__enter__()
     except PathUnavailable as exc:
-        pytest.skip(str(exc))
+        _skip_or_fail(str(exc))
     try:
         yield path
     except BaseException as exc:

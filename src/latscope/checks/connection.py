@@ -32,6 +32,9 @@ RESUMED_ROUND_TRIPS = 1
 #: An RTT to say what a round trip costs on a real network: a client and its API in different regions (ms).
 WAN_RTT_MS = 50.0
 
+#: A round trip this long (ms) or longer is the network's, not the host's: it is named where it explains a close.
+DISTANT_RTT_MS = 10.0
+
 #: Setup costs are taken at this percentile of the new connections: a busy host only ever adds time to a connect or a
 #: handshake (a callback run late), so a low percentile is the connection's own cost, stable from run to run, where
 #: a median of a handful follows the host's load.
@@ -127,6 +130,11 @@ def check_connection_reuse(ev: ConnectionEvidence, reference: Reference | None) 
             why.append("the server speaks HTTP/1.0")
         if not why:
             why.append("the server closed the connection after the response")
+            if rtt is not None and rtt >= DISTANT_RTT_MS:
+                why.append(
+                    f"it saw at least a round trip ({rtt:.1f} ms) between its response and the next request: a "
+                    "keep-alive timeout shorter than that closes every connection from this distance"
+                )
         rule = (
             f"{len(closed)} of {len(later)} requests sent right after another on the same client pool opened a new "
             f"connection ({'; '.join(why)})"

@@ -11,10 +11,15 @@ becomes one :class:`RequestSample` (see :meth:`RequestSample.from_timeline`, the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from latscope.timeline import metrics
 from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, ServerPhase, Timeline
 from latscope.units import NS_PER_MS
+
+#: A read of less than this share of the server's segment size carried a partial segment (a full one, less the
+#: TLS record and HTTP/2 frame overhead it may carry, stays above it).
+PARTIAL_SEGMENT_SHARE = 0.8
 
 #: Server-reported phases kept on a sample (Server-Timing, llama.cpp ``timings``, the lab's object), by name.
 SERVER_PHASES: tuple[ServerPhase, ...] = tuple(ServerPhase)
@@ -41,6 +46,10 @@ class RequestSample:
         first_read_token_events: token events completed by the read that carried the first token.
         max_token_events_per_read: most token events one read completed (1 = no coalescing).
         burst_bytes: sizes of the reads that completed two or more token events, in order.
+        token_read_events: token events each read completed, for the reads that completed any, in order.
+        partial_read_gaps_ms: gaps between consecutive reads from the first token on that carried less than
+            :data:`PARTIAL_SEGMENT_SHARE` of a segment (``rcv_mss``); empty without a segment size. Nagle's algorithm
+            lets one partial segment be unacknowledged at a time, so with it on these gaps are a round trip or more.
         itl_ms: every inter-token gap.
         output_tokens: tokens the server generated (``usage``) or the events carried.
         x_accel_buffering: the response's ``X-Accel-Buffering`` header (None when absent).
@@ -84,6 +93,8 @@ class RequestSample:
     first_read_token_events: int = 0
     max_token_events_per_read: int = 0
     burst_bytes: tuple[int, ...] = ()
+    token_read_events: tuple[int, ...] = ()
+    partial_read_gaps_ms: tuple[float, ...] = ()
     itl_ms: tuple[float, ...] = ()
     output_tokens: int = 0
     x_accel_buffering: str | None = None
@@ -143,6 +154,7 @@ class RequestSample:
         )
         rtt_us = None if info is None else info.rtt_us
         end_tcp = None if info is None else info.tcp_info_at_end
+        mss = None if end_tcp is None else end_tcp.rcv_mss
         rtt_ms = None if rtt_us is None else rtt_us / 1000.0
         ready = t.connection_ready_ns
         ttft_after = None
@@ -186,11 +198,13 @@ class RequestSample:
             server_header=headers.get("server"),
             rtt_ms=rtt_ms,
             delivery_rate_bps=None if end_tcp is None else end_tcp.delivery_rate_bps,
-            rcv_mss=None if end_tcp is None else end_tcp.rcv_mss,
+            rcv_mss=mss,
             body_bytes=t.response_body_bytes,
             first_read_token_events=token_reads.get(first_read, 0) if first_read is not None else 0,
             max_token_events_per_read=max(token_reads.values(), default=0),
             burst_bytes=bursts,
+            token_read_events=tuple(count for _, count in sorted(token_reads.items())),
+            partial_read_gaps_ms=_partial_read_gaps(t, first_read, mss),
             itl_ms=tuple(metrics.itl_ms(t)),
             output_tokens=metrics.output_tokens(t),
             x_accel_buffering=headers.get("x-accel-buffering"),
@@ -198,6 +212,16 @@ class RequestSample:
             events=len(t.events),
             error_events=sum(1 for e in t.events if e.kind is EventKind.ERROR),
         )
+
+
+def _partial_read_gaps(t: Timeline, first_read: int | None, mss: int | None) -> tuple[float, ...]:
+    """Gaps (ms) between consecutive reads, from the one with the first token on, smaller than
+    :data:`PARTIAL_SEGMENT_SHARE` × ``mss`` bytes."""
+    if first_read is None or not mss:
+        return ()
+    limit = PARTIAL_SEGMENT_SHARE * mss
+    stamps = [r.at_ns for r in t.reads[first_read:] if r.nbytes < limit]
+    return tuple((b - a) / NS_PER_MS for a, b in pairwise(stamps))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,12 @@ segment fills first: the hold no longer depends on the ACK (quickack does not re
 ``max_tokens``, as behind a buffer. What tells them apart is how much was held: Nagle holds about one segment
 (:func:`segment_fill`, the segment size from TCP_INFO), a proxy's buffer is several (4 KB or more). On loopback a
 segment is 64 KB and the ACK always comes first.
+
+Between the two, Nagle leaves a third mark that needs no control: it lets one partial segment be unacknowledged at a
+time, so when the server writes several tokens per round trip, the partial segments reach the client a round trip
+apart, each carrying the tokens written meanwhile (:func:`ack_clock`). A stream written as it is generated
+delivers them one token interval apart. A buffer whose fill time happens to equal the round trip looks the same; the
+buffering comparison (TTFT against ``max_tokens``) still tells a buffer larger than that apart.
 """
 
 from __future__ import annotations
@@ -65,6 +71,76 @@ FILL_MIN_INTERVALS = 2.0
 #: Where a segment fills sooner than the delayed ACK comes, Nagle's hold ends with it: a stream start held at least
 #: this share of the segment's fill time (when that is below :data:`NAGLE_MIN_HOLD_MS`) was held by Nagle.
 FILL_HOLD_SHARE = 0.5
+#: Nagle's clock: partial-segment reads spaced this share of the round trip or more (median) waited for ACKs …
+ACK_CLOCK_SHARE = 0.75
+#: … and spaced at most this share went out as written.
+ACK_CLOCK_CLEAR_SHARE = 0.4
+#: The clock shows only where the server writes at least this many tokens per round trip (with fewer, each write
+#: finds the previous one acknowledged and goes out at once: Nagle holds nothing).
+ACK_CLOCK_MIN_TOKENS_PER_RTT = 3.0
+#: Partial-segment gaps, over all the streams, needed to judge the clock.
+ACK_CLOCK_MIN_GAPS = 6
+#: A TTFT growth with ``max_tokens`` up to this many of the clock's spacings is Nagle's hold, not a buffer's.
+ACK_CLOCK_GROWTH_SPACINGS = 1.25
+
+
+@dataclass(frozen=True, slots=True)
+class AckClock:
+    """How the partial segments of some streams were paced, against the round trip (see the module docstring).
+
+    ``rtt_ms``: the connection's round trip (TCP_INFO, median over the streams); ``interval_ms``: the server's time
+    per token (median of the streams' mean inter-token gaps); ``spacing_ms``: the median gap between partial-segment
+    reads; ``gaps``: how many gaps that median is over; ``first_hold_ms``: how long the first token was held at
+    least (median over the streams of the tokens its read carried after it × ``interval_ms``); ``token_hold_ms``:
+    the same lower bound averaged over every token.
+    """
+
+    rtt_ms: float
+    interval_ms: float
+    spacing_ms: float
+    gaps: int
+    first_hold_ms: float
+    token_hold_ms: float
+
+    @property
+    def clocked(self) -> bool:
+        """The partial segments came a round trip apart: Nagle waited for each ACK."""
+        return self.spacing_ms >= ACK_CLOCK_SHARE * self.rtt_ms
+
+    @property
+    def free(self) -> bool:
+        """The partial segments came much faster than the round trip: nothing waited for an ACK."""
+        return self.spacing_ms <= ACK_CLOCK_CLEAR_SHARE * self.rtt_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rtt_ms": round(self.rtt_ms, 3),
+            "token_interval_ms": round(self.interval_ms, 3),
+            "partial_segment_spacing_ms": round(self.spacing_ms, 3),
+            "spacing_rtt_share": round(self.spacing_ms / self.rtt_ms, 3),
+            "gaps": self.gaps,
+            "first_token_hold_ms_at_least": round(self.first_hold_ms, 3),
+            "token_hold_ms_at_least": round(self.token_hold_ms, 3),
+        }
+
+
+def ack_clock(samples: tuple[RequestSample, ...] | list[RequestSample]) -> AckClock | None:
+    """The pacing of ``samples``' partial segments (:class:`AckClock`), or None where it cannot show: no round
+    trip or token interval measured, fewer than :data:`ACK_CLOCK_MIN_TOKENS_PER_RTT` tokens per round trip (always
+    on loopback), or fewer than :data:`ACK_CLOCK_MIN_GAPS` gaps."""
+    done = [s for s in samples if s.ok and s.itl_ms]
+    rtt = median([s.rtt_ms for s in done if s.rtt_ms is not None])
+    interval = median([sum(s.itl_ms) / len(s.itl_ms) for s in done])
+    gaps = [g for s in done for g in s.partial_read_gaps_ms]
+    if rtt is None or not interval or rtt < ACK_CLOCK_MIN_TOKENS_PER_RTT * interval or len(gaps) < ACK_CLOCK_MIN_GAPS:
+        return None
+    spacing = median(gaps)
+    first = median([max(0, s.first_read_token_events - 1) * interval for s in done])
+    events = sum(sum(s.token_read_events) for s in done)
+    # a read of k tokens held its first k-1 intervals, its last none: (k - 1) / 2 intervals per token on average
+    held = sum(k * (k - 1) / 2 for s in done for k in s.token_read_events)
+    assert spacing is not None and first is not None
+    return AckClock(rtt, interval, spacing, len(gaps), first, held / events * interval if events else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,8 +278,12 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     control_p50 = median(control)
     assert control_p50 is not None
     fill = segment_fill(ev.quickack_short, ev.quickack)
-    # the longest hold to expect: the delayed ACK, or on a real network the time a segment takes to fill if shorter
-    min_hold = NAGLE_MIN_HOLD_MS if fill is None else min(NAGLE_MIN_HOLD_MS, FILL_HOLD_SHARE * fill.fill_time_ms)
+    # the longest hold to expect: the delayed ACK, or on a real network the time a segment takes to fill if shorter;
+    # not where the quickack streams were held for more than a segment (a buffer: their token gaps are not the
+    # server's, and neither is the fill time they give)
+    min_hold = NAGLE_MIN_HOLD_MS
+    if fill is not None and fill.segments <= FILL_SEGMENTS_HIGH:
+        min_hold = min(NAGLE_MIN_HOLD_MS, FILL_HOLD_SHARE * fill.fill_time_ms)
     measured: list[tuple[str, list[RequestSample], float, int]] = []
     unpiled: dict[str, int] = {}
     for name, samples in candidates:
@@ -247,11 +327,26 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     evidence["min_hold_ms"] = round(min_hold, 3)
     if fill is not None:
         evidence["segment_fill"] = fill.to_dict()
+    clock = ack_clock((*ev.quickack, *ev.quickack_http11))
+    if clock is not None:
+        evidence["ack_clock"] = clock.to_dict()
     ack_hold = hold >= min_hold and _majority(held, len(samples))
     if not ack_hold and fill is not None and fill.one_segment:
         quick = [s for s in ev.quickack if s.ok]
         if _majority(sum(1 for s in quick if s.first_read_token_events >= 2), len(quick)):
             return _segment_fill_finding(ev, reference, name, samples, fill, evidence)
+    # a first token held longer than the clock's spacing waited for a buffer, whose bursts the clock then paces
+    buffered = fill is not None and fill.growth_ms > ACK_CLOCK_GROWTH_SPACINGS * clock.spacing_ms if clock else False
+    if not ack_hold and clock is not None and clock.clocked and not buffered:
+        return _ack_clock_finding(reference, clock, evidence)
+    if held == 0 and clock is not None and not clock.free:
+        return Inconclusive(
+            NAGLE_ID,
+            f"nothing waited for a delayed ACK, but the streams' partial segments came {clock.spacing_ms:.1f} ms "
+            f"apart, {clock.spacing_ms / clock.rtt_ms:.0%} of the {clock.rtt_ms:.1f} ms round trip: neither one "
+            f"token interval ({clock.interval_ms:.1f} ms) nor a round trip apart; more samples would settle it",
+            evidence,
+        )
     if held == 0:
         alone = ""
         if unpiled[name]:
@@ -325,6 +420,31 @@ def _segment_fill_finding(
             f"releasing small writes once a segment is full){away}"
         ),
         confidence=Confidence.HIGH if rtt is not None else Confidence.MEDIUM,
+    )
+
+
+def _ack_clock_finding(reference: Reference | None, clock: AckClock, evidence: dict[str, Any]) -> Finding:
+    """Nagle found by its clock: the partial segments came a round trip apart (see the module docstring)."""
+    first = clock.first_hold_ms
+    cost = first if first > 0 else clock.token_hold_ms
+    return costed_finding(
+        NAGLE_ID,
+        cost,
+        reference,
+        cost_basis=(
+            f"ms added to TTFT at least: the first token reached the client with {first / clock.interval_ms:.0f} "
+            f"token(s) written after it ({clock.interval_ms:.1f} ms apart); every token waits "
+            f"{clock.token_hold_ms:.1f} ms on average, up to a round trip ({clock.rtt_ms:.1f} ms), for the ACK of "
+            "the previous partial segment"
+        ),
+        evidence=evidence,
+        rule=(
+            f"with quickack on, the streams' partial TCP segments came {clock.spacing_ms:.1f} ms apart (median of "
+            f"{clock.gaps}), {clock.spacing_ms / clock.rtt_ms:.0%} of the {clock.rtt_ms:.1f} ms round trip, while "
+            f"the server wrote a token every {clock.interval_ms:.1f} ms (Nagle's algorithm sending one partial "
+            "segment per ACK)"
+        ),
+        confidence=Confidence.HIGH if clock.first_hold_ms > 0 else Confidence.MEDIUM,
     )
 
 
@@ -421,6 +541,17 @@ def _buffering(
     fill = segment_fill(short_samples, long_samples)
     if fill is not None:
         evidence["segment_fill"] = fill.to_dict()
+    clock = ack_clock(long_samples)
+    if clock is not None:
+        evidence["ack_clock"] = clock.to_dict()
+    if clock is not None and clock.clocked and growth <= ACK_CLOCK_GROWTH_SPACINGS * clock.spacing_ms:
+        return Clear(
+            PROXY_ID,
+            f"TTFT{over} grew {growth:.1f} ms from max_tokens 1 to {ev.max_tokens}, no more than the "
+            f"{clock.spacing_ms:.1f} ms between the stream's partial TCP segments, which came a round trip apart: "
+            "Nagle's algorithm waiting for ACKs, not a buffer (see stream-coalescing-nagle)",
+            evidence,
+        )
     if fill is not None and fill.one_segment and growth >= PROXY_MIN_GROWTH_MS:
         return Clear(
             PROXY_ID,

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any
 
 from latscope.checks import CHECKS
-from latscope.checks.evidence import BaselineEvidence, Reference
+from latscope.checks.evidence import BaselineEvidence, ParsingEvidence, Reference
 from latscope.diagnose import plan, summary, target
 from latscope.diagnose.context import Context, ProgressCallback
 from latscope.diagnose.experiments import EXPERIMENTS, Prior
@@ -157,8 +157,10 @@ async def diagnose(
             ctx, family, experiment.planned_requests(ctx), partial(experiment.run, ctx, prior), runs
         )
     outcomes = _decide(ids, evidence, reference)
+    parsed = evidence.get("parsing")
+    upload = parsed.upload_rate_bps if isinstance(parsed, ParsingEvidence) else None
     return Diagnosis(
-        target=target.facts(ctx, first, models),
+        target=target.facts(ctx, first, models, upload_rate_bps=upload),
         timeline_summary=summary.timeline_summary(baseline),
         baseline=summary.baseline_summary(baseline),
         outcomes=outcomes,

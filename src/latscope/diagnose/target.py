@@ -80,11 +80,16 @@ async def still_answering(ctx: Context) -> bool:
     return t.ok
 
 
-def facts(ctx: Context, t: Timeline | None, models: list[str]) -> dict[str, Any]:
-    """The JSON ``target`` object: URL, model, protocol and TLS facts, server header, address, RTT."""
+def facts(
+    ctx: Context, t: Timeline | None, models: list[str], *, upload_rate_bps: float | None = None
+) -> dict[str, Any]:
+    """The JSON ``target`` object: URL, model, protocol and TLS facts, server header, address, RTT (``rtt_ms``) and,
+    when the parsing experiment measured it, the path's upload rate (``upload_mbit_s``, Mbit/s)."""
     out: dict[str, Any] = {"url": ctx.base_url, "model": ctx.model, "tls": ctx.tls}
     if models:
         out["models"] = models
+    if upload_rate_bps is not None:
+        out["upload_mbit_s"] = round(upload_rate_bps * 8 / 1e6, 1)
     if t is None:
         return out
     info = t.connection

@@ -58,7 +58,7 @@ def _value(value: Any) -> str:
 
 
 def target_line(data: Mapping[str, Any]) -> Text:
-    """``latscope diagnose URL · model M · HTTP/1.1 · TLSv1.3 · server X · 12.3 s``."""
+    """``latscope diagnose URL · model M · HTTP/1.1 · server X · rtt 40.4 ms · upload 19.6 Mbit/s · 12.3 s``."""
     target = data.get("target", {})
     text = Text("latscope diagnose ", style="bold")
     text.append(str(target.get("url", "?")))
@@ -71,7 +71,9 @@ def target_line(data: Mapping[str, Any]) -> Text:
     if target.get("server"):
         parts.append(f"server {target['server']}")
     if target.get("rtt_ms") is not None:
-        parts.append(f"rtt {target['rtt_ms']:.3f} ms")
+        parts.append(f"rtt {target['rtt_ms']:.3g} ms")
+    if target.get("upload_mbit_s") is not None:
+        parts.append(f"upload {target['upload_mbit_s']:g} Mbit/s")
     parts.append(f"{data.get('duration_s', 0):.1f} s{' (quick)' if data.get('quick') else ''}")
     text.append(" · " + " · ".join(parts), style="dim")
     return text

@@ -1,0 +1,173 @@
+"""The streaming checks at network distance, on hand-built evidence: Nagle's other releases (a filled segment, the
+ACK clock of partial segments) and what keeps a buffer from passing for them."""
+
+from __future__ import annotations
+
+import pytest
+
+from latscope.checks.evidence import RequestSample, StreamEvidence
+from latscope.checks.streaming import ack_clock, check_nagle, check_proxy_buffering
+from latscope.findings import Clear, Finding, Inconclusive
+from latscope.timeline.model import ConnectionInfo, EventKind, Read, StreamEvent, TcpInfo, Timeline
+from tests.checks.builders import REF, ok
+
+MSS = 1448
+RTT = 40.0
+INTERVAL = 6.6
+EVENT_BYTES = 258
+
+
+def remote(
+    ttft: float,
+    *,
+    tokens: int = 32,
+    gaps: tuple[float, ...] = (),
+    reads: tuple[int, ...] = (),
+    interval: float = INTERVAL,
+    rtt: float | None = RTT,
+    reused: bool = True,
+) -> RequestSample:
+    """A stream across a ``rtt`` ms path: ``tokens`` tokens ``interval`` ms apart, ``reads`` the token events per
+    read (one each by default), ``gaps`` the partial-segment gaps."""
+    per_read = reads or (1,) * tokens
+    return ok(
+        "stream",
+        ttft_after_setup_ms=ttft,
+        e2e_after_setup_ms=ttft + interval * (tokens - 1),
+        reused=reused,
+        rtt_ms=rtt,
+        rcv_mss=MSS,
+        body_bytes=EVENT_BYTES * tokens,
+        events=tokens,
+        output_tokens=tokens,
+        itl_ms=(interval,) * (tokens - 1),
+        first_read_token_events=per_read[0],
+        max_token_events_per_read=max(per_read),
+        token_read_events=per_read,
+        partial_read_gaps_ms=gaps,
+        x_accel_buffering="no",
+    )
+
+
+#: Nagle at 40 ms RTT: partial segments a round trip apart, each read carrying the tokens written meanwhile; the
+#: first token held behind the headers' ACK, with 3 more tokens written by then
+CLOCKED_READS = (4, 5, 1, 5, 1, 6, 1, 5, 4)
+CLOCKED_GAPS = (40.6, 40.4, 40.5, 40.9, 40.2)
+#: the same stream written as generated: one token per read, partial segments a token interval apart
+FREE_GAPS = (INTERVAL,) * 31
+
+
+def clocked(ttft: float) -> RequestSample:
+    return remote(ttft, gaps=CLOCKED_GAPS, reads=CLOCKED_READS)
+
+
+def ev(**fields: object) -> StreamEvidence:
+    base: dict[str, object] = {"max_tokens": 32}
+    base.update(fields)
+    return StreamEvidence(**base)  # type: ignore[arg-type]
+
+
+def test_ack_clock_needs_several_tokens_per_round_trip() -> None:
+    # on loopback (RTT 0.05 ms) the ACK always beats the next token: nothing to see, whatever the reads
+    assert ack_clock([remote(5.0, gaps=CLOCKED_GAPS, reads=CLOCKED_READS, rtt=0.05)]) is None
+    assert ack_clock([remote(5.0, gaps=(1.0,) * 3)]) is None  # too few gaps
+    clock = ack_clock([clocked(64.0), clocked(65.0)])
+    assert clock is not None and clock.clocked and not clock.free
+    assert clock.first_hold_ms == pytest.approx(3 * INTERVAL)
+    free = ack_clock([remote(45.0, gaps=FREE_GAPS), remote(46.0, gaps=FREE_GAPS)])
+    assert free is not None and free.free and not free.clocked and free.token_hold_ms == 0.0
+
+
+def test_nagle_found_by_its_ack_clock_where_quickack_changes_nothing() -> None:
+    # the nginx case across 20 ms each way: with quickack on the stream is held exactly as in delayed-ACK mode, and
+    # the max_tokens-1 stream waits longer (its token waits a whole round trip for the headers' ACK)
+    quick = (clocked(64.4), clocked(64.6))
+    short = (remote(84.0, tokens=1), remote(85.0, tokens=1))
+    out = check_nagle(ev(reused=(clocked(65.0), clocked(65.2)), quickack=quick, quickack_short=short), REF)
+    assert isinstance(out, Finding) and out.id == "stream-coalescing-nagle"
+    assert out.cost_ms == pytest.approx(3 * INTERVAL, abs=0.05)
+    assert out.evidence["ack_clock"]["spacing_rtt_share"] > 0.9
+    assert "partial TCP segments" in out.rule
+
+
+def test_nagle_clear_at_distance_when_partial_segments_follow_the_tokens() -> None:
+    free = (remote(45.0, gaps=FREE_GAPS), remote(45.5, gaps=FREE_GAPS))
+    short = (remote(45.2, tokens=1), remote(45.1, tokens=1))
+    out = check_nagle(ev(reused=free, quickack=free, quickack_short=short), REF)
+    assert isinstance(out, Clear), out
+
+
+def test_nagle_inconclusive_when_the_spacing_is_neither_a_token_nor_a_round_trip() -> None:
+    half = tuple(0.55 * RTT for _ in range(8))
+    streams = (remote(45.0, gaps=half), remote(45.5, gaps=half))
+    short = (remote(45.2, tokens=1), remote(45.1, tokens=1))
+    out = check_nagle(ev(reused=streams, quickack=streams, quickack_short=short), REF)
+    assert isinstance(out, Inconclusive) and "partial segments" in out.reason
+
+
+def test_a_buffer_whose_bursts_come_a_round_trip_apart_is_not_nagle() -> None:
+    # a proxy that holds the first token 150 ms and then releases bursts: its partial segments may come a round
+    # trip apart, but the first token waited for more than one spacing, which Nagle never does
+    burst = (
+        remote(200.0, gaps=CLOCKED_GAPS, reads=CLOCKED_READS),
+        remote(201.0, gaps=CLOCKED_GAPS, reads=CLOCKED_READS),
+    )
+    short = (remote(46.0, tokens=1), remote(47.0, tokens=1))
+    evidence = ev(reused=burst, quickack=burst, quickack_short=short)
+    assert not isinstance(check_nagle(evidence, REF), Finding)
+    assert isinstance(check_proxy_buffering(evidence, REF), Finding)
+
+
+def test_proxy_clear_when_the_ttft_growth_is_one_ack_clock_spacing() -> None:
+    # over the clocked stream the first token with max_tokens 32 waited 18 ms more than alone: less than the 40 ms
+    # between partial segments, Nagle's hold and not a buffer's
+    quick = (clocked(64.0), clocked(64.5))
+    short = (remote(46.0, tokens=1), remote(46.5, tokens=1))
+    out = check_proxy_buffering(ev(reused=quick, quickack=quick, quickack_short=short), REF)
+    assert isinstance(out, Clear) and "round trip apart" in out.reason
+
+
+def test_a_buffered_stream_does_not_lower_the_delayed_ack_threshold() -> None:
+    # behind a buffer every token reaches the client in one burst (gaps of 0.03 ms), which would make a segment
+    # "fill" in a fraction of a millisecond; a 1.7 ms difference between delayed-ACK and quickack streams is noise
+    def burst(ttft: float) -> RequestSample:
+        return remote(ttft, tokens=16, interval=0.03, reads=(16,))
+
+    short = (remote(46.0, tokens=1), remote(46.3, tokens=1))
+    out = check_nagle(
+        ev(
+            max_tokens=16,
+            reused=(burst(139.1), burst(139.2)),
+            quickack=(burst(137.4), burst(137.5)),
+            quickack_short=short,
+        ),
+        REF,
+    )
+    assert not isinstance(out, Finding), out
+    assert out.evidence["min_hold_ms"] == 20.0
+
+
+def _read(at_ms: float, nbytes: int) -> Read:
+    return Read(int(at_ms * 1_000_000), nbytes)
+
+
+def test_partial_read_gaps_from_a_timeline() -> None:
+    reads = [_read(0.0, 300), _read(30.0, 1290), _read(40.0, 516), _read(70.0, 1290), _read(80.5, 258)]
+    token = EventKind.CONTENT
+    events = [
+        StreamEvent(reads[1].at_ns, 1, token, 4, 1, None),
+        StreamEvent(reads[1].at_ns, 1, token, 4, 1, None),
+        StreamEvent(reads[2].at_ns, 2, token, 4, 1, None),
+        StreamEvent(reads[3].at_ns, 3, token, 4, 1, None),
+        StreamEvent(reads[4].at_ns, 4, token, 4, 1, None),
+    ]
+    tcp = TcpInfo(
+        rtt_us=40_000, rttvar_us=100, min_rtt_us=40_000, total_retrans=0, snd_cwnd=10, ato_us=40_000, rcv_mss=MSS
+    )
+    t = Timeline(reads=reads, events=events, connection=ConnectionInfo(1, False, tcp_info_at_end=tcp))
+    sample = RequestSample.from_timeline(t)
+    # the header read (before the first token) and the full-segment reads are left out
+    assert sample.partial_read_gaps_ms == (40.5,)
+    assert sample.token_read_events == (2, 1, 1, 1)
+    without_mss = Timeline(reads=reads, events=events, connection=ConnectionInfo(1, False))
+    assert RequestSample.from_timeline(without_mss).partial_read_gaps_ms == ()

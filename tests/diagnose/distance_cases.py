@@ -1,0 +1,142 @@
+"""The fault matrix across network paths, as data: the paths, the lab cases, the findings each must give and the
+ground truth its cost is checked against. tests/diagnose/test_fault_matrix_distance.py asserts them;
+benchmarks/distance_matrix.py prints them as a table.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
+
+from latscope.diagnose import Diagnosis, diagnose
+from latscope.findings import Finding, Severity
+from latscope.lab.app import Lab
+from latscope.lab.costmodel import CostModel
+from tests.diagnose import truth
+from tests.support.distances import FULL, FULL_PATHS, Path
+from tests.support.netpath import NetworkPath
+
+#: As the loopback fault matrix (tests/diagnose/test_fault_matrix.py).
+TEST_COST = CostModel.default().with_overrides(prefill_per_token_ms=0.02, decode_base_ms=6.0)
+REL_TOLERANCE = 0.25
+#: Connection setup costs vary by a few ms from one connection to the next on this shared host (as on loopback).
+SETUP_FLOOR_MS = 3.0
+#: The naive profile's findings.
+NAIVE = {"no-connection-reuse", "slow-request-parsing", "queue-head-of-line", "stream-coalescing-nagle"}
+
+
+Truth = Callable[[Lab, Diagnosis, NetworkPath], Awaitable[float]]
+
+
+async def _parse_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    return truth.parse_ms_per_mb(list(lab.records))
+
+
+async def _queue_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    return truth.queue_inflation_ms(list(lab.records))
+
+
+async def _nagle_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    return await path.run(truth.nagle_hold_ms(lab, one_way_ms=path.one_way_delay_ms))
+
+
+async def _buffer_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    max_tokens = int(result.timeline_summary["max_tokens"])
+    return await path.run(truth.buffered_hold_ms(lab, max_tokens, one_way_ms=path.one_way_delay_ms))
+
+
+async def _connection_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    return await path.run(truth.new_connection_ms(lab))
+
+
+async def _handshake_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    # the full handshake's time beyond the round trip a resumed one would still take: measured by a client of its own,
+    # less the round trip the path was built with
+    full = await path.run(truth.handshake_ms(lab, resumed=False))
+    return full - path.rtt_ms
+
+
+async def _h2_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    return await path.run(truth.first_wave_e2e_ms(lab, connections=6, max_tokens=8))
+
+
+class Case(NamedTuple):
+    """One lab: its faults, TLS or not, the findings it must give (nothing else above low), the ground truth of the
+    one whose cost is checked, and the tolerance's floor (ms)."""
+
+    name: str
+    faults: tuple[str, ...]
+    tls: bool
+    expected: frozenset[str]
+    truth: Truth | None = None
+    floor_ms: float = 0.0
+    profile: str = "tuned"
+
+
+def _single(fault: str, finding: str, truth_of: Truth, *, tls: bool = False, floor_ms: float = 0.0) -> Case:
+    return Case(fault, (fault,), tls, frozenset({finding}), truth_of, floor_ms)
+
+
+SINGLE = [
+    _single("no-keepalive", "no-connection-reuse", _connection_truth, floor_ms=SETUP_FLOOR_MS),
+    _single("short-keepalive", "no-connection-reuse", _connection_truth, floor_ms=SETUP_FLOOR_MS),
+    _single("slow-parse", "slow-request-parsing", _parse_truth),
+    _single("queue-hol", "queue-head-of-line", _queue_truth),
+    _single("nagle", "stream-coalescing-nagle", _nagle_truth),
+    _single("proxy-buffering", "stream-proxy-buffering", _buffer_truth),
+    _single("tls-no-tickets", "tls-no-resumption", _handshake_truth, tls=True, floor_ms=SETUP_FLOOR_MS),
+    _single("no-h2", "http2-not-negotiated", _h2_truth, tls=True),
+]
+TUNED = [Case("tuned", (), False, frozenset()), Case("tuned-tls", (), True, frozenset())]
+NAIVE_CASE = Case("naive", (), False, frozenset(NAIVE), profile="naive")
+
+ALL = [(path, case) for path in FULL_PATHS for case in (*TUNED, NAIVE_CASE, *SINGLE)]
+BOUNDED = [
+    *[(Path(20.0), case) for case in (*TUNED, NAIVE_CASE)],
+    *[(Path(20.0), case) for case in SINGLE if case.name in ("proxy-buffering", "tls-no-tickets", "no-h2")],
+    (Path(50.0), TUNED[0]),
+    (Path(50.0), NAIVE_CASE),
+    (Path(20.0, 20.0), NAIVE_CASE),
+]
+#: What the tests run: every case at every path with ``LATSCOPE_DISTANCE_MATRIX=full``, else the bounded subset.
+RUN = ALL if FULL else BOUNDED
+
+
+class CaseRun(NamedTuple):
+    """One case diagnosed over one path: the diagnosis, the ground truth of the checked cost (None for cases without
+    one), and how long the diagnosis took (s)."""
+
+    result: Diagnosis
+    truth_ms: float | None
+    seconds: float
+
+    def above_low(self) -> dict[str, Finding]:
+        """The findings above low, by id."""
+        return {f.id: f for f in self.result.findings if f.severity is not Severity.LOW}
+
+    def cost_ms(self, case: Case) -> float | None:
+        """The checked finding's cost, None when the case checks none or the finding is missing."""
+        if case.truth is None or len(case.expected) != 1:
+            return None
+        finding = self.above_low().get(next(iter(case.expected)))
+        return None if finding is None else finding.cost_ms
+
+    def cost_within_tolerance(self, case: Case) -> bool:
+        """The checked cost is within :data:`REL_TOLERANCE` of the truth (or the case's floor, ms)."""
+        cost = self.cost_ms(case)
+        if self.truth_ms is None:
+            return case.truth is None
+        return cost is not None and abs(cost - self.truth_ms) <= max(REL_TOLERANCE * self.truth_ms, case.floor_ms)
+
+
+async def run_case(net: NetworkPath, case: Case, *, quick: bool = True) -> CaseRun:
+    """Diagnose ``case``'s lab, served at ``net.server_host``, from the far end of ``net``; then measure the truth."""
+    settings = {"profile": case.profile, "faults": case.faults, "tls": case.tls}
+    async with Lab(cost=TEST_COST, truth=True, host=net.server_host, **settings) as lab:
+        ca = str(lab.cert_path) if lab.cert_path is not None else None
+        started = time.monotonic()
+        result = await net.run(diagnose(lab.url, ca_file=ca, quick=quick))
+        seconds = time.monotonic() - started
+        real = None if case.truth is None else await case.truth(lab, result, net)
+    return CaseRun(result, real, seconds)

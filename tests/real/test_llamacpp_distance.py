@@ -1,0 +1,41 @@
+"""`diagnose` against llama.cpp (llama-cpp-python, tiny random model) across a network path: 20 ms each way by
+default, every path of tests/support/distances.py with ``LATSCOPE_DISTANCE_MATRIX=full`` (tests/support/netpath.py
+builds them). The diagnosis must be the one it gets on loopback (tests/real/test_llamacpp_diagnose.py) — head-of-line
+queueing in its single model slot and nothing else — although every request now pays a round trip as large as the
+server's own work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path as FilePath
+
+import pytest
+
+from latscope.diagnose import diagnose
+from latscope.findings import Severity
+from tests.real.conftest import require_llama_python, running_llama_server
+from tests.support.diagnosis import explain
+from tests.support.distances import PATHS, Path
+from tests.support.netpath import network_path
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=str)
+async def test_llamacpp_is_diagnosed_alike_across_a_network_path(path: Path, tmp_path: FilePath) -> None:
+    python = require_llama_python()
+    with (
+        network_path(delay_ms=path.one_way_ms, rate_mbit=path.rate_mbit) as net,
+        running_llama_server(python, tmp_path, host=net.server_host) as server,
+    ):
+        result = await net.run(diagnose(server.base_url, quick=True))
+        log = server.log_tail()
+    rtt = result.target["rtt_ms"]
+    assert rtt is not None and rtt >= 2 * path.one_way_ms, result.target
+    assert all(e.status == "ok" for e in result.experiments), explain(result) + "\n" + log
+    above_low = {f.id for f in result.findings if f.severity.rank > Severity.LOW.rank}
+    assert above_low == {"queue-head-of-line"}, explain(result)
+    queue = result.finding("queue-head-of-line")
+    assert queue is not None and queue.evidence["inflation_in_long_prefills"] >= 1.75, queue.evidence
+    clear = {o.id for o in result.clear}
+    assert {"no-connection-reuse", "stream-coalescing-nagle"} <= clear, explain(result)

@@ -40,6 +40,9 @@ DISTANT_RTT_MS = 10.0
 #: a median of a handful follows the host's load.
 SETUP_PERCENTILE = 25.0
 
+#: Refused resumptions needed to cost the full handshake from them alone (else every full handshake counts).
+MIN_REFUSED_HANDSHAKES = 2
+
 #: A pool wait below this (ms) is the pool's own bookkeeping, not a request queued behind another one.
 QUEUED_MIN_POOL_MS = 1.0
 
@@ -202,6 +205,13 @@ def check_tls_resumption(ev: ConnectionEvidence, reference: Reference | None) ->
             f"(handshake {resumed_ms:.2f} ms{saving})",
             evidence,
         )
+    # what resumption would have spared is the handshakes of the connections that offered a session: the first,
+    # cold connection (nothing to offer, first use of the client's TLS context) is counted only when too few did
+    refused = [s.tls_ms for s in offered if s.tls_ms is not None]
+    if len(refused) >= MIN_REFUSED_HANDSHAKES:
+        full, full_ms = refused, percentile(refused, SETUP_PERCENTILE)
+        evidence["full_handshake_ms"] = _round(full_ms)
+        evidence["full_handshake_ms_p50"] = _round(median(full))
     if full_ms is None:
         return Inconclusive(RESUMPTION_ID, "no handshake time was measured; run again", evidence)
     extra_trips = 1 if version == "TLSv1.2" else 0

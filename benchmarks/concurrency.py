@@ -234,29 +234,44 @@ def main() -> int:
     sources = [s for s in args.sources.split(",") if s]
     base = run_level("phased", 1, 20.0, 2.0, 0.0)["rss_mb"]  # a one-stream worker: the memory every level adds to
     rows: list[dict[str, Any]] = []
-    print(f"# concurrent streams ({os.cpu_count()} cores; server in its own process; {args.rate:,.0f} events/s total "
-          f"at every level; one-stream worker RSS {base:.0f} MiB)\n")
-    print("| server | streams | open through window | events/stream/s | events | delay p50 ms | p99 ms | max ms "
-          "| worker RSS MiB | KiB/stream | client CPU | server CPU | loop lag max ms | machine busy | errors |")
+    print(
+        f"# concurrent streams ({os.cpu_count()} cores; server in its own process; {args.rate:,.0f} events/s total "
+        f"at every level; one-stream worker RSS {base:.0f} MiB)\n"
+    )
+    print(
+        "| server | streams | open through window | events/stream/s | events | delay p50 ms | p99 ms | max ms "
+        "| worker RSS MiB | KiB/stream | client CPU | server CPU | loop lag max ms | machine busy | errors |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for source in sources:
         for streams in levels:
             r = run_level(source, streams, args.rate, args.measure, base)
             rows.append(r)
             kinds = f" ({', '.join(r['error_kinds'])})" if r["error_kinds"] else ""
-            print(f"| {source} | {streams:,} | {r['open']:,} | {1000 / r['period_ms']:.2f} | {r['events']:,} | "
-                  f"{r['p50']:.3f} | {r['p99']:.3f} | {r['max']:.2f} | {r['rss_mb']:.0f} | "
-                  f"{r['kb_per_stream']:.1f} | {r['client_cpu']:.0%} | {r['server_cpu']:.0%} | "
-                  f"{r['loop_lag_max']:.1f} | {r['machine_busy']:.0%} | {r['errors']}{kinds} |", flush=True)
+            print(
+                f"| {source} | {streams:,} | {r['open']:,} | {1000 / r['period_ms']:.2f} | {r['events']:,} | "
+                f"{r['p50']:.3f} | {r['p99']:.3f} | {r['max']:.2f} | {r['rss_mb']:.0f} | "
+                f"{r['kb_per_stream']:.1f} | {r['client_cpu']:.0%} | {r['server_cpu']:.0%} | "
+                f"{r['loop_lag_max']:.1f} | {r['machine_busy']:.0%} | {r['errors']}{kinds} |",
+                flush=True,
+            )
     print()
     for source in sources:
-        good = [r for r in rows if r["source"] == source and r["p99"] < TARGET_P99_MS and r["errors"] == 0
-                and r["open"] >= 0.99 * r["streams"]]
+        good = [
+            r
+            for r in rows
+            if r["source"] == source
+            and r["p99"] < TARGET_P99_MS
+            and r["errors"] == 0
+            and r["open"] >= 0.99 * r["streams"]
+        ]
         if good:
             best = max(good, key=lambda r: r["streams"])
-            print(f"- {source}: largest concurrency with delay p99 < {TARGET_P99_MS:g} ms: "
-                  f"{best['streams']:,} streams (p99 {best['p99']:.3f} ms, worker RSS {best['rss_mb']:.0f} MiB); "
-                  f"target 10,000: {'met' if best['streams'] >= 10_000 else 'MISSED'}")
+            print(
+                f"- {source}: largest concurrency with delay p99 < {TARGET_P99_MS:g} ms: "
+                f"{best['streams']:,} streams (p99 {best['p99']:.3f} ms, worker RSS {best['rss_mb']:.0f} MiB); "
+                f"target 10,000: {'met' if best['streams'] >= 10_000 else 'MISSED'}"
+            )
         else:
             print(f"- {source}: no level kept delay p99 under {TARGET_P99_MS:g} ms")
     if args.json:

@@ -413,8 +413,10 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
 
     print(f"# client event-stamp fidelity vs lab truth ({os.cpu_count()} cores, {args.seconds:g} s per run)\n")
-    print("| offered ev/s | streams × step | client | received ev/s | delay p50 ms | p99 ms | max ms "
-          "| client CPU | lab CPU | client off CPU | p99 ms, events sent while on CPU |")
+    print(
+        "| offered ev/s | streams × step | client | received ev/s | delay p50 ms | p99 ms | max ms "
+        "| client CPU | lab CPU | client off CPU | p99 ms, events sent while on CPU |"
+    )
     print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for level in levels:
         streams, step_ms = LEVELS[level]
@@ -423,19 +425,34 @@ def main() -> int:
             assert lab.url is not None and lab.pid is not None
             for name in clients:
                 r = run_client(name, lab.url, streams, args.seconds, max_tokens, lab.pid)
-                rows.append({"level": level, "streams": streams, "step_ms": step_ms, "client": name,
-                             "rate": r.rate, "p50": r.pct(50), "p99": r.pct(99), "max": r.pct(100),
-                             "client_cpu": r.client_cpu, "lab_cpu": r.lab_cpu, "events": r.events,
-                             "off_cpu_share": r.off_cpu_share, "p99_on_cpu": r.pct_outside(99)})
+                rows.append(
+                    {
+                        "level": level,
+                        "streams": streams,
+                        "step_ms": step_ms,
+                        "client": name,
+                        "rate": r.rate,
+                        "p50": r.pct(50),
+                        "p99": r.pct(99),
+                        "max": r.pct(100),
+                        "client_cpu": r.client_cpu,
+                        "lab_cpu": r.lab_cpu,
+                        "events": r.events,
+                        "off_cpu_share": r.off_cpu_share,
+                        "p99_on_cpu": r.pct_outside(99),
+                    }
+                )
                 off = "–" if r.off_cpu_share is None else f"{r.off_cpu_share:.2%}"
-                print(f"| {level:,} | {streams} × {step_ms:g} ms | {name} | {r.rate:,.0f} | {fmt(r.pct(50))} | "
-                      f"{fmt(r.pct(99))} | {fmt(r.pct(100))} | {r.client_cpu:.0%} | {r.lab_cpu:.0%} | {off} | "
-                      f"{fmt(r.pct_outside(99))} |", flush=True)
+                print(
+                    f"| {level:,} | {streams} × {step_ms:g} ms | {name} | {r.rate:,.0f} | {fmt(r.pct(50))} | "
+                    f"{fmt(r.pct(99))} | {fmt(r.pct(100))} | {r.client_cpu:.0%} | {r.lab_cpu:.0%} | {off} | "
+                    f"{fmt(r.pct_outside(99))} |",
+                    flush=True,
+                )
 
     flood: list[dict[str, Any]] = []
     if not args.no_flood:
-        print("\n# max sustained event rate (lab --zero-cost, "
-              f"{FLOOD_STREAMS} streams × {FLOOD_TOKENS} tokens)\n")
+        print(f"\n# max sustained event rate (lab --zero-cost, {FLOOD_STREAMS} streams × {FLOOD_TOKENS} tokens)\n")
         print("| client | received ev/s | client CPU | CPU µs/event | capacity ev/s per core | lab CPU |")
         print("|---|---:|---:|---:|---:|---:|")
         with LabProcess(truth=True, args=lab_args(None, FLOOD_STREAMS)) as lab:
@@ -444,17 +461,28 @@ def main() -> int:
                 r = run_client(name, lab.url, FLOOD_STREAMS, args.seconds, FLOOD_TOKENS, lab.pid)
                 us = r.cpu_s / max(1, r.events) * 1e6 * (r.window_s / r.wall_s)  # CPU of the measured share
                 capacity = 1e6 / us if us > 0 else float("nan")
-                flood.append({"client": name, "rate": r.rate, "client_cpu": r.client_cpu, "cpu_us_per_event": us,
-                              "capacity": capacity, "lab_cpu": r.lab_cpu})
-                print(f"| {name} | {r.rate:,.0f} | {r.client_cpu:.0%} | {us:.1f} | {capacity:,.0f} | "
-                      f"{r.lab_cpu:.0%} |", flush=True)
+                flood.append(
+                    {
+                        "client": name,
+                        "rate": r.rate,
+                        "client_cpu": r.client_cpu,
+                        "cpu_us_per_event": us,
+                        "capacity": capacity,
+                        "lab_cpu": r.lab_cpu,
+                    }
+                )
+                print(
+                    f"| {name} | {r.rate:,.0f} | {r.client_cpu:.0%} | {us:.1f} | {capacity:,.0f} | {r.lab_cpu:.0%} |",
+                    flush=True,
+                )
 
     blast: list[dict[str, Any]] = []
     if not args.no_flood:
         import multiprocessing
 
-        print(f"\n# client ceiling (blast server: pre-built responses, {BLAST_STREAMS} streams × "
-              f"{BLAST_EVENTS} events)\n")
+        print(
+            f"\n# client ceiling (blast server: pre-built responses, {BLAST_STREAMS} streams × {BLAST_EVENTS} events)\n"
+        )
         print("| client | received ev/s | client CPU | CPU µs/event | capacity ev/s per core |")
         print("|---|---:|---:|---:|---:|")
         ctx = multiprocessing.get_context("spawn")
@@ -468,8 +496,15 @@ def main() -> int:
                 r = run_client(name, url, BLAST_STREAMS, args.seconds, BLAST_EVENTS, server.pid)
                 us = r.cpu_s / max(1, r.events) * 1e6 * (r.window_s / r.wall_s)
                 capacity = 1e6 / us if us > 0 else float("nan")
-                blast.append({"client": name, "rate": r.rate, "client_cpu": r.client_cpu, "cpu_us_per_event": us,
-                              "capacity": capacity})
+                blast.append(
+                    {
+                        "client": name,
+                        "rate": r.rate,
+                        "client_cpu": r.client_cpu,
+                        "cpu_us_per_event": us,
+                        "capacity": capacity,
+                    }
+                )
                 print(f"| {name} | {r.rate:,.0f} | {r.client_cpu:.0%} | {us:.1f} | {capacity:,.0f} |", flush=True)
         finally:
             server.kill()
@@ -486,26 +521,33 @@ def main() -> int:
             verdict = "met" if r["p99"] < bound else "MISSED"
             noise = f"; the raw floor's p99 at this level: {floor[0]['p99']:.3f} ms" if floor else ""
             if r["off_cpu_share"] is not None:
-                noise += (f"; the client's thread was off the CPU {r['off_cpu_share']:.2%} of the time, events sent "
-                          f"while it had the CPU: p99 {r['p99_on_cpu']:.3f} ms")
-            print(f"- {client} p99 at {target_level:,} ev/s: {r['p99']:.3f} ms (target < {bound} ms): {verdict}"
-                  f"{noise}")
+                noise += (
+                    f"; the client's thread was off the CPU {r['off_cpu_share']:.2%} of the time, events sent "
+                    f"while it had the CPU: p99 {r['p99_on_cpu']:.3f} ms"
+                )
+            print(f"- {client} p99 at {target_level:,} ev/s: {r['p99']:.3f} ms (target < {bound} ms): {verdict}{noise}")
     for label, table in (("lab flood", flood), ("blast", blast)):
         by_client = {f["client"]: f for f in table}
         if "latscope" in by_client and "httpx" in by_client:
             ratio = by_client["latscope"]["capacity"] / by_client["httpx"]["capacity"]
             rate_ratio = by_client["latscope"]["rate"] / max(1.0, by_client["httpx"]["rate"])
-            print(f"- {label}: sustained capacity latscope / httpx-style {ratio:.1f}× per core (received-rate ratio "
-                  f"{rate_ratio:.1f}×; target ≥ 3×): {'met' if ratio >= 3 else 'MISSED'}")
+            print(
+                f"- {label}: sustained capacity latscope / httpx-style {ratio:.1f}× per core (received-rate ratio "
+                f"{rate_ratio:.1f}×; target ≥ 3×): {'met' if ratio >= 3 else 'MISSED'}"
+            )
     saturated = [  # a busy-polling client uses a whole core by design: its CPU says nothing about saturation
-        r for r in rows
-        if r["lab_cpu"] > 0.9 or (r["client_cpu"] > 0.9 and "busy-poll" not in r["client"])
+        r
+        for r in rows
+        if r["lab_cpu"] > 0.9
+        or (r["client_cpu"] > 0.9 and "busy-poll" not in r["client"])
         or r["rate"] < 0.9 * r["level"]
     ]
     if saturated:
         first = min(saturated, key=lambda r: r["level"])
-        print(f"- saturation: from {first['level']:,} ev/s offered ({first['client']}: received {first['rate']:,.0f}, "
-              f"client CPU {first['client_cpu']:.0%}, lab CPU {first['lab_cpu']:.0%})")
+        print(
+            f"- saturation: from {first['level']:,} ev/s offered ({first['client']}: received {first['rate']:,.0f}, "
+            f"client CPU {first['client_cpu']:.0%}, lab CPU {first['lab_cpu']:.0%})"
+        )
     if args.json:
         args.json.write_bytes(
             orjson.dumps({"levels": rows, "flood": flood, "blast": blast}, option=orjson.OPT_INDENT_2)

@@ -174,39 +174,49 @@ def main() -> int:
     rates = [int(r) for r in args.rates.split(",") if r]
     rows: list[dict[str, Any]] = []
     print(f"# open-loop pacing ({os.cpu_count()} cores; lab --zero-cost in its own process; max_tokens 1)\n")
-    print("| target req/s | arrivals | client | n | scheduled req/s | achieved req/s | vs target | vs schedule "
-          "| lag p50 ms | lag p99 ms | lag max ms | queue p99 ms | client CPU | lab CPU | errors |")
+    print(
+        "| target req/s | arrivals | client | n | scheduled req/s | achieved req/s | vs target | vs schedule "
+        "| lag p50 ms | lag p99 ms | lag max ms | queue p99 ms | client CPU | lab CPU | errors |"
+    )
     print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with LabProcess(zero_cost=True, args=["--max-batch", "4096", "--kv-blocks", "200000"]) as lab:
         assert lab.url is not None and lab.pid is not None
         for rate in rates:
             seconds = seconds_for(rate, args.seconds)
-            runs = [run_latscope(lab.url, lab.pid, rate, p, seconds)
-                    for p in (InterArrival.CONSTANT, InterArrival.POISSON)]
+            runs = [
+                run_latscope(lab.url, lab.pid, rate, p, seconds) for p in (InterArrival.CONSTANT, InterArrival.POISSON)
+            ]
             runs.append(run_pacer(rate, seconds))
             runs.append(run_naive(rate, seconds))
             for r in runs:
                 rows.append(r)
-                print(f"| {rate:,} | {r['process']} | {r['client']} | {r['requests']:,} | "
-                      f"{r['schedule_rps']:,.1f} | {r['achieved_rps']:,.1f} | {r['error_pct']:+.2f}% | "
-                      f"{r['vs_schedule_pct']:+.2f}% | {fmt(r['lag_p50'])} | {fmt(r['lag_p99'])} | "
-                      f"{fmt(r['lag_max'], 2)} | {fmt(r['queue_p99'], 2)} | {fmt(r['client_cpu'] * 100, 0)}% | "
-                      f"{fmt(r['lab_cpu'] * 100, 0)}% | {r['errors']} |", flush=True)
+                print(
+                    f"| {rate:,} | {r['process']} | {r['client']} | {r['requests']:,} | "
+                    f"{r['schedule_rps']:,.1f} | {r['achieved_rps']:,.1f} | {r['error_pct']:+.2f}% | "
+                    f"{r['vs_schedule_pct']:+.2f}% | {fmt(r['lag_p50'])} | {fmt(r['lag_p99'])} | "
+                    f"{fmt(r['lag_max'], 2)} | {fmt(r['queue_p99'], 2)} | {fmt(r['client_cpu'] * 100, 0)}% | "
+                    f"{fmt(r['lab_cpu'] * 100, 0)}% | {r['errors']} |",
+                    flush=True,
+                )
     print()
     for r in rows:
         if r["client"] == "latscope" and r["rate"] == 1_000 and r["process"] == "constant":
             within = abs(r["error_pct"]) <= 1.0
-            print(f"- 1,000 req/s constant: achieved {r['achieved_rps']:,.1f} ({r['error_pct']:+.2f}%, target ±1%): "
-                  f"{'met' if within else 'MISSED'}; dispatch lag p99 {r['lag_p99']:.3f} ms (target < 1 ms): "
-                  f"{'met' if r['lag_p99'] < 1 else 'MISSED'}")
+            print(
+                f"- 1,000 req/s constant: achieved {r['achieved_rps']:,.1f} ({r['error_pct']:+.2f}%, target ±1%): "
+                f"{'met' if within else 'MISSED'}; dispatch lag p99 {r['lag_p99']:.3f} ms (target < 1 ms): "
+                f"{'met' if r['lag_p99'] < 1 else 'MISSED'}"
+            )
     for r in rows:
         if r.get("errors_by_kind"):
             kinds = ", ".join(f"{k} {v:,}" for k, v in sorted(r["errors_by_kind"].items()))
             kinds += "; by phase: " + ", ".join(f"{k} {v:,}" for k, v in sorted(r["errors_by_phase"].items()))
-            print(f"- {r['rate']:,} req/s {r['process']}: {r['errors']:,} errors ({kinds}); "
-                  f"lab CPU {r['lab_cpu']:.0%}, client CPU {r['client_cpu']:.0%}: past what this machine serves end "
-                  "to end, requests still "
-                  "unanswered when the 5 s drain ran out were cancelled")
+            print(
+                f"- {r['rate']:,} req/s {r['process']}: {r['errors']:,} errors ({kinds}); "
+                f"lab CPU {r['lab_cpu']:.0%}, client CPU {r['client_cpu']:.0%}: past what this machine serves end "
+                "to end, requests still "
+                "unanswered when the 5 s drain ran out were cancelled"
+            )
     if args.json:
         args.json.write_bytes(orjson.dumps(rows, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     return 0

@@ -15,7 +15,8 @@ lab's ``latscope`` object from the final chunk) is joined onto its timeline
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -110,7 +111,16 @@ class TtftSides:
 
 
 class ProbeError(Exception):
-    """The probe could not start: no model to use, or the model list could not be read. The message says what to do."""
+    """The probe could not start: no model to use, or the model list could not be read. The message says what to do;
+    ``timeline`` is the model-list request's, when one was made."""
+
+    def __init__(self, message: str, timeline: Timeline | None = None) -> None:
+        super().__init__(message)
+        self.timeline = timeline
+
+
+#: Called as each request of a probe starts: its 1-based index, the number of requests, and the timeline it fills.
+RequestStarted = Callable[[int, int, Timeline], None]
 
 
 @dataclass
@@ -127,6 +137,9 @@ class ProbeResult:
     #: the server's Prometheus metrics over the probe (scraped before the first request and after the last);
     #: NotAvailable says why there are none; None when scraping was turned off
     server_metrics: MetricsWindow | NotAvailable | None = None
+    #: Ctrl-C (or a cancellation) stopped the probe: ``timelines`` holds the requests sent so far, the one in flight
+    #: with a "cancelled" error
+    interrupted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -177,6 +190,7 @@ class ProbeResult:
                 for t, split in zip(self.timelines, self.ttft_splits(), strict=True)
             ],
             "server_metrics": _metrics_dict(self.server_metrics),
+            "interrupted": self.interrupted,
         }
 
 
@@ -216,7 +230,7 @@ async def list_models(
         try:
             return await client.list_models(base_url, dialect)
         except ModelListError as exc:
-            raise ProbeError(f"{exc}; pass a model name") from None
+            raise ProbeError(f"{exc}; pass a model name", exc.timeline) from None
 
 
 async def probe(
@@ -238,6 +252,7 @@ async def probe(
     metrics_url: str | None = None,
     scrape_metrics: bool = True,
     trace_context: bool = True,
+    on_request: RequestStarted | None = None,
 ) -> ProbeResult:
     """Send ``n`` streamed requests to ``base_url`` one after another on one client and return their timelines.
 
@@ -254,6 +269,8 @@ async def probe(
     ``scrape_metrics`` scrapes ``metrics_url`` (default: the target's origin + ``/metrics``) before the first request
     and after the last, into ``ProbeResult.server_metrics``; a missing endpoint is a NotAvailable there, never a
     failure. ``trace_context`` False sends no W3C ``traceparent`` (some gateways reject or log unknown trace headers).
+    ``on_request`` is told as each request starts (for progress). Cancelled (Ctrl-C), the probe returns what it
+    measured with ``interrupted`` set.
     """
     if n < 1:
         raise ValueError("n must be at least 1")
@@ -308,14 +325,20 @@ async def probe(
             timeouts=timeouts,
             trace_context=trace_context,
         ) as client:
-            for index in range(n):
-                t = await client.request(spec, base_url, label=f"probe {index + 1}/{n}")
-                join_server_signals(t)
-                result.timelines.append(t)
-                if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
-                    break
+            try:
+                for index in range(n):
+                    t = Timeline()
+                    result.timelines.append(t)
+                    if on_request is not None:
+                        on_request(index + 1, n, t)
+                    await client.request(spec, base_url, label=f"probe {index + 1}/{n}", timeline=t)
+                    join_server_signals(t)
+                    if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
+                        break
+            except asyncio.CancelledError:
+                result.interrupted = True  # the request in flight keeps its marks and a "cancelled" error
             result.pool = client.stats()
-        if scraper is not None:
+        if scraper is not None and not result.interrupted:
             result.server_metrics = await scraper.stop()
     finally:
         if metrics_client is not None:

@@ -29,9 +29,10 @@ def test_refused_covers_client_errors_and_streams_that_end_without_a_token() -> 
     assert not failed(status=429).refused  # overloaded, not refused
     assert not failed(status=500, message="boom").refused
     # llama-cpp-python's answer to a streamed prompt over its context: 200 and an empty chunked body
-    empty = ok(status=200, events=0)
+    empty = RequestSample("r", error_kind="empty", error_phase="stream", status=200, events=0)
     assert empty.refused and "no token" in failures.describe(empty)
     in_stream = RequestSample("r", error_kind="api-error", error_phase="stream", status=200, events=1, error_events=1)
     assert in_stream.refused
     assert not ok(status=200, events=4, output_tokens=3, ttft_ms=5.0).refused
-    assert not ok(status=200, events=2, output_tokens=0).refused  # role + finish: answered with nothing to say
+    # role + finish and no token: a stream without a token (a failure), but not a refusal of the prompt
+    assert not RequestSample("r", error_kind="empty", error_phase="stream", status=200, events=2).refused

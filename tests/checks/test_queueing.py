@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from latscope.checks.evidence import QueueEvidence
+from latscope.checks.evidence import QueueEvidence, RequestSample
 from latscope.checks.queueing import check_queue_head_of_line
 from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Severity
-from tests.checks.builders import REF, failed, ok
+from tests.checks.builders import REF, failed
 
 SHORT = (4.0, 4.2, 3.9, 4.1, 4.0)
 LONG = (104.0, 105.0)  # a 100 ms prefill
@@ -82,15 +82,20 @@ def test_the_same_refusals_elsewhere_in_the_experiment_are_misbehaviour() -> Non
     assert isinstance(out, NotTested) and "misbehaved" in out.reason
 
 
+def empty_stream(label: str) -> RequestSample:
+    """A ``200`` stream that ended with no event at all: how llama-cpp-python refuses a prompt over its context."""
+    return RequestSample(label, error_kind="empty", error_phase="stream", status=200, events=0)
+
+
 def test_long_prompts_refused_with_an_empty_stream_are_not_misbehaviour_either() -> None:
     # llama-cpp-python answers a streamed prompt over its context with 200 and no event at all
-    refusals = tuple(ok(f"long alone {n} tokens", status=200, events=0) for n in (4096, 2048, 1024, 512))
+    refusals = tuple(empty_stream(f"long alone {n} tokens") for n in (4096, 2048, 1024, 512))
     out = check_queue_head_of_line(evidence((290.0, 300.0, 296.0), long_alone_failures=refusals), REF)
     assert isinstance(out, Finding)
 
 
 def test_not_tested_with_the_reason_when_every_long_prompt_is_refused() -> None:
-    refusals = tuple(ok(f"long alone {n} tokens", status=200, events=0) for n in (1024, 512, 256, 128, 64))
+    refusals = tuple(empty_stream(f"long alone {n} tokens") for n in (1024, 512, 256, 128, 64))
     out = check_queue_head_of_line(
         evidence((), long_alone_ms=(), long_prompt_tokens=64, long_alone_failures=refusals), REF
     )

@@ -39,10 +39,13 @@ def test_the_cli_reports_a_misbehaving_target_without_a_traceback() -> None:
     with ServerThread(flaky_handler(every_429=4, every_reset=3)) as server:
         runner = CliRunner()
         result = runner.invoke(cli, ["diagnose", server.base_url, "--quick", "--json", "-"], catch_exceptions=False)
-    assert result.exit_code == 0, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
-    data = orjson.loads(result.stdout)
+    data = orjson.loads(result.stdout)  # written even when nothing could be measured
     assert data["schema"] == "latscope.diagnosis/1" and data["not_tested"]
+    # exit 0 when some check decided, 2 ("could not diagnose") when every one was left untested
+    assert result.exit_code == (0 if data["diagnosed"] else 2), result.stderr
+    if not data["diagnosed"]:
+        assert "could not diagnose" in result.stderr
 
 
 async def test_a_target_that_stops_answering_costs_one_time_bound_not_one_per_experiment(

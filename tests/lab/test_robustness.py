@@ -267,6 +267,49 @@ async def test_http2_stream_reset_frees_the_request(caplog: pytest.LogCaptureFix
     assert _noise(caplog) == []
 
 
+def _h2_frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream_id.to_bytes(4, "big") + payload
+
+
+async def test_an_http2_frame_over_the_max_frame_size_is_refused_and_the_server_keeps_serving() -> None:
+    # RFC 9113 §4.2: a frame longer than SETTINGS_MAX_FRAME_SIZE (16 384 by default) is a connection error
+    # FRAME_SIZE_ERROR (6): GOAWAY and close
+    import hpack
+
+    async with Lab(cost=QUICK, tls=True) as lab:
+        assert lab.cert_path is not None
+        context = ssl.create_default_context(cafile=str(lab.cert_path))
+        context.set_alpn_protocols(["h2"])
+        reader, writer = await asyncio.open_connection(lab.host, lab.port, ssl=context, server_hostname="localhost")
+        head = hpack.Encoder().encode(
+            [(":method", "POST"), (":path", "/v1/chat/completions"), (":scheme", "https"), (":authority", "lab")]
+        )
+        preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _h2_frame(4, 0, 0, b"")
+        writer.write(preface + _h2_frame(1, 4, 1, head) + _h2_frame(0, 0, 1, b"x" * 20_000))
+        await writer.drain()
+        received = b""
+        while chunk := await asyncio.wait_for(reader.read(65536), 5):  # bounded: the server closes
+            received += chunk
+        writer.close()
+        goaway = [
+            int.from_bytes(received[i + 13 : i + 17], "big")
+            for i in _frame_offsets(received)
+            if received[i + 3] == 7  # GOAWAY: last stream id, then the error code
+        ]
+        assert goaway == [6], received[:200]
+        async with Client(ca_file=str(lab.cert_path)) as client:
+            after = await client.request(chat_request("lab-model", "hello", 3), lab.url)
+        assert after.error is None and after.connection is not None and after.connection.http_version == "HTTP/2"
+
+
+def _frame_offsets(data: bytes) -> list[int]:
+    offsets, i = [], 0
+    while i + 9 <= len(data):
+        offsets.append(i)
+        i += 9 + int.from_bytes(data[i : i + 3], "big")
+    return offsets
+
+
 async def test_garbage_on_the_tls_port_does_not_disturb_the_server() -> None:
     async with Lab(cost=QUICK, tls=True) as lab:
         assert lab.cert_path is not None

@@ -307,6 +307,17 @@ def chat_chunk(
     }
 
 
+def completion_chunk(text: str | None = None, *, finish_reason: str | None = None) -> dict[str, object]:
+    """An OpenAI ``text_completion`` stream chunk (``/v1/completions``)."""
+    return {
+        "id": "cmpl-test",
+        "object": "text_completion",
+        "created": 1700000000,
+        "model": "test-model",
+        "choices": [{"index": 0, "text": text or "", "finish_reason": finish_reason}],
+    }
+
+
 SSE_HEADERS = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
 
 
@@ -315,13 +326,16 @@ def paced_stream(events: int, interval_s: float = 0.0) -> Handler:
     finish chunk with usage and ``[DONE]``."""
 
     async def handler(request: Received, reply: Reply) -> None:
+        # the shape the request asked for: /chat/completions chunks, or /completions ones
+        chunk = chat_chunk if "/chat/" in request.target else completion_chunk
         await reply.start(200, SSE_HEADERS)
-        await reply.send_event(chat_chunk(role="assistant", content=""))
+        if chunk is chat_chunk:
+            await reply.send_event(chat_chunk(role="assistant", content=""))
         for i in range(events):
             if interval_s:
                 await asyncio.sleep(interval_s)
-            await reply.send_event(chat_chunk(f"tok{i} "))
-        final = chat_chunk(finish_reason="stop")
+            await reply.send_event(chunk(f"tok{i} "))
+        final = chunk(finish_reason="stop")
         final["usage"] = {"prompt_tokens": 5, "completion_tokens": events, "total_tokens": 5 + events}
         await reply.send_event(final)
         await reply.send(b"data: [DONE]\n\n")

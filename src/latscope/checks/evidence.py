@@ -127,7 +127,7 @@ class RequestSample:
             return False
         if self.error_kind is ErrorKind.API_ERROR or self.error_events:
             return True
-        return self.ok and self.events == 0
+        return self.error_kind == ErrorKind.EMPTY and self.events == 0
 
     @property
     def setup_paid_ms(self) -> float | None:
@@ -211,6 +211,7 @@ class RequestSample:
             server_ms=server,
             events=len(t.events),
             error_events=sum(1 for e in t.events if e.kind is EventKind.ERROR),
+            stale_retry=t.stale_retry_error is not None,
         )
 
 
@@ -409,3 +410,4 @@ class BaselineEvidence:
     typical_max_tokens: int = 0
     failures: tuple[RequestSample, ...] = ()
     max_prompt_tokens_accepted: int | None = None
+

@@ -20,7 +20,7 @@ def describe(sample: RequestSample) -> str:
     """A short cause for one failed request: "HTTP 429 (rate limited)", "stream: connection reset by peer"…"""
     if sample.status == 429:
         return "HTTP 429 (rate limited)"
-    if sample.ok and sample.refused:
+    if sample.error_kind == ErrorKind.EMPTY and sample.refused:
         return f"HTTP {sample.status} with a stream that carried no token (the server refused the prompt)"
     if sample.error_kind is ErrorKind.HTTP_STATUS and sample.status is not None:
         message = sample.error_message or f"HTTP {sample.status}"

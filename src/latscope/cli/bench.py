@@ -21,6 +21,10 @@ from latscope.load.config import (
 from latscope.load.lengths import LengthSpecError, parse_length
 from latscope.load.slo import SloSpecError, parse_slo
 from latscope.load.workload import Workload, WorkloadSpecError, parse_class
+from latscope.timeline.redact import scrub_data
+
+#: every measured request failed
+EXIT_ALL_FAILED = 2
 
 _SPEC_ERRORS = (ArrivalSpecError, BenchConfigError, LengthSpecError, SloSpecError, WorkloadSpecError)
 
@@ -64,6 +68,7 @@ def build_config(
     timeout: str,
     spin_us: int,
     busy_poll: bool = False,
+    max_time: str | None = None,
 ) -> BenchConfig:
     """The :class:`BenchConfig` the command-line options describe (raises the spec errors on bad input)."""
     if concurrency and rate:
@@ -111,6 +116,7 @@ def build_config(
         http2=http2,
         new_connection_per_request=no_reuse,
         read_timeout_s=parse_duration_s(timeout),
+        total_timeout_s=parse_duration_s(max_time) if max_time else None,
         spin_us=spin_us,
         busy_poll=busy_poll,
     )
@@ -163,6 +169,7 @@ def build_config(
 @click.option("--temperature", type=float)
 @click.option("--drain", help="After a step's last dispatch, wait at most this long for in-flight requests.")
 @click.option("--timeout", default="120s", show_default=True, help="Longest wait for the head or between reads.")
+@click.option("--max-time", help="The longest one request may take (as curl's --max-time), e.g. 60s; default: none.")
 @click.option("--spin-us", type=int, default=1500, show_default=True, help="Pacing spin before each arrival (µs).")
 @click.option(
     "--busy-poll",
@@ -197,6 +204,9 @@ def command(
       latscope bench URL -r 5 -d 60s --slo ttft=500ms,tpot=50ms
       latscope bench URL -c 16 --class 'chat:weight=0.8,prompt=normal(200,50),output=128' \\
                                --class 'rag:weight=0.2,prompt=4000,output=256'
+
+    Exit status: 0 when requests completed (some may have failed: see the error columns); 2 when every measured
+    request failed, or for usage errors; 130 when interrupted (Ctrl-C; what was measured is saved).
     """
     from latscope.load.bench import ModelDiscoveryError, default_run_dir, load_summaries, run_bench
     from latscope.load.workers import WorkerFailed
@@ -231,8 +241,18 @@ def command(
         console.print("[yellow]interrupted before the first step started; nothing saved[/]")
         sys.exit(130)
     if as_json:
-        sys.stdout.buffer.write(orjson.dumps(result.data, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(orjson.dumps(scrub_data(result.data), option=orjson.OPT_INDENT_2) + b"\n")
     else:
         render_run(console, result.data, load_summaries(result.data), str(run_dir))
     if result.interrupted:
         sys.exit(130)
+    summaries = load_summaries(result.data)
+    measured = sum(s.overall.requests for s in summaries)
+    if measured and not any(s.overall.ok for s in summaries):
+        kinds: dict[str, int] = {}
+        for s in summaries:
+            for kind, n in s.overall.errors_by_kind.items():
+                kinds[kind] = kinds.get(kind, 0) + n
+        causes = ", ".join(f"{kind} ({n})" for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        console.print(f"[bold red]error:[/] every one of the {measured} measured requests failed: {causes}")
+        sys.exit(EXIT_ALL_FAILED)

@@ -3,12 +3,15 @@
 Without URL it starts the embedded lab (``--lab-profile naive``: the four hidden bottlenecks switched on) in a child
 process, diagnoses it, and shows how to run the lab tuned and compare.
 
-Exit status: 0 when the diagnosis ran (whatever it found); 2 for usage errors and for a target that cannot be reached
-or refuses the request as such (the message names the failed phase).
+Exit status: 0 when the diagnosis ran (whatever it found); 2 for usage errors, for a target that cannot be reached or
+refuses the request as such (the message names the failed phase), and when no experiment could measure anything
+("could not diagnose": every request refused, reset or timed out); 130 when interrupted (Ctrl-C), after writing what
+was measured.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
@@ -20,12 +23,18 @@ from rich.text import Text
 
 from latscope.cli.options import dialect_option, parse_headers, target_options
 from latscope.diagnose import DiagnoseError, Diagnosis, ProgressEvent, UnknownFindingError, diagnose
+from latscope.diagnose.context import REQUEST_TIMEOUTS
 from latscope.diagnose.plan import diagnosed_ids, select
 from latscope.dialects import get_dialect
 from latscope.report.diagnosis import diagnosis_report
+from latscope.timeline.redact import scrub_data
+from latscope.wire import Timeouts
 from latscope.wire.loop import run
 
 EXIT_USAGE = 2
+#: no check reached a verdict: nothing could be measured
+EXIT_NOT_DIAGNOSED = 2
+EXIT_INTERRUPTED = 130
 #: The port ``latscope lab`` listens on by default (see ``latscope lab --help``).
 LAB_DEFAULT_PORT = 8088
 
@@ -45,6 +54,14 @@ class _ProgressView:
             self.progress.update(task, completed=min(event.done, event.total), total=max(event.total, event.done))
         elif task is not None and event.kind == "done":
             self.progress.update(task, completed=event.total, total=event.total, description=event.experiment)
+
+
+def _timeouts(timeout: float | None, max_time: float | None) -> Timeouts:
+    """The per-request limits from ``--timeout`` (every phase) and ``--max-time`` (the whole request)."""
+    base = REQUEST_TIMEOUTS
+    if timeout is not None:
+        base = Timeouts(connect_s=timeout, tls_s=timeout, send_s=timeout, headers_s=timeout, read_s=timeout)
+    return dataclasses.replace(base, total_s=max_time)
 
 
 def _fail(console: Console, message: str) -> None:
@@ -103,6 +120,27 @@ def _compare_hint(console: Console, profile: str) -> None:
     show_default=True,
     help="Without URL: the profile of the embedded lab to diagnose.",
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Seconds per phase of a request: connect, TLS, send, the wait for the head, each gap between reads "
+    f"(default: {REQUEST_TIMEOUTS.connect_s:g} s to connect, {REQUEST_TIMEOUTS.headers_s:g} s for the head, "
+    f"{REQUEST_TIMEOUTS.read_s:g} s between reads).",
+)
+@click.option(
+    "--max-time",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="The longest one request may take, seconds (as curl's --max-time; default: no limit beyond --timeout).",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    help="The longest the whole diagnosis may take, seconds: the experiment running then is cut off, later ones are "
+    "not tested (default: each experiment has its own bound).",
+)
 def command(
     url: str | None,
     model: str | None,
@@ -115,6 +153,9 @@ def command(
     quick: bool,
     json_path: str | None,
     lab_profile: str,
+    timeout: float | None,
+    max_time: float | None,
+    budget: float | None,
 ) -> None:
     """Run the experiment battery against URL and name the bottlenecks, with their cost and the fix.
 
@@ -148,6 +189,8 @@ def command(
         "headers": headers,
         "only": only,
         "quick": quick,
+        "timeouts": _timeouts(timeout, max_time),
+        "budget_s": budget,
     }
     embedded = url is None
     if embedded and get_dialect(dialect).base_path != "/v1":
@@ -172,7 +215,10 @@ def command(
     except DiagnoseError as exc:
         _fail(console, str(exc))
         return
-    data = result.to_dict()
+    except KeyboardInterrupt:
+        console.print(Text("interrupted before the first experiment: nothing was measured", style="yellow"))
+        sys.exit(EXIT_INTERRUPTED)
+    data = scrub_data(result.to_dict())
     console.print(diagnosis_report(data))
     if embedded:
         _compare_hint(console, lab_profile)
@@ -185,3 +231,13 @@ def command(
             with open(json_path, "wb") as fh:
                 fh.write(payload)
             console.print(Text(f"wrote {json_path}", style="dim"))
+    if result.interrupted:
+        console.print(Text("interrupted: the report above is what was measured before Ctrl-C", style="yellow"))
+        sys.exit(EXIT_INTERRUPTED)
+    if not result.diagnosed:
+        reasons = sorted({o.reason for o in result.not_tested})
+        console.print(
+            Text("error: ", style="bold red")
+            + Text("could not diagnose: no experiment could measure anything (" + "; ".join(reasons[:3]) + ")")
+        )
+        sys.exit(EXIT_NOT_DIAGNOSED)

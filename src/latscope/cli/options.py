@@ -8,19 +8,51 @@ from typing import Any, TypeVar
 import click
 
 from latscope.dialects import DEFAULT_DIALECT, DIALECTS
+from latscope.timeline.redact import control_character, register_secret, register_secret_headers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def parse_headers(values: Iterable[str]) -> list[tuple[str, str]]:
-    """``--header 'Name: value'`` strings → header pairs (:class:`click.BadParameter` naming a malformed one)."""
+    """``--header 'Name: value'`` strings → header pairs. Every value is registered as a secret first (a header
+    passed by hand may carry a credential under any name), so no message, record or report shows it; a malformed
+    one is a :class:`click.BadParameter` naming its position among the ``--header`` options, never its text."""
     out: list[tuple[str, str]] = []
-    for value in values:
+    for number, value in enumerate(values, 1):
         name, sep, rest = value.partition(":")
+        register_secret(rest.strip() if sep else value)
         if not sep or not name.strip():
-            raise click.BadParameter(f"expected 'Name: value', got {value!r}", param_hint="--header")
+            raise click.BadParameter(
+                f"header {number} is not 'Name: value' (it has no name before a ':'; its text is not shown)",
+                param_hint="--header",
+            )
+        found = control_character(rest.strip())
+        if found is not None:
+            raise click.BadParameter(
+                f"the value of header {name.strip()!r} has a {found[1]} at position {found[0]} (not shown)",
+                param_hint="--header",
+            )
         out.append((name.strip(), rest.strip()))
+    register_secret_headers(out, by_hand=True)
     return out
+
+
+def _checked_api_key(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--api-key``: registered as a secret, and refused (naming the character and its position, never the key)
+    when it holds a control character — a key read from a file with CRLF line endings ends in ``\r``."""
+    if value is None:
+        return None
+    register_secret(value)
+    found = control_character(value)
+    if found is not None:
+        position, char = found
+        raise click.BadParameter(
+            f"the key has a {char} at position {position} of {len(value)} characters; the key is not shown. "
+            "Strip it (a file with CRLF line endings leaves one at the end)",
+            ctx=ctx,
+            param=param,
+        )
+    return value
 
 
 def dialect_option(func: F) -> F:
@@ -55,6 +87,7 @@ def target_options(func: F) -> F:
                 "--api-key",
                 envvar="OPENAI_API_KEY",
                 show_envvar=True,
+                callback=_checked_api_key,
                 help="Sent as 'Authorization: Bearer KEY'; never printed or saved.",
             ),
             click.option("--insecure", "-k", is_flag=True, help="Do not verify the server's TLS certificate."),

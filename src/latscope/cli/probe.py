@@ -2,32 +2,117 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
+from collections.abc import Coroutine
+from typing import Any
 
 import click
 import orjson
 from rich.console import Console
+from rich.status import Status
 from rich.text import Text
 
 from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
 from latscope.dialects import get_dialect
+from latscope.probe import SCHEMA as PROBE_SCHEMA
 from latscope.probe import ProbeError, ProbeResult, probe, ttft_side
 from latscope.report.server import server_window
 from latscope.report.waterfall import TtftSegment, requests_table, waterfall
 from latscope.signals.join import TtftSplit
-from latscope.timeline.model import Phase
+from latscope.timeline.model import Phase, Timeline
+from latscope.timeline.redact import scrub_data
+from latscope.timeline.serialize import timeline_to_dict
 from latscope.wire import Timeouts, WireError
 from latscope.wire.loop import run
 from latscope.wire.models import normalise_base_url
 
-#: exit statuses: 0 every request completed; 1 some failed; 2 none completed (or the target could not be probed)
+#: exit statuses: 0 every request completed; 1 some failed; 2 none completed (or the target could not be probed);
+#: 130 interrupted (Ctrl-C), after showing and writing what was measured
 EXIT_SOME_FAILED = 1
 EXIT_UNREACHABLE = 2
+EXIT_INTERRUPTED = 130
+#: how often the progress line is redrawn while a request runs, s
+PROGRESS_TICK_S = 0.25
+
+
+class _Waiting:
+    """The progress line while a probe runs: which request, the phase it is in, for how long."""
+
+    def __init__(self, status: Status) -> None:
+        self.status = status
+        self.current: tuple[int, int, Timeline] | None = None
+
+    def __call__(self, index: int, n: int, t: Timeline) -> None:
+        self.current = (index, n, t)
+        self.tick()
+
+    def tick(self) -> None:
+        if self.current is None:
+            return
+        index, n, t = self.current
+        since = (time.monotonic_ns() - t.started_ns) / 1e9 if t.started_ns else 0.0
+        phase = _WAITING_FOR.get(t.phase_reached(), str(t.phase_reached()))
+        if t.first_token_ns is not None:
+            phase = f"streaming ({len(t.events)} events)"
+        self.status.update(f"request {index}/{n}: {phase} · {since:.1f} s")
+
+
+_WAITING_FOR = {
+    Phase.POOL: "starting",
+    Phase.DNS: "resolving the name",
+    Phase.CONNECT: "connecting",
+    Phase.TLS: "TLS handshake",
+    Phase.SEND: "sending the request",
+    Phase.HEADERS: "waiting for the response head",
+    Phase.STREAM: "waiting for the first token",
+}
+
+
+async def _with_progress(work: Coroutine[Any, Any, ProbeResult], view: _Waiting) -> ProbeResult:
+    """Run the probe while a ticker redraws the progress line."""
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_TICK_S)
+            view.tick()
+
+    task = asyncio.create_task(ticker())
+    try:
+        return await work
+    finally:
+        task.cancel()
 
 
 def _fail(console: Console, message: str) -> None:
     console.print(Text("error: ", style="bold red") + Text(message))
     sys.exit(EXIT_UNREACHABLE)
+
+
+def _failed_dict(base_url: str, dialect: str, message: str, timeline: Timeline | None) -> dict[str, Any]:
+    """The ``--json`` document of a probe that could not start: why, and the model-list request when one was made."""
+    return {
+        "schema": PROBE_SCHEMA,
+        "target": {"base_url": base_url, "dialect": dialect},
+        "error": message,
+        "models_timeline": None if timeline is None else timeline_to_dict(timeline),
+        "requests": [],
+    }
+
+
+def _write_json(console: Console, json_path: str | None, data: dict[str, Any]) -> None:
+    """Write ``data`` (scrubbed of secrets) to ``json_path`` ('-': stdout); nothing without a path."""
+    if json_path is None:
+        return
+    payload = orjson.dumps(scrub_data(data), option=orjson.OPT_INDENT_2) + b"\n"
+    if json_path == "-":
+        sys.stdout.buffer.write(payload)
+        sys.stdout.flush()
+        return
+    with open(json_path, "wb") as fh:
+        fh.write(payload)
+    console.print(Text(f"written to {json_path}", style="dim"))
 
 
 def ttft_segments(split: TtftSplit | None) -> list[TtftSegment] | None:
@@ -79,7 +164,19 @@ def _print_result(console: Console, result: ProbeResult) -> None:
 )
 @target_options
 @click.option("--quickack", is_flag=True, help="Set TCP_QUICKACK before every read (tells Nagle from proxy buffering).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True, help="Seconds per phase.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=120.0,
+    show_default=True,
+    help="Seconds per phase: connect, TLS, send, the wait for the head, each gap between reads.",
+)
+@click.option(
+    "--max-time",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="The longest one request may take, seconds (as curl's --max-time; default: no limit beyond --timeout).",
+)
 @click.option(
     "--metrics-url",
     metavar="URL",
@@ -111,6 +208,7 @@ def command(
     api_key: str | None,
     quickack: bool,
     timeout: float,
+    max_time: float | None,
     metrics_url: str | None,
     no_metrics: bool,
     no_trace_context: bool,
@@ -140,7 +238,8 @@ def command(
       latscope probe https://api.example/v1 --no-metrics --no-trace-context
       latscope probe http://localhost:11434 --dialect ollama.chat -m llama3.2  # Ollama's native API
 
-    Exit status: 0 when every request completed, 1 when some failed, 2 when none did.
+    Exit status: 0 when every request completed, 1 when some failed, 2 when none did (or the model list could not
+    be read), 130 when interrupted (Ctrl-C; what was measured is still shown and written).
     """
     if prompt is not None and prompt_tokens is not None:
         raise click.UsageError("give --prompt or --prompt-tokens, not both")
@@ -151,45 +250,56 @@ def command(
     console = Console(stderr=to_stdout, highlight=False)
     dialect = pick_dialect(dialect, "openai.completions" if completions else None, "--completions")
     base_url = normalise_base_url(url, get_dialect(dialect).base_path)
+    timeouts = Timeouts(
+        connect_s=timeout, tls_s=timeout, send_s=timeout, headers_s=timeout, read_s=timeout, total_s=max_time
+    )
+    status = console.status("starting", spinner="dots")
+    view = _Waiting(status)
     try:
-        result = run(
-            probe(
-                base_url,
-                model=model,
-                prompt=prompt,
-                prompt_tokens=prompt_tokens,
-                max_tokens=max_tokens,
-                n=count,
-                http2=not http1,
-                verify=not insecure,
-                ca_file=ca_file,
-                headers=headers,
-                api_key=api_key,
-                dialect=dialect,
-                quickack=quickack,
-                timeouts=Timeouts(connect_s=timeout, tls_s=timeout, send_s=timeout, headers_s=timeout, read_s=timeout),
-                metrics_url=metrics_url,
-                scrape_metrics=not no_metrics,
-                trace_context=not no_trace_context,
+        with status:
+            result = run(
+                _with_progress(
+                    probe(
+                        base_url,
+                        model=model,
+                        prompt=prompt,
+                        prompt_tokens=prompt_tokens,
+                        max_tokens=max_tokens,
+                        n=count,
+                        http2=not http1,
+                        verify=not insecure,
+                        ca_file=ca_file,
+                        headers=headers,
+                        api_key=api_key,
+                        dialect=dialect,
+                        quickack=quickack,
+                        timeouts=timeouts,
+                        metrics_url=metrics_url,
+                        scrape_metrics=not no_metrics,
+                        trace_context=not no_trace_context,
+                        on_request=view,
+                    ),
+                    view,
+                )
             )
-        )
     except WireError as exc:
         where = base_url + get_dialect(dialect).models_path
-        _fail(console, f"could not list the models at {where}: {exc.phase} failed: {exc}")
+        message = f"could not list the models at {where}: {exc.phase} failed: {exc}"
+        _write_json(console, json_path, _failed_dict(base_url, dialect, message, exc.timeline))
+        _fail(console, message)
         return
     except ProbeError as exc:
+        _write_json(console, json_path, _failed_dict(base_url, dialect, str(exc), exc.timeline))
         _fail(console, str(exc))
         return
+    except KeyboardInterrupt:
+        console.print(Text("interrupted before the first request: nothing was measured", style="yellow"))
+        sys.exit(EXIT_INTERRUPTED)
     _print_result(console, result)
-    if json_path is not None:
-        data = orjson.dumps(result.to_dict(), option=orjson.OPT_INDENT_2)
-        if to_stdout:
-            sys.stdout.buffer.write(data + b"\n")
-            sys.stdout.flush()
-        else:
-            with open(json_path, "wb") as fh:
-                fh.write(data + b"\n")
-            console.print(Text(f"timelines written to {json_path}", style="dim"))
+    _write_json(console, json_path, result.to_dict())
+    if result.interrupted:
+        console.print(Text(f"interrupted after {len(result.timelines)} request(s)", style="yellow"))
+        sys.exit(EXIT_INTERRUPTED)
     if not any(t.ok for t in result.timelines):
         first = next((t.error for t in result.timelines if t.error is not None), None)
         if first is not None:

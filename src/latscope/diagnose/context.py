@@ -19,8 +19,9 @@ from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.dialects.base import Dialect, RequestSpec
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.signals.join import join_server_signals
-from latscope.timeline.model import ErrorKind, Phase, Timeline
+from latscope.timeline.model import Phase, Timeline
 from latscope.wire import Client, Timeouts
+from latscope.wire.client import CLOSED_KINDS
 
 #: Limits of one diagnose request, s: generous for a slow target, bounded so a stalled one cannot hang the run. No
 #: total limit: every phase has its own, and each experiment has a wall-clock bound (the runner's); a total limit
@@ -129,19 +130,20 @@ class Context:
     ) -> RequestSample:
         """Send one request, join the server's signals into its timeline, and return its sample.
 
-        A request that went to a kept-alive connection and lost it before anything of the response but its head
-        arrived (the server had closed it, or closed it under the request) is sent once more on a new connection, as
-        HTTP clients do for a connection that turns out closed (RFC 9112 §9.3.1): the sample is the retry's, marked
-        ``stale_retry``. Servers close after some responses without saying so — uvicorn after an unhandled
-        exception: llama-cpp-python's 500 for a body that is not JSON, its empty stream for a prompt over the context
-        — and the next request on that connection races the close (measured: it fails before the response head, or
-        gets a ``200`` head and then the close). Nothing of it was delivered, and the experiments' requests are free
-        of side effects, so repeating it costs only time.
+        A request that went to a kept-alive connection the server had closed is sent once more on a new connection:
+        by the client when nothing of a response had arrived (:func:`~latscope.wire.client.closed_before_reply`),
+        and here also when only the head had: the sample is the retry's, marked ``stale_retry``. Servers close after
+        some responses without saying so — uvicorn after an unhandled exception: llama-cpp-python's 500 for a body
+        that is not JSON, its empty stream for a prompt over the context — and the next request on that connection
+        races the close (measured: it fails before the response head, or gets a ``200`` head and then the close).
+        Nothing of it was delivered, and the experiments' requests are free of side effects, so repeating it costs
+        only time.
         """
         t = await client.request(spec, self.base_url, label=label, new_connection=new_connection, timeline=timeline)
-        self.requests_sent += 1
-        stale = is_stale_connection_failure(t)
-        if stale:
+        self.requests_sent += 1 + (t.stale_retry_error is not None)
+        stale = t.stale_retry_error is not None
+        if is_stale_connection_failure(t):
+            stale = True
             t = await client.request(spec, self.base_url, label=label, new_connection=True)
             self.requests_sent += 1
         join_server_signals(t)
@@ -193,22 +195,17 @@ class Context:
                 self.progress = None
 
 
-#: Failures that mean "the connection went away under the request" when they happen on a reused connection before
-#: any event arrived: the peer's close (FIN or RST) raced our request onto it.
-STALE_ERROR_KINDS = frozenset({ErrorKind.CLOSED, ErrorKind.RESET, ErrorKind.LOST, ErrorKind.TRUNCATED})
-STALE_ERROR_PHASES = frozenset({Phase.SEND, Phase.HEADERS, Phase.STREAM})
-
-
 def is_stale_connection_failure(t: Timeline) -> bool:
     """True when ``t`` failed on a reused connection that the server closed before delivering any of the response
-    (at most its head)."""
+    but its head (the client already sent again one that had not even the head)."""
     error = t.error
     info = t.connection
     return (
         error is not None
         and info is not None
         and info.reused
-        and error.kind in STALE_ERROR_KINDS
-        and error.phase in STALE_ERROR_PHASES
+        and t.stale_retry_error is None
+        and error.kind in CLOSED_KINDS
+        and error.phase in (Phase.HEADERS, Phase.STREAM)
         and not t.events
     )

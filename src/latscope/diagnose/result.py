@@ -63,6 +63,14 @@ class Diagnosis:
     duration_s: float = 0.0
     quick: bool = False
     checked: tuple[str, ...] = ()
+    #: Ctrl-C (or a cancellation) stopped the diagnosis: the experiments after the one running did not run
+    interrupted: bool = False
+
+    @property
+    def diagnosed(self) -> bool:
+        """True when at least one check reached a verdict (finding, clear or inconclusive); False when every one is
+        "not tested" — no experiment could measure (every request refused, reset, timed out)."""
+        return any(not isinstance(o, NotTested) for o in self.outcomes)
 
     @property
     def findings(self) -> list[Finding]:
@@ -105,4 +113,6 @@ class Diagnosis:
             "duration_s": round(self.duration_s, 3),
             "quick": self.quick,
             "checked": list(self.checked),
+            "interrupted": self.interrupted,
+            "diagnosed": self.diagnosed,
         }

@@ -19,13 +19,13 @@ from typing import Any
 from latscope.checks import CHECKS
 from latscope.checks.evidence import BaselineEvidence, ParsingEvidence, Reference
 from latscope.diagnose import plan, summary, target
-from latscope.diagnose.context import Context, ProgressCallback
+from latscope.diagnose.context import REQUEST_TIMEOUTS, Context, ProgressCallback
 from latscope.diagnose.experiments import EXPERIMENTS, Prior
 from latscope.diagnose.experiments import baseline as baseline_experiment
 from latscope.diagnose.result import Diagnosis, ExperimentRun
 from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.findings import NotTested, Outcome
-from latscope.wire.models import normalise_base_url
+from latscope.wire.models import Timeouts, normalise_base_url
 
 #: Wall-clock bound of one experiment, s (quick mode: half). Generous for a slow target; a stalled one cannot hold
 #: the run for longer.
@@ -39,22 +39,37 @@ class _Failed:
     reason: str
 
 
+class _Interrupted(Exception):
+    """The diagnosis was cancelled (Ctrl-C) during an experiment, whose run is recorded as interrupted."""
+
+
 async def _run_experiment(
     ctx: Context,
     name: str,
     planned: int,
     experiment: Callable[[], Awaitable[Any]],
     runs: list[ExperimentRun],
+    budget_left_s: float | None = None,
 ) -> Any:
-    """Run one experiment with its time bound; its evidence, or :class:`_Failed`."""
+    """Run one experiment with its time bound (and within ``budget_left_s``, what is left of the diagnosis's
+    budget); its evidence, or :class:`_Failed`. Raises :class:`_Interrupted` when cancelled."""
     ctx.begin(name, planned)
     sent_before = ctx.requests_sent
     started = time.monotonic()
     timeout = EXPERIMENT_TIMEOUT_S / 2 if ctx.quick else EXPERIMENT_TIMEOUT_S
+    budget_bound = budget_left_s is not None and budget_left_s < timeout
+    if budget_left_s is not None:
+        timeout = min(timeout, budget_left_s)
     try:
         evidence = await asyncio.wait_for(experiment(), timeout)
+    except asyncio.CancelledError:
+        elapsed = time.monotonic() - started
+        runs.append(ExperimentRun(name, "interrupted", ctx.requests_sent - sent_before, elapsed, "interrupted"))
+        ctx.finish("interrupted")
+        raise _Interrupted(name) from None
     except TimeoutError:
-        result: Any = _Failed(f"the {name} experiment ran out of its {timeout:.0f} s")
+        what = "the diagnosis's budget" if budget_bound else f"its {timeout:.0f} s"
+        result: Any = _Failed(f"the {name} experiment ran out of {what}")
         status, message = "timeout", result.reason
     except Exception as exc:  # one experiment's failure must not end the diagnosis
         result = _Failed(f"the {name} experiment failed: {exc!r}")
@@ -95,6 +110,8 @@ async def diagnose(
     only: str | Iterable[str] | None = None,
     quick: bool = False,
     progress: ProgressCallback | None = None,
+    timeouts: Timeouts | None = None,
+    budget_s: float | None = None,
 ) -> Diagnosis:
     """Diagnose the endpoint at ``base_url`` (``http[s]://host:port[/v1]`` for an OpenAI-compatible one).
 
@@ -102,7 +119,11 @@ async def diagnose(
     dialect's, ``/v1`` for OpenAI's); ``model`` defaults to the first one the server's model list names; ``api_key``
     is sent as a Bearer token and never recorded; ``headers`` go on every request; ``only`` (ids, or a
     comma-separated string) limits the checks and so the experiments; ``quick`` runs smaller experiments;
-    ``progress`` is called with :class:`~latscope.diagnose.context.ProgressEvent` objects. Raises
+    ``progress`` is called with :class:`~latscope.diagnose.context.ProgressEvent` objects; ``timeouts`` replace
+    the per-request limits (:data:`~latscope.diagnose.context.REQUEST_TIMEOUTS`; ``total_s`` is ``--max-time``);
+    ``budget_s`` bounds the whole diagnosis, s (the experiment running when it ends is cut off, the later ones are
+    not tested). Cancelled (Ctrl-C) during an experiment, it returns what was measured with ``interrupted`` set.
+    Raises
     :class:`~latscope.diagnose.plan.UnknownFindingError` for an unknown id and
     :class:`~latscope.diagnose.target.DiagnoseError` (its subclass ``TargetUnreachable`` when nothing reached the
     target) when the diagnosis cannot start; misbehaviour during the experiments only marks the affected checks
@@ -123,6 +144,7 @@ async def diagnose(
         ca_file=ca_file,
         quick=quick,
         progress=progress,
+        timeouts=timeouts if timeouts is not None else REQUEST_TIMEOUTS,
     )
     models: list[str] = []
     if not model:
@@ -131,32 +153,46 @@ async def diagnose(
     first = await target.first_contact(ctx)
     families = plan.families_for(ids)
     runs: list[ExperimentRun] = []
-    wants_sweep = any(EXPERIMENTS[family].needs_sweep for family in families)
-    base = await _run_experiment(
-        ctx,
-        "baseline",
-        baseline_experiment.planned_requests(quick, wants_sweep),
-        lambda: baseline_experiment.run(ctx, sweep=wants_sweep),
-        runs,
-    )
-    baseline = base if isinstance(base, BaselineEvidence) else None
-    reference = summary.reference(baseline)
-    max_tokens = baseline.typical_max_tokens if baseline is not None else baseline_experiment.typical_max_tokens(quick)
-    prior = Prior(baseline, max_tokens)
     evidence: dict[str, Any] = {}
-    stopped: _Failed | None = None
-    for family in families:
-        if stopped is None and runs[-1].status == "timeout" and not await target.still_answering(ctx):
-            # a target that stopped answering would make every later experiment wait out its own time bound
-            stopped = _Failed(f"the target stopped answering during the {runs[-1].name} experiment")
-        if stopped is not None:
-            evidence[family] = stopped
-            continue
-        experiment = EXPERIMENTS[family]
-        evidence[family] = await _run_experiment(
-            ctx, family, experiment.planned_requests(ctx), partial(experiment.run, ctx, prior), runs
+    deadline = None if budget_s is None else started + budget_s
+    baseline: BaselineEvidence | None = None
+    interrupted = False
+    try:
+        wants_sweep = any(EXPERIMENTS[family].needs_sweep for family in families)
+        base = await _run_experiment(
+            ctx,
+            "baseline",
+            baseline_experiment.planned_requests(quick, wants_sweep),
+            lambda: baseline_experiment.run(ctx, sweep=wants_sweep),
+            runs,
+            _left(deadline),
         )
-    outcomes = _decide(ids, evidence, reference)
+        baseline = base if isinstance(base, BaselineEvidence) else None
+        max_tokens = (
+            baseline.typical_max_tokens if baseline is not None else baseline_experiment.typical_max_tokens(quick)
+        )
+        prior = Prior(baseline, max_tokens)
+        stopped: _Failed | None = None
+        for family in families:
+            if stopped is None and runs[-1].status == "timeout" and not await target.still_answering(ctx):
+                # a target that stopped answering would make every later experiment wait out its own time bound
+                stopped = _Failed(f"the target stopped answering during the {runs[-1].name} experiment")
+            left = _left(deadline)
+            if stopped is None and left is not None and left <= 0:
+                stopped = _Failed(f"the diagnosis's budget of {budget_s:g} s ran out before this experiment")
+            if stopped is not None:
+                evidence[family] = stopped
+                continue
+            experiment = EXPERIMENTS[family]
+            evidence[family] = await _run_experiment(
+                ctx, family, experiment.planned_requests(ctx), partial(experiment.run, ctx, prior), runs, left
+            )
+    except _Interrupted as stop:
+        interrupted = True
+        for family in families:
+            if family not in evidence:
+                evidence[family] = _Failed(f"interrupted (Ctrl-C) during the {stop} experiment")
+    outcomes = _decide(ids, evidence, summary.reference(baseline))
     parsed = evidence.get("parsing")
     upload = parsed.upload_rate_bps if isinstance(parsed, ParsingEvidence) else None
     return Diagnosis(
@@ -168,4 +204,10 @@ async def diagnose(
         duration_s=time.monotonic() - started,
         quick=quick,
         checked=ids,
+        interrupted=interrupted,
     )
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds left before ``deadline`` (monotonic), None without one."""
+    return None if deadline is None else deadline - time.monotonic()

@@ -188,7 +188,8 @@ class Dialect:
     build_request: RequestBuilder
     framing: Framing
     stream_media_types: tuple[str, ...]
-    new_decoder: Callable[[], StreamDecoder]  #: a fresh stream decoder for one response body
+    #: a fresh stream decoder for one response body (keyword ``limits``: its :class:`~latscope.sse.limits.StreamLimits`)
+    new_decoder: Callable[..., StreamDecoder]
     decode_response: ResponseBodyDecoder  #: a non-streamed response body
     decode_error: ErrorBodyDecoder  #: ``(status, body, content_type)``; never raises
     parse_models: Callable[[bytes], list[str]]  #: the model ids of a ``models_path`` response

@@ -41,6 +41,7 @@ from latscope.dialects.base import (
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
 from latscope.dialects.models import parse_models
+from latscope.sse.limits import DEFAULT_LIMITS, StreamLimitError, StreamLimits
 from latscope.timeline.model import EventKind, Usage
 
 OLLAMA_CHAT = "ollama.chat"
@@ -191,7 +192,8 @@ class OllamaStreamDecoder:
     once its ``\\n`` has arrived. CRLF line endings and blank lines are accepted.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, limits: StreamLimits = DEFAULT_LIMITS) -> None:
+        self._limits = limits
         self._buffer = bytearray()
         self._offset = 0  #: stream offset of the first byte in the buffer
         self._line_number = 0
@@ -215,6 +217,12 @@ class OllamaStreamDecoder:
             start = end + 1
         del self._buffer[:start]
         self._offset += start
+        if len(self._buffer) > self._limits.max_line_bytes:
+            raise StreamLimitError(
+                f"an NDJSON line grew past {self._limits.max_line_bytes} bytes without ending (the line limit; it "
+                f"starts at byte {self._offset} of the stream)",
+                "max_line_bytes",
+            )
         return chunks
 
     def close(self) -> list[Chunk]:

@@ -49,6 +49,7 @@ from latscope.dialects.base import (
 )
 from latscope.dialects.errors import api_error_from, api_error_from_text, decode_error_body
 from latscope.dialects.models import parse_models
+from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.sse.parser import SSEEvent, SSEParser
 from latscope.timeline.model import EventKind, Usage
 
@@ -221,14 +222,14 @@ class OpenAIStreamDecoder:
         "mode",
     )
 
-    def __init__(self, mode: str = "chat") -> None:
+    def __init__(self, mode: str = "chat", *, limits: StreamLimits = DEFAULT_LIMITS) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown OpenAI mode {mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
         self._chat = mode == "chat"
         # the mode's hot path, kept as a plain function (a bound method stored on self would be a reference cycle)
         self._plain = _plain_chat if self._chat else _plain_completions
-        self._sse = SSEParser()
+        self._sse = SSEParser(limits)
         self._warnings: list[str] = []
         self._done = False
         self._closed = False

@@ -41,6 +41,7 @@ from latscope.load.records import (
     prime_conversions,
 )
 from latscope.timeline.model import Timeline
+from latscope.timeline.redact import scrub_data
 
 RUN_SCHEMA = "latscope.bench/1"
 RUN_JSON = "run.json"
@@ -183,7 +184,7 @@ def merge_parts(run_dir: Path) -> tuple[int, int]:
 
 def write_run_json(run_dir: Path, data: dict[str, Any]) -> Path:
     """Write ``run.json`` atomically (``schema`` added); return its path."""
-    payload = {"schema": RUN_SCHEMA, **data}
+    payload = scrub_data({"schema": RUN_SCHEMA, **data})
     path = run_dir / RUN_JSON
     tmp = path.with_suffix(".json.tmp")
     tmp.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))

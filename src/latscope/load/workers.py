@@ -31,6 +31,7 @@ from typing import Any
 
 from latscope.load.config import BenchConfig
 from latscope.load.runner import Assignment, StepWorker, WorkerCounters, WorkerResult
+from latscope.timeline.redact import register_secret_headers
 
 #: Between "all workers ready" and the common start, ns: long enough for the start message to reach every worker
 #: and for each to arm its timer, short enough not to be noticed.
@@ -74,6 +75,8 @@ def worker_main(conn: multiprocessing.connection.Connection, payload: WorkerPayl
         from latscope.wire.loop import run
 
         raise_fd_limit()
+        # the headers are the user's (-H, --api-key): secrets in this process too, for every message it records
+        register_secret_headers(payload.headers, by_hand=True)
         config = BenchConfig.from_dict(payload.config, headers=payload.headers)
         result = run(_worker_async(conn, config, payload))
         if result is not None:

@@ -160,8 +160,12 @@ def diagnosis_report(data: Mapping[str, Any]) -> RenderableType:
     if findings:
         parts.append(Text(f"{len(findings)} finding(s), most costly first", style="bold"))
         parts += [finding_panel(f, i) for i, f in enumerate(findings, start=1)]
+    elif data.get("diagnosed") is False:
+        parts.append(Text("Could not diagnose: no check could measure anything (see Not tested).", style="bold red"))
     else:
         parts.append(Text("No bottleneck found among the checks that ran.", style="bold green"))
+    if data.get("interrupted"):
+        parts.append(Text("Interrupted: the experiments after the one running were not run.", style="bold yellow"))
     skipped = [*data.get("not_tested", []), *data.get("inconclusive", [])]
     if data.get("not_tested"):
         parts.append(_reasons_table("Not tested", data["not_tested"], "yellow"))

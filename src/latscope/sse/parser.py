@@ -42,6 +42,8 @@ from itertools import accumulate, compress, count, repeat
 from operator import add, itemgetter, ne, not_
 from typing import Any, NamedTuple
 
+from latscope.sse.limits import DEFAULT_LIMITS, StreamLimitError, StreamLimits
+
 _BOM = b"\xef\xbb\xbf"
 _LF = 0x0A
 _CR = 0x0D
@@ -113,12 +115,14 @@ class SSEParser:
         "_closed",
         "_cr_pending",
         "_data",
+        "_data_bytes",
         "_general",
         "_pending_start",
         "_plain",
         "_single_end",
         "_spans",
         "_tail",
+        "_tail_bytes",
         "_tail_offset",
         "_type",
         "_typed",
@@ -128,10 +132,12 @@ class SSEParser:
         "events",
         "invalid_utf8_offsets",
         "last_event_id",
+        "limits",
         "retry_ms",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, limits: StreamLimits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
         self.invalid_utf8_offsets: list[int] = []
         self.comments = 0
         self.events = 0
@@ -141,9 +147,11 @@ class SSEParser:
         self.discarded_bytes = 0
         self._bom_head: bytes | None = b""  # the first bytes while the BOM is undecided; None once decided
         self._tail: list[bytes] = []  # pieces of the incomplete last line, joined when its ending arrives
+        self._tail_bytes = 0  # their total length (bounded by limits.max_line_bytes)
         self._tail_offset = 0  # stream offset of the first byte not yet consumed as a complete line
         self._cr_pending = False  # the last byte seen ended a line with CR: an LF right after belongs to it
         self._data: list[str] = []  # the data buffer, as its values (joined with LF at dispatch)
+        self._data_bytes = 0  # the unfinished event's field lines as sent, bytes (bounded by limits.max_event_bytes)
         self._type = ""  # the event type buffer
         self._pending_start: int | None = None  # offset of the first field line of the unfinished event
         self._plain = False  # between events with nothing pending: the single-event fast path applies
@@ -268,6 +276,7 @@ class SSEParser:
         self._plain = False
         tail = self._bom_head if self._bom_head is not None else b"".join(self._tail)
         self._tail.clear()
+        self._tail_bytes = 0
         start = self._pending_start
         # An incomplete last line is not a line (the spec's lines end with an end-of-line); it only counts as part of
         # an unfinished event, unless it is a comment.
@@ -275,6 +284,7 @@ class SSEParser:
             start = self._tail_offset
         self.discarded_bytes = self.bytes_fed - start if start is not None else 0
         self._data = []
+        self._data_bytes = 0
         self._type = ""
         self._pending_start = None
         return []
@@ -312,11 +322,15 @@ class SSEParser:
         tail = self._tail
         if _LF not in data and _CR not in data:
             tail.append(data)  # no line ended: keep the pieces and join once (linear for long lines read slowly)
+            self._tail_bytes += len(data)
+            if self._tail_bytes > self.limits.max_line_bytes:
+                self._line_too_long()
             return False
         if tail:
             tail.append(data)
             chunk = b"".join(tail)
             tail.clear()
+            self._tail_bytes = 0
         else:
             chunk = data
         if _CR not in chunk:
@@ -379,7 +393,7 @@ class SSEParser:
             i, pos = self._fast_run(lines, i, last, crlf, pos, out)
         i, pos = self._lines(lines, i, last, crlf, pos, out, until_idle=False)
         if lines[last]:
-            self._tail.append(lines[last])
+            self._hold(lines[last])
         self._tail_offset = pos
 
     def _lines(
@@ -453,7 +467,7 @@ class SSEParser:
         lines = chunk.splitlines(keepends=True)  # bytes.splitlines splits on exactly CRLF, LF and CR
         last = lines[-1]
         if last[-1] != _LF and last[-1] != _CR:
-            self._tail.append(lines.pop())
+            self._hold(lines.pop())
         for raw in lines:
             end = pos + len(raw)
             line = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
@@ -466,6 +480,21 @@ class SSEParser:
         self._cr_pending = not self._tail and last[-1] == _CR
         self._tail_offset = pos
 
+    def _hold(self, piece: bytes) -> None:
+        """Keep ``piece``, the start of a line whose end has not arrived (the tail is empty here)."""
+        self._tail.append(piece)
+        self._tail_bytes = len(piece)
+        if self._tail_bytes > self.limits.max_line_bytes:
+            self._line_too_long()
+
+    def _line_too_long(self) -> None:
+        limit = self.limits.max_line_bytes
+        raise StreamLimitError(
+            f"an event-stream line grew past {limit} bytes without ending (the line limit; it starts at byte "
+            f"{self._tail_offset} of the stream)",
+            "max_line_bytes",
+        )
+
     # -- the spec's steps --------------------------------------------------------------------------------------
 
     def _field(self, line: bytes, start: int) -> None:
@@ -475,6 +504,15 @@ class SSEParser:
             return
         if self._pending_start is None:
             self._pending_start = start
+        # the event's size as sent, every field line and its ending: what holding it costs (a short `data:` line
+        # becomes a list entry and a string)
+        self._data_bytes += len(line) + 1
+        if self._data_bytes > self.limits.max_event_bytes:
+            raise StreamLimitError(
+                f"an event grew past {self.limits.max_event_bytes} bytes over {len(self._data) + 1} field lines "
+                f"without ending (the event limit; it starts at byte {self._pending_start} of the stream)",
+                "max_event_bytes",
+            )
         colon = line.find(b":")
         if colon < 0:
             name, raw = line, b""
@@ -500,6 +538,7 @@ class SSEParser:
     def _dispatch(self, end: int, out: list[Any]) -> None:
         """A blank line whose first line-ending byte ends at stream offset ``end`` (spec: "dispatch the event")."""
         self._pending_start = None
+        self._data_bytes = 0
         if not self._data:
             self._type = ""
             return
@@ -509,6 +548,7 @@ class SSEParser:
         if kind != "message":
             self._typed = True
         self._data = []
+        self._data_bytes = 0
         self._type = ""
 
     def _decode(self, raw: bytes, start: int) -> str:

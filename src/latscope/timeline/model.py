@@ -66,6 +66,9 @@ class ErrorKind(StrEnum):
     CONTENT_TYPE = "content-type"  #: a streamed request was answered with something other than a stream
     API_ERROR = "api-error"  #: the stream or the body carried an error object instead of a result
     DECODE = "decode"  #: the stream could not be decoded (invalid JSON, invalid framing)
+    EMPTY = "empty"  #: a 2xx stream ended without a single token (an empty body, or events with no token in them)
+    ENCODING = "encoding"  #: the body came in a content encoding the client cannot decode
+    LIMIT = "limit"  #: the response exceeded one of the client's limits (a line, an event, the body's size)
     CANCELLED = "cancelled"  #: the caller cancelled the request (a load step ended, Ctrl-C)
     INTERNAL = "internal"  #: a bug in latscope: the timeline keeps what was measured before it
 
@@ -290,6 +293,10 @@ class Timeline:
     server_fields: dict[str, object] = field(default_factory=dict)  #: raw server timing objects (``timings`` …)
     error: RequestError | None = None
     warnings: list[str] = field(default_factory=list)  #: non-fatal oddities (no ``[DONE]``, unknown event shapes)
+    #: the error of a first attempt that went to a kept-alive connection the server had already closed (it failed
+    #: before any byte of a response arrived); the request was sent once more on a new connection, and this timeline
+    #: records that attempt (RFC 9112 §9.3.1)
+    stale_retry_error: RequestError | None = None
 
     @property
     def ok(self) -> bool:

@@ -28,7 +28,7 @@ from latscope.timeline.model import (
     Timeline,
     Usage,
 )
-from latscope.timeline.redact import redact_headers, redact_url
+from latscope.timeline.redact import redact_headers, redact_url, scrub
 
 SCHEMA = "latscope.timeline/1"
 
@@ -82,19 +82,28 @@ def timeline_to_dict(t: Timeline) -> dict[str, Any]:
     out["usage"] = None if t.usage is None else {f.name: getattr(t.usage, f.name) for f in fields(Usage)}
     out["server"] = [{"name": m.name, "ms": m.ms, "source": m.source} for m in t.server]
     out["server_fields"] = t.server_fields
-    out["error"] = (
-        None
-        if t.error is None
-        else {
-            "phase": str(t.error.phase),
-            "kind": str(t.error.kind),
-            "message": t.error.message,
-            "at_ns": t.error.at_ns,
-            "status": t.error.status,
-        }
-    )
-    out["warnings"] = list(t.warnings)
+    out["error"] = _error_to_dict(t.error)
+    out["warnings"] = [scrub(w) for w in t.warnings]
+    out["stale_retry_error"] = _error_to_dict(t.stale_retry_error)
     return out
+
+
+def _error_to_dict(err: RequestError | None) -> dict[str, Any] | None:
+    if err is None:
+        return None
+    return {
+        "phase": str(err.phase),
+        "kind": str(err.kind),
+        "message": scrub(err.message),
+        "at_ns": err.at_ns,
+        "status": err.status,
+    }
+
+
+def _error_from_dict(err: dict[str, Any] | None) -> RequestError | None:
+    if err is None:
+        return None
+    return RequestError(Phase(err["phase"]), ErrorKind(err["kind"]), err["message"], err["at_ns"], err.get("status"))
 
 
 def timeline_from_dict(data: dict[str, Any]) -> Timeline:
@@ -133,12 +142,9 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
         t.usage = None if usage is None else Usage(**usage)
         t.server = [ServerMeasure(m["name"], float(m["ms"]), m["source"]) for m in data.get("server") or []]
         t.server_fields = dict(data.get("server_fields") or {})
-        err = data.get("error")
-        if err is not None:
-            t.error = RequestError(
-                Phase(err["phase"]), ErrorKind(err["kind"]), err["message"], err["at_ns"], err.get("status")
-            )
+        t.error = _error_from_dict(data.get("error"))
         t.warnings = list(data.get("warnings") or [])
+        t.stale_retry_error = _error_from_dict(data.get("stale_retry_error"))  # absent in older records
     except TimelineFormatError:
         raise
     except (KeyError, TypeError, ValueError) as exc:

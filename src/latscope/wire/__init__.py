@@ -19,12 +19,13 @@ from latscope.wire.errors import (
     check,
 )
 from latscope.wire.loop import new_event_loop, run
-from latscope.wire.models import Origin, OriginStats, Response, Timeouts
+from latscope.wire.models import Limits, Origin, OriginStats, Response, Timeouts
 
 __all__ = [
     "Client",
     "ConnectError",
     "DNSError",
+    "Limits",
     "ModelListError",
     "Origin",
     "OriginStats",

@@ -24,9 +24,10 @@ from latscope.dialects.errors import decode_error_body
 from latscope.timeline.model import ErrorKind, Phase, Timeline
 from latscope.timeline.redact import redact_url
 from latscope.wire.connection import Connection, open_connection
+from latscope.wire.encoding import STREAM_ACCEPT_ENCODING
 from latscope.wire.errors import ModelListError, WireError, make_error, timeout_error
 from latscope.wire.exchange import Exchange
-from latscope.wire.models import Origin, OriginStats, Response, Timeouts, join_url, split_url
+from latscope.wire.models import Limits, Origin, OriginStats, Response, Timeouts, join_url, split_url
 from latscope.wire.pool import ConnectionPool
 from latscope.wire.request import BODY_METHODS, HeaderSet, Outgoing, merge_headers
 from latscope.wire.tcpinfo import send_backlog
@@ -48,6 +49,25 @@ SSE_TYPES: tuple[str, ...] = ("text/event-stream",)
 
 #: the spec headers of :meth:`Client.get`
 _ACCEPT_ANY = (("accept", "*/*"),)
+
+
+#: Failures that mean the connection went away under the request: the peer's close (FIN or RST) raced it.
+CLOSED_KINDS = frozenset({ErrorKind.CLOSED, ErrorKind.RESET, ErrorKind.LOST, ErrorKind.TRUNCATED})
+
+
+def closed_before_reply(t: Timeline) -> bool:
+    """True when ``t`` went to a kept-alive connection that turned out closed before any byte of a response came:
+    the case an HTTP client may send again on a new connection."""
+    error = t.error
+    info = t.connection
+    return (
+        error is not None
+        and info is not None
+        and info.reused
+        and error.kind in CLOSED_KINDS
+        and error.phase in (Phase.SEND, Phase.HEADERS)
+        and t.first_byte_ns is None
+    )
 
 
 def asks_for_stream(spec: RequestSpec) -> bool:
@@ -73,7 +93,10 @@ class Client:
     every read), the mode a reused keep-alive connection is in, so a server's Nagle holding shows on fresh
     connections too (Linux only; ``ConnectionInfo.delayed_ack`` says whether it was applied); ``headers`` go on
     every request (per-call headers override them by name); ``keep_text`` keeps the generated text in
-    ``Timeline.output_text``; ``trace_context`` sends a fresh W3C ``traceparent`` with each request.
+    ``Timeline.output_text``; ``trace_context`` sends a fresh W3C ``traceparent`` with each request; ``limits``
+    bound what one response may make the client hold (:class:`~latscope.wire.models.Limits`). Streamed requests ask
+    for ``Accept-Encoding: identity`` (a compressed stream holds tokens back); one that comes compressed anyway is
+    decoded and the timeline warns.
     """
 
     def __init__(
@@ -85,6 +108,7 @@ class Client:
         quickack: bool = False,
         delayed_ack: bool = False,
         timeouts: Timeouts = Timeouts(),  # noqa: B008 - frozen, so one shared default is safe
+        limits: Limits = Limits(),  # noqa: B008 - frozen too
         max_connections_per_origin: int = 256,
         headers: Sequence[tuple[str, str]] = (),
         keep_text: bool = False,
@@ -100,6 +124,7 @@ class Client:
         self.quickack = quickack
         self.delayed_ack = delayed_ack
         self.timeouts = timeouts
+        self.limits = limits
         self.headers = list(headers)
         self.keep_text = keep_text
         self.trace_context = trace_context
@@ -138,8 +163,32 @@ class Client:
         non-streamed one is decoded whole; error bodies with the dialect's error decoder. ``new_connection`` forces a
         fresh connection (still offering the saved TLS session). ``scheduled_ns`` is when a load generator meant to
         send it; ``timeline`` lets the caller pass the record to fill (it is returned).
+
+        A request that went to a kept-alive connection the server had already closed, and failed before any byte of
+        a response arrived, is sent once more on a new connection (RFC 9112 §9.3.1: nothing of it was processed);
+        the timeline records that attempt, with the first one's error in ``stale_retry_error``.
         """
         t = timeline if timeline is not None else Timeline()
+        await self._attempt(t, spec, base_url, decoder, headers, new_connection, label, scheduled_ns)
+        if closed_before_reply(t):
+            first = t.error
+            t.__init__()  # type: ignore[misc]  # the same record, emptied: the caller may hold it
+            await self._attempt(t, spec, base_url, decoder, headers, True, label, scheduled_ns)
+            t.stale_retry_error = first
+        return t
+
+    async def _attempt(
+        self,
+        t: Timeline,
+        spec: RequestSpec,
+        base_url: str,
+        decoder: StreamDecoder | None,
+        headers: Sequence[tuple[str, str]],
+        new_connection: bool,
+        label: str | None,
+        scheduled_ns: int | None,
+    ) -> None:
+        """One attempt of :meth:`request`, recorded into ``t``."""
         target = self._targets.get((base_url, spec.path))
         if target is None:
             self._prepare_tls(base_url)
@@ -159,19 +208,26 @@ class Client:
             except WireError as err:
                 t.error = err.to_record()
                 t.ended_ns = t.error.at_ns
-                return t
+                return
         else:
             t.url = target[0]
         origin, path = target[1], target[2]
         dialect = DIALECTS.get(spec.dialect) if spec.dialect else None
         streamed = decoder is not None or asks_for_stream(spec)
-        header_set = self._header_set(origin, path, spec.method, spec.headers, headers, len(spec.body))
+        try:
+            header_set = self._header_set(
+                origin, path, spec.method, spec.headers, headers, len(spec.body), streamed=streamed
+            )
+        except WireError as err:
+            t.error = err.to_record()
+            t.ended_ns = t.error.at_ns
+            return
         request_headers = header_set.fill(len(spec.body), t)
         if dialect is None:
             error_decoder, body_decoder, stream_types, framing = self.error_decoder, None, SSE_TYPES, Framing.SSE
         else:
             if streamed and decoder is None:
-                decoder = dialect.new_decoder()
+                decoder = dialect.new_decoder(limits=self.limits.stream)
             error_decoder, stream_types, framing = dialect.decode_error, dialect.stream_media_types, dialect.framing
             body_decoder = None if streamed else dialect.decode_response
         exchange = Exchange(
@@ -183,12 +239,12 @@ class Client:
             body_decoder=body_decoder,
             stream_types=stream_types,
             framing=framing,
+            max_body_bytes=self.limits.max_body_bytes,
             loop=self._running_loop(),
         )
         await self._exchange(
             origin, Outgoing(spec.method, path, request_headers, spec.body, header_set), exchange, new_connection
         )
-        return t
 
     async def get(self, url: str, *, headers: Sequence[tuple[str, str]] = ()) -> Response:
         """GET ``url`` with the whole body kept (``/v1/models``, ``/metrics``). Raises
@@ -202,7 +258,11 @@ class Client:
         except WireError as err:
             err.timeline = t
             raise
-        header_set = self._header_set(origin, target, "GET", _ACCEPT_ANY, headers, 0)
+        try:
+            header_set = self._header_set(origin, target, "GET", _ACCEPT_ANY, headers, 0)
+        except WireError as err:
+            err.timeline = t
+            raise
         request_headers = header_set.fill(0, t)
         exchange = Exchange(t, decoder=None, streamed=False, keep_body=True, error_decoder=self.error_decoder)
         await self._exchange(origin, Outgoing("GET", target, request_headers, b"", header_set), exchange, False)
@@ -328,10 +388,12 @@ class Client:
         spec_headers: Sequence[tuple[str, str]],
         call_headers: Sequence[tuple[str, str]],
         body_bytes: int,
+        *,
+        streamed: bool = False,
     ) -> HeaderSet:
-        """The request's header set: Host and User-Agent, then the spec's, the client's and the call's headers (later
-        names replace earlier ones), Content-Length, and a slot for a fresh ``traceparent``. Merged once per
-        combination and remembered (see :mod:`latscope.wire.request`)."""
+        """The request's header set: Host and User-Agent, ``Accept-Encoding: identity`` for a stream, then the
+        spec's, the client's and the call's headers (later names replace earlier ones), Content-Length, and a slot for
+        a fresh ``traceparent``. Merged once per combination and remembered (see :mod:`latscope.wire.request`)."""
         with_length = body_bytes > 0 or method in BODY_METHODS
         try:
             key: tuple[object, ...] = (
@@ -343,6 +405,7 @@ class Client:
                 tuple(call_headers),
                 with_length,
                 self.trace_context,
+                streamed,
             )
             found = self._header_sets.get(key)
         except TypeError:  # an unhashable header (a list pair): merged for this request only
@@ -352,7 +415,7 @@ class Client:
         header_set = merge_headers(
             ("Host", origin.authority),
             USER_AGENT,
-            (spec_headers, self.headers, call_headers),
+            ((STREAM_ACCEPT_ENCODING,) if streamed else (), spec_headers, self.headers, call_headers),
             with_length=with_length,
             trace_context=self.trace_context,
         )

@@ -14,6 +14,7 @@ import ssl
 import time
 
 from latscope.timeline.model import ErrorKind, Phase, RequestError, Timeline
+from latscope.timeline.redact import scrub
 
 
 class WireError(Exception):
@@ -29,6 +30,7 @@ class WireError(Exception):
         status: int | None = None,
         timeline: Timeline | None = None,
     ) -> None:
+        message = scrub(message)  # a library's message may quote the header it refused
         super().__init__(message)
         self.message = message
         self.phase = phase
@@ -95,6 +97,7 @@ class ModelListError(Exception):
     says which URL answered what; ``timeline`` is that request's."""
 
     def __init__(self, message: str, timeline: Timeline) -> None:
+        message = scrub(message)
         super().__init__(message)
         self.message = message
         self.timeline = timeline
@@ -113,7 +116,7 @@ def fail_unfinished(t: Timeline, kind: ErrorKind, message: str) -> None:
     if not t.started_ns:
         t.started_ns = now
     if t.error is None:
-        t.error = RequestError(t.phase_reached(), kind, message, now)
+        t.error = RequestError(t.phase_reached(), kind, scrub(message), now)
     if t.ended_ns is None:
         t.ended_ns = now
 

@@ -25,8 +25,11 @@ from latscope.dialects.base import (
     StreamDecodeError,
     StreamDecoder,
 )
+from latscope.sse.limits import StreamLimitError
 from latscope.timeline.model import ErrorKind, EventKind, Phase, StreamEvent, Timeline, Usage
+from latscope.wire.encoding import Decompress, UnsupportedEncoding, decoder_for
 from latscope.wire.errors import WireError, lost_error, make_error
+from latscope.wire.models import DEFAULT_MAX_BODY_BYTES
 
 #: error bodies are kept up to this size for decoding; the rest is counted, not kept (an HTML error page from a
 #: proxy can be large, and the message is always at the start).
@@ -76,9 +79,11 @@ class Exchange:
     __slots__ = (
         "_body_decoder",
         "_decoder",
+        "_decompress",
         "_error_decoder",
         "_feed",
         "_framing",
+        "_max_body_bytes",
         "_mode",
         "_pending_error",
         "_text_parts",
@@ -109,6 +114,7 @@ class Exchange:
         body_decoder: ResponseBodyDecoder | None = None,
         stream_types: tuple[str, ...] = ("text/event-stream",),
         framing: Framing = Framing.SSE,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         if loop is None:
@@ -134,6 +140,8 @@ class Exchange:
         self._mode = _COUNT
         self._pending_error: WireError | None = None
         self._text_parts: list[str] = []
+        self._decompress: Decompress | None = None
+        self._max_body_bytes = max_body_bytes
 
     # --- fed by the HTTP layer ----------------------------------------------------------------------------------
 
@@ -146,6 +154,9 @@ class Exchange:
         joined = join_fields(headers)
         t.response_headers = joined
         ctype = joined.get("content-type")
+        encoding = joined.get("content-encoding")
+        if encoding is not None and not self._decoding(encoding):
+            return
         if status >= 400:
             self._mode = _ERROR_BODY
         elif self.keep_body:
@@ -173,6 +184,13 @@ class Exchange:
     def body(self, data: bytes, at_ns: int, read_index: int) -> None:
         """Body bytes (framing removed) from the read ``read_index`` stamped ``at_ns``. The hot path."""
         self.body_bytes += len(data)
+        if self.body_bytes > self._max_body_bytes:
+            self._over_body_limit(at_ns)
+            return
+        if self._decompress is not None:
+            data = self._inflate(data, at_ns)
+            if self.finished:
+                return
         feed = self._feed
         if feed is None:
             mode = self._mode
@@ -198,6 +216,9 @@ class Exchange:
                 self._record(before, at_ns, read_index)
             self._decode_failed(exc, at_ns)
             return
+        except StreamLimitError as exc:
+            self.fail(make_error(str(exc), phase=Phase.STREAM, kind=ErrorKind.LIMIT), at_ns)
+            return
         if chunks:
             self._record(chunks, at_ns, read_index)
 
@@ -219,6 +240,8 @@ class Exchange:
                 return
             if chunks:
                 self._record(chunks, at_ns, len(self.reads) - 1)
+            if t.first_token_ns is None and self._pending_error is None and 200 <= (t.status or 0) < 300:
+                self._pending_error = self._empty_stream_error()
         if self._mode == _DECODE_BODY:
             self._decode_body(at_ns)
         if self._mode == _ERROR_BODY:
@@ -339,6 +362,60 @@ class Exchange:
         if self.keep_text and text:
             self._text_parts.append(text)
 
+    def _decoding(self, encoding: str) -> bool:
+        """Prepare to undo the response's ``Content-Encoding``; False (and the request failed) when it cannot be."""
+        try:
+            self._decompress = decoder_for(encoding)
+        except UnsupportedEncoding as exc:
+            self.fail(
+                make_error(f"{exc} (the request asked for identity)", phase=Phase.HEADERS, kind=ErrorKind.ENCODING),
+                self.timeline.headers_received_ns or 0,
+            )
+            return False
+        if self._decompress is not None and self.streamed:
+            self.timeline.warnings.append(
+                f"the server compressed the stream ({encoding}) although the request asked for identity: a "
+                "compressor holds tokens back until it emits a block; latscope decoded it"
+            )
+        return True
+
+    def _inflate(self, data: bytes, at_ns: int) -> bytes:
+        assert self._decompress is not None
+        try:
+            return self._decompress(data)
+        except Exception as exc:  # zlib.error, brotli.error, zstandard.ZstdError: the body is not what it says
+            encoding = self.timeline.response_headers.get("content-encoding")
+            self.fail(
+                make_error(
+                    f"the body does not decode as its content encoding {encoding!r} says (after {self.body_bytes} "
+                    f"bytes): {exc}",
+                    phase=Phase.STREAM,
+                    kind=ErrorKind.ENCODING,
+                ),
+                at_ns,
+            )
+            return b""
+
+    def _over_body_limit(self, at_ns: int) -> None:
+        self.fail(
+            make_error(
+                f"the response body grew past {self._max_body_bytes} bytes (the body limit) after {len(self.events)} "
+                "events",
+                phase=Phase.STREAM,
+                kind=ErrorKind.LIMIT,
+            ),
+            at_ns,
+        )
+
+    def _empty_stream_error(self) -> WireError:
+        """A 2xx stream that ended without a token: say what it did carry."""
+        kinds = sorted({str(e.kind) for e in self.events})
+        if not self.events:
+            what = "an empty body" if not self.body_bytes else f"{self.body_bytes} bytes and not one event"
+        else:
+            what = f"{len(self.events)} events ({', '.join(kinds)}) and no token"
+        return make_error(f"the stream ended without a token: {what}", phase=Phase.STREAM, kind=ErrorKind.EMPTY)
+
     def _decode_failed(self, exc: StreamDecodeError, at_ns: int) -> None:
         self.fail(make_error(str(exc), phase=Phase.STREAM, kind=ErrorKind.DECODE), at_ns)
 
@@ -354,6 +431,11 @@ class Exchange:
                 message = None
         if not message:
             message = body[:200].decode("utf-8", "replace").strip() or "(empty body)"
+        retry_after = self.timeline.response_headers.get("retry-after")
+        if retry_after:
+            # what a rate limit or an overloaded server asks the client to wait (seconds, or an HTTP date)
+            wait = f"{retry_after} s" if retry_after.strip().isdigit() else retry_after
+            message = f"{message} (Retry-After: {wait})"
         return make_error(f"HTTP {status}: {message}", phase=Phase.HEADERS, kind=ErrorKind.HTTP_STATUS, status=status)
 
     def _finish(self, at_ns: int) -> None:

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from latscope.sse.limits import DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_LINE_BYTES, StreamLimits
 from latscope.timeline.model import ErrorKind, Phase, Timeline
 from latscope.wire.errors import make_error
 
@@ -75,6 +76,27 @@ class Timeouts:
     headers_s: float = 120.0
     read_s: float = 120.0
     total_s: float | None = None
+
+
+#: The most body bytes one response may carry, by default (framing removed, before any content decoding).
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How much of one response the client takes, in bytes; past a limit the request fails with kind "limit" and
+    keeps what came before. ``max_line_bytes`` / ``max_event_bytes`` bound what a stream decoder holds (see
+    :mod:`latscope.sse.limits`); ``max_body_bytes`` the whole body (an endless stream ends there even without
+    ``Timeouts.total_s``). The response head has its own bound in the HTTP layer."""
+
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+    @property
+    def stream(self) -> StreamLimits:
+        """The stream decoder's part."""
+        return StreamLimits(self.max_line_bytes, self.max_event_bytes)
 
 
 def normalise_base_url(url: str, default_path: str = "/v1") -> str:

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from latscope.timeline.model import Timeline
-from latscope.timeline.redact import redact_headers
+from latscope.timeline.model import ErrorKind, Phase, Timeline
+from latscope.timeline.redact import control_character, is_secret_header, redact_headers, register_secret_headers
+from latscope.wire.errors import make_error
 from latscope.wire.trace import new_traceparent
 
 #: request bodies up to this size go out in the same write as the head: one system call and, with TCP_NODELAY, one
@@ -95,11 +96,28 @@ def merge_headers(
 ) -> HeaderSet:
     """Host and User-Agent, then each source's fields in turn (a later name replaces an earlier one, keeping its
     place), Content-Length when ``with_length``, and a ``traceparent`` slot unless a source set one (or
-    ``trace_context`` is off). Transfer-Encoding is dropped: the body is sent whole, with a length."""
+    ``trace_context`` is off). Transfer-Encoding is dropped: the body is sent whole, with a length.
+
+    Raises an ``invalid-request`` :class:`~latscope.wire.errors.WireError` for a field value with a control character
+    (naming the field, the character and its position, never the value); the values of credential-named fields are
+    registered as secrets (:func:`~latscope.timeline.redact.register_secret_headers`) before anything can echo them.
+    """
     merged: dict[str, tuple[str, str]] = {"host": host, "user-agent": ("User-Agent", user_agent)}
     for source in sources:
         for name, value in source:
             merged[name.lower()] = (name, value)
+    register_secret_headers(merged.values())
+    for name, value in merged.values():
+        found = control_character(value)
+        if found is not None:
+            position, char = found
+            shown = "its value is not shown" if is_secret_header(name) else f"value {value!r}"
+            raise make_error(
+                f"invalid request: header {name!r} has a {char} at position {position} of its value, which HTTP "
+                f"does not allow ({shown}; a key read from a file with CRLF line endings ends in one)",
+                phase=Phase.SEND,
+                kind=ErrorKind.INVALID_REQUEST,
+            )
     if with_length:
         merged["content-length"] = ("Content-Length", "0")
     merged.pop("transfer-encoding", None)

@@ -1,4 +1,4 @@
-"""The check registry covers the seven finding ids diagnose decides, each with a catalogued title and fix."""
+"""The check registry covers the twelve finding ids diagnose decides, each with a catalogued title and fix."""
 
 from __future__ import annotations
 
@@ -15,6 +15,21 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "queue-head-of-line",
         "stream-coalescing-nagle",
         "stream-proxy-buffering",
+        "batching-window",
+        "prefill-superlinear",
+        "capacity-saturation",
+        "kv-cache-pressure",
+        "decode-host-overhead",
     }
     assert all(c.id in CATALOGUE for c in CHECKS.values())
-    assert {c.family for c in CHECKS.values()} == {"connection", "parsing", "queueing", "streaming"}
+    assert {c.family for c in CHECKS.values()} == {
+        "connection",
+        "parsing",
+        "queueing",
+        "batching",
+        "prefill",
+        "saturation",
+        "kvcache",
+        "sampling",
+        "streaming",
+    }

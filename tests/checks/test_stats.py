@@ -52,3 +52,16 @@ def test_fit_line_needs_two_distinct_x() -> None:
     assert fit_line([1.0, 1.0], [2.0, 3.0]) is None
     two = fit_line([0.0, 1.0], [0.0, 1.0])
     assert two is not None and two.slope_se is None
+
+
+def test_quadratic_fit_recovers_prompt_scale_coefficients_and_their_uncertainty() -> None:
+    from latscope.checks.stats import fit_quadratic
+
+    xs = [16.0, 512.0, 2048.0, 4096.0, 8192.0, 16384.0]
+    exact = fit_quadratic(xs, [2.0 + 0.02 * x + 1e-5 * x * x for x in xs])
+    assert exact is not None
+    assert (exact.a, exact.b, exact.c) == (pytest.approx(2.0), pytest.approx(0.02), pytest.approx(1e-5))
+    assert exact.quadratic_at(8192) == pytest.approx(1e-5 * 8192**2)
+    noisy = fit_quadratic(xs, [2.0 + 0.02 * x + 1e-5 * x * x + (3.0 if i % 2 else -3.0) for i, x in enumerate(xs)])
+    assert noisy is not None and noisy.c_se is not None and 0 < noisy.c_se < noisy.c / 10
+    assert fit_quadratic([1.0, 1.0, 2.0], [1.0, 2.0, 3.0]) is None  # two distinct x values: no curve

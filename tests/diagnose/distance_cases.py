@@ -61,6 +61,36 @@ async def _h2_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
     return await path.run(truth.first_wave_e2e_ms(lab, connections=6, max_tokens=8))
 
 
+async def _window_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    return await path.run(truth.lone_window_wait_ms(lab))
+
+
+async def _attention_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    finding = result.finding("prefill-superlinear")
+    assert finding is not None
+    return truth.quadratic_prefill_ms(lab, list(lab.records), finding.evidence["longest_prompt_tokens"])
+
+
+async def _saturation_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    finding = result.finding("capacity-saturation")
+    assert finding is not None
+    evidence = finding.evidence
+    return await path.run(truth.burst_queue_ms(lab, evidence["waited_at"], evidence["max_tokens"]))
+
+
+async def _kv_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    finding = result.finding("kv-cache-pressure")
+    assert finding is not None
+    e = finding.evidence
+    return await path.run(truth.preempted_stall_ms(lab, e["prompt_tokens"], e["max_tokens"], e["concurrency"]))
+
+
+async def _sampling_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    finding = result.finding("decode-host-overhead")
+    assert finding is not None
+    return truth.sampling_cost_ms(lab, finding.evidence["stream_tokens"])
+
+
 class Case(NamedTuple):
     """One lab: its faults, TLS or not, the findings it must give (nothing else above low), the ground truth of the
     one whose cost is checked, and the tolerance's floor (ms)."""
@@ -87,6 +117,11 @@ SINGLE = [
     _single("proxy-buffering", "stream-proxy-buffering", _buffer_truth),
     _single("tls-no-tickets", "tls-no-resumption", _handshake_truth, tls=True, floor_ms=SETUP_FLOOR_MS),
     _single("no-h2", "http2-not-negotiated", _h2_truth, tls=True),
+    _single("batching-window", "batching-window", _window_truth),
+    _single("naive-attention", "prefill-superlinear", _attention_truth),
+    _single("few-slots", "capacity-saturation", _saturation_truth),
+    _single("small-kv-cache", "kv-cache-pressure", _kv_truth),
+    _single("slow-sampling", "decode-host-overhead", _sampling_truth),
 ]
 TUNED = [Case("tuned", (), False, frozenset()), Case("tuned-tls", (), True, frozenset())]
 NAIVE_CASE = Case("naive", (), False, frozenset(NAIVE), profile="naive")
@@ -94,7 +129,11 @@ NAIVE_CASE = Case("naive", (), False, frozenset(NAIVE), profile="naive")
 ALL = [(path, case) for path in FULL_PATHS for case in (*TUNED, NAIVE_CASE, *SINGLE)]
 BOUNDED = [
     *[(Path(20.0), case) for case in (*TUNED, NAIVE_CASE)],
-    *[(Path(20.0), case) for case in SINGLE if case.name in ("proxy-buffering", "tls-no-tickets", "no-h2")],
+    *[
+        (Path(20.0), case)
+        for case in SINGLE
+        if case.name in ("proxy-buffering", "tls-no-tickets", "no-h2", "batching-window", "few-slots", "small-kv-cache")
+    ],
     (Path(50.0), TUNED[0]),
     (Path(50.0), NAIVE_CASE),
     (Path(20.0, 20.0), NAIVE_CASE),

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from latscope.diagnose import Diagnosis, diagnose
-from latscope.findings import Finding, Severity
+from latscope.findings import Finding, NotTested, Severity
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
 from tests.diagnose import truth
@@ -60,6 +60,35 @@ async def _h2_truth(lab: Lab, result: Diagnosis) -> float:
     return await truth.first_wave_e2e_ms(lab, connections=6, max_tokens=8)
 
 
+async def _window_truth(lab: Lab, result: Diagnosis) -> float:
+    return await truth.lone_window_wait_ms(lab)
+
+
+async def _attention_truth(lab: Lab, result: Diagnosis) -> float:
+    finding = result.finding("prefill-superlinear")
+    assert finding is not None
+    return truth.quadratic_prefill_ms(lab, list(lab.records), finding.evidence["longest_prompt_tokens"])
+
+
+async def _saturation_truth(lab: Lab, result: Diagnosis) -> float:
+    finding = result.finding("capacity-saturation")
+    assert finding is not None
+    return await truth.burst_queue_ms(lab, finding.evidence["waited_at"], finding.evidence["max_tokens"])
+
+
+async def _kv_truth(lab: Lab, result: Diagnosis) -> float:
+    finding = result.finding("kv-cache-pressure")
+    assert finding is not None
+    e = finding.evidence
+    return await truth.preempted_stall_ms(lab, e["prompt_tokens"], e["max_tokens"], e["concurrency"])
+
+
+async def _sampling_truth(lab: Lab, result: Diagnosis) -> float:
+    finding = result.finding("decode-host-overhead")
+    assert finding is not None
+    return truth.sampling_cost_ms(lab, finding.evidence["stream_tokens"])
+
+
 #: fault, TLS, the finding it must produce, its ground truth, an absolute floor for the tolerance (ms)
 CASES: list[tuple[str, bool, str, Truth, float]] = [
     ("no-keepalive", False, "no-connection-reuse", _connection_truth, SETUP_FLOOR_MS),
@@ -70,6 +99,11 @@ CASES: list[tuple[str, bool, str, Truth, float]] = [
     ("proxy-buffering", False, "stream-proxy-buffering", _buffer_truth, 0.0),
     ("tls-no-tickets", True, "tls-no-resumption", _handshake_truth, SETUP_FLOOR_MS),
     ("no-h2", True, "http2-not-negotiated", _h2_truth, 0.0),
+    ("batching-window", False, "batching-window", _window_truth, 0.0),
+    ("naive-attention", False, "prefill-superlinear", _attention_truth, 0.0),
+    ("few-slots", False, "capacity-saturation", _saturation_truth, 0.0),
+    ("small-kv-cache", False, "kv-cache-pressure", _kv_truth, 0.0),
+    ("slow-sampling", False, "decode-host-overhead", _sampling_truth, 0.0),
 ]
 
 
@@ -103,6 +137,9 @@ async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
     assert _above_low(result) == {}, result.to_dict()
     clear = {c.id for c in result.clear}
     assert {"no-connection-reuse", "queue-head-of-line", "stream-coalescing-nagle"} <= clear
+    assert {"batching-window", "capacity-saturation", "prefill-superlinear", "decode-host-overhead"} <= clear
+    kv = result.outcome("kv-cache-pressure")
+    assert isinstance(kv, NotTested) and "never came near filling" in kv.reason  # the cache is far from full
     if tls:
         assert {"tls-no-resumption", "http2-not-negotiated"} <= clear
 

@@ -10,6 +10,7 @@ resumption, no HTTP/2) it is an independent measurement with a separate client.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 from typing import Any
 
@@ -164,3 +165,70 @@ def queue_inflation_ms(records: list[RequestRecord]) -> float:
     alone = [r.ttft_ms for r in shorts if not in_flight(r) and r.ttft_ms is not None]
     assert contended and alone
     return statistics.median(contended) - statistics.median(alone)
+
+
+async def lone_window_wait_ms(lab: Lab) -> float:
+    """Median time the lab's batching window held a lone short request (its records' ``window_wait_ms``), each sent
+    with nothing else in flight."""
+    async with _client(lab) as client:
+        before = len(lab.records)
+        for i in range(SAMPLES):
+            t = await client.request(_spec(500 + i, 1), lab.url)
+            assert t.ok
+    waits = [r.window_wait_ms for r in list(lab.records)[before:] if r.window_wait_ms is not None]
+    assert len(waits) == SAMPLES
+    return statistics.median(waits)
+
+
+def quadratic_prefill_ms(lab: Lab, records: list[RequestRecord], sent_tokens: int) -> float:
+    """What the engine's per-token² prefill term cost the prompt sent as about ``sent_tokens`` tokens: c·n² with the
+    lab's own cost model and the lab's own count of the answered prompt nearest that size."""
+    counts = [r.prompt_tokens for r in records if r.status == 200 and r.prompt_tokens]
+    n = min(counts, key=lambda c: abs(c - sent_tokens))
+    return lab.settings.engine_cost.prefill_quadratic_ms * n * n
+
+
+async def burst_queue_ms(lab: Lab, concurrency: int, max_tokens: int) -> float:
+    """Mean time the lab's scheduler kept each of ``concurrency`` short requests sent at once waiting for a slot
+    (records' ``queue_ms``, the batching window's share excluded), in the quietest of three bursts."""
+    bursts = []
+    async with _client(lab) as client:
+        await client.request(_spec(599, 1), lab.url)
+        for burst in range(3):
+            before = len(lab.records)
+            await asyncio.gather(
+                *(client.request(_spec(600 + 100 * burst + i, max_tokens), lab.url) for i in range(concurrency))
+            )
+            records = list(lab.records)[before:]
+            assert len(records) == concurrency
+            bursts.append(statistics.fmean((r.queue_ms or 0.0) - (r.window_wait_ms or 0.0) for r in records))
+    return min(bursts)
+
+
+def sampling_cost_ms(lab: Lab, stream_tokens: int) -> float:
+    """What the lab's host-side sampling adds to a sampled stream of ``stream_tokens`` tokens decoded alone: its
+    per-step cost on every decode step after the first token (the prefill step emits that one)."""
+    return lab.settings.engine_cost.sampling_ms * (stream_tokens - 1)
+
+
+async def preempted_stall_ms(lab: Lab, prompt_tokens: int, max_tokens: int, concurrency: int) -> float:
+    """Median, over the streams the lab preempted (its records), of how long each spent beyond its own cadence,
+    from the lab's send stamps (``truth=True``): its stream's duration less its gaps at their median, for
+    ``concurrency`` streams of ``prompt_tokens`` + ``max_tokens`` sent at once."""
+    specs = [
+        chat_request("lab-model", synthetic_prompt(prompt_tokens, 20_000_000 + i), max_tokens)
+        for i in range(concurrency)
+    ]
+    async with _client(lab, quickack=True) as client:
+        timelines = await asyncio.gather(*(client.request(spec, lab.url) for spec in specs))
+    by_id = {r.request_id: r for r in lab.records if r.request_id}
+    stalls = []
+    for t in timelines:
+        record = by_id.get(t.response_headers.get("x-request-id"))
+        if record is None or record.preemptions == 0:
+            continue
+        sent = [e.server_sent_ns for e in t.events if e.kind in TOKEN_KINDS and e.server_sent_ns is not None]
+        gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(sent)]
+        stalls.append(sum(gaps) - len(gaps) * statistics.median(gaps))
+    assert stalls, "the lab preempted no stream"
+    return statistics.median(stalls)

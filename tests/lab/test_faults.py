@@ -9,6 +9,7 @@ import asyncio
 import shutil
 import socket
 import ssl
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from latscope.lab.costmodel import CostModel
 from latscope.lab.faults import FAULTS, PROFILES, SHORT_KEEPALIVE_TIMEOUT_S, Stage, UnknownFaultError, resolve_faults
 from latscope.lab.scheduler import Policy
 from latscope.lab.settings import LabSettings
+from latscope.timeline import metrics
 from latscope.timeline.model import Timeline
 from latscope.wire import Client
 from tests.lab import rawhttp
@@ -46,6 +48,10 @@ def test_every_fault_names_the_finding_it_should_trigger() -> None:
         "nagle": "stream-coalescing-nagle",
         "proxy-buffering": "stream-proxy-buffering",
         "batching-window": "batching-window",
+        "naive-attention": "prefill-superlinear",
+        "few-slots": "capacity-saturation",
+        "small-kv-cache": "kv-cache-pressure",
+        "slow-sampling": "decode-host-overhead",
     }
     assert all(isinstance(fault.stage, Stage) and fault.description for fault in FAULTS.values())
 
@@ -73,6 +79,17 @@ def test_scheduler_faults_set_the_policy_and_window_unless_given() -> None:
     assert (window.batch_window_ms, window.batch_trigger) == (50.0, 8)
     assert LabSettings(faults=("batching-window",), batch_window_ms=5.0).scheduler_config().batch_window_ms == 5.0
     assert LabSettings().scheduler_config().batch_window_ms == 0.0
+
+
+def test_engine_faults_change_the_engine_costs_only() -> None:
+    tuned = LabSettings().scheduler_config().cost
+    naive = LabSettings(faults=("naive-attention",)).scheduler_config().cost
+    assert naive.prefill_quadratic_ms == pytest.approx(40 * tuned.prefill_quadratic_ms)
+    assert naive.prefill_per_token_ms == tuned.prefill_per_token_ms and naive.max_batch == tuned.max_batch
+    few = LabSettings(faults=("few-slots",)).scheduler_config().cost
+    assert few.max_batch == 4 and few.prefill_quadratic_ms == tuned.prefill_quadratic_ms
+    small = LabSettings(faults=("small-kv-cache",)).scheduler_config().cost
+    assert small.kv_capacity_tokens == 6144 and small.max_batch == tuned.max_batch
 
 
 def test_list_faults_prints_each_fault_with_its_finding() -> None:
@@ -261,6 +278,43 @@ async def test_batching_window_puts_a_floor_under_ttft_at_idle() -> None:
     faulty_ms = (faulty.first_token_ns - faulty.send_end_ns) / 1e6
     assert faulty_ms > control_ms + 30.0  # the 50 ms window, minus generous slack
     assert window_ms is not None and window_ms >= 40.0
+
+
+async def test_few_slots_make_a_fifth_concurrent_request_wait_for_one_to_finish() -> None:
+    async with Lab(cost=paced(2.0), faults=("few-slots",)) as lab, Client() as client:
+        await asyncio.gather(*(client.request(chat_request("lab-model", f"hi {i}", 20), lab.url) for i in range(5)))
+        waits = sorted(r.queue_ms or 0.0 for r in lab.records)
+    assert waits[-1] > 20.0 and waits[-1] > 10 * max(waits[0], 0.5)  # one waited about a 20-token stream
+
+
+async def test_naive_attention_makes_long_prefills_grow_with_the_square_of_the_prompt() -> None:
+    async def prefill_ms(lab: Lab, words: int) -> float:
+        async with Client() as client:
+            await client.request(chat_request("lab-model", " ".join(["word"] * words), 1), lab.url)
+        value = lab.records[-1].prefill_ms
+        assert value is not None
+        return value
+
+    async with Lab(faults=("naive-attention",)) as lab:
+        short, long = await prefill_ms(lab, 1000), await prefill_ms(lab, 4000)
+    async with Lab() as tuned:
+        tuned_short, tuned_long = await prefill_ms(tuned, 1000), await prefill_ms(tuned, 4000)
+    # 4x the prompt: about 4x the prefill when attention is cheap, far more when it is not
+    assert tuned_long / tuned_short < 5.0 < long / short
+
+
+async def test_slow_sampling_taxes_every_token_of_a_sampled_stream_only() -> None:
+    async def tpot_ms(lab: Lab, extra: dict[str, object]) -> float:
+        async with Client() as client:
+            t = await client.request(chat_request("lab-model", "hi", 20, extra=extra), lab.url)
+        return statistics.median(metrics.itl_ms(t))
+
+    async with Lab(cost=paced(2.0), faults=("slow-sampling",)) as lab:
+        greedy = await tpot_ms(lab, {"temperature": 0})
+        sampled = await tpot_ms(lab, {"top_p": 0.9, "logprobs": True})
+        plain_temperature = await tpot_ms(lab, {"temperature": 0.7})
+    assert sampled > greedy + 3.0  # the 5 ms host cost per step, less generous slack
+    assert plain_temperature < greedy + 2.0  # plain temperature stays on the fast path
 
 
 # -- streaming ---------------------------------------------------------------------------------------------------------

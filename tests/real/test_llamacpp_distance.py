@@ -1,8 +1,8 @@
 """`diagnose` against llama.cpp (llama-cpp-python, tiny random model) across a network path: 20 ms each way by
 default, every path of tests/support/distances.py with ``LATSCOPE_DISTANCE_MATRIX=full`` (tests/support/netpath.py
 builds them). The diagnosis must be the one it gets on loopback (tests/real/test_llamacpp_diagnose.py) — head-of-line
-queueing in its single model slot and nothing else — although every request now pays a round trip as large as the
-server's own work.
+queueing in its single model slot, a capacity of one request, host-side sampling, and nothing else — although every
+request now pays a round trip as large as the server's own work.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ async def test_llamacpp_is_diagnosed_alike_across_a_network_path(path: Path, tmp
     assert rtt is not None and rtt >= 2 * path.one_way_ms, result.target
     assert all(e.status == "ok" for e in result.experiments), explain(result) + "\n" + log
     above_low = {f.id for f in result.findings if f.severity.rank > Severity.LOW.rank}
-    assert above_low == {"queue-head-of-line"}, explain(result)
+    assert above_low == {"queue-head-of-line", "capacity-saturation", "decode-host-overhead"}, explain(result)
+    saturation = result.finding("capacity-saturation")
+    assert saturation is not None and saturation.evidence["capacity"] == 1, saturation.evidence
     queue = result.finding("queue-head-of-line")
     assert queue is not None and queue.evidence["inflation_in_long_prefills"] >= 1.75, queue.evidence
     clear = {o.id for o in result.clear}

@@ -66,6 +66,7 @@ def test_vllm_window() -> None:
     assert (s.preemptions, s.prompt_tokens, s.generation_tokens, s.cached_prompt_tokens) == (1.0, 400.0, 100.0, 96.0)
     assert s.prefix_cache_hit_ratio == pytest.approx(0.24)
     assert s.running == GaugeStats(last=4.0, mean=2.0, max=4.0, samples=2)
+    assert [value for _, value in s.running.points] == [0.0, 4.0]  # the gauge over time, in scrape order
     assert s.waiting == GaugeStats(last=1.0, mean=0.5, max=1.0, samples=2)
     assert s.kv_usage == GaugeStats(last=0.3, mean=0.15, max=0.3, samples=2)
     assert s.sources["kv_usage"] == "vllm:kv_cache_usage_perc"

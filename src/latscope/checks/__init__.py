@@ -5,6 +5,11 @@ One module per family, each holding its thresholds as named constants next to th
 * :mod:`~latscope.checks.connection` — ``no-connection-reuse``, ``tls-no-resumption``, ``http2-not-negotiated``
 * :mod:`~latscope.checks.parsing` — ``slow-request-parsing``
 * :mod:`~latscope.checks.queueing` — ``queue-head-of-line``
+* :mod:`~latscope.checks.batching` — ``batching-window``
+* :mod:`~latscope.checks.prefill` — ``prefill-superlinear``
+* :mod:`~latscope.checks.saturation` — ``capacity-saturation``
+* :mod:`~latscope.checks.kvcache` — ``kv-cache-pressure``
+* :mod:`~latscope.checks.sampling` — ``decode-host-overhead``
 * :mod:`~latscope.checks.streaming` — ``stream-coalescing-nagle``, ``stream-proxy-buffering``
 
 :data:`CHECKS` is the registry: finding id → the evidence family it reads and the function. Checks never import
@@ -17,10 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from latscope.checks.batching import check_batching_window
 from latscope.checks.connection import check_connection_reuse, check_http2, check_tls_resumption
 from latscope.checks.evidence import Reference
+from latscope.checks.kvcache import check_kv_cache_pressure
 from latscope.checks.parsing import check_request_parsing
+from latscope.checks.prefill import check_prefill_superlinear
 from latscope.checks.queueing import check_queue_head_of_line
+from latscope.checks.sampling import check_decode_host_overhead
+from latscope.checks.saturation import check_capacity_saturation
 from latscope.checks.streaming import check_nagle, check_proxy_buffering
 from latscope.findings import Outcome
 
@@ -33,7 +43,7 @@ class Check:
     """One registered check: the finding id it decides, the evidence family it reads, and the function."""
 
     id: str
-    family: str  #: "connection", "parsing", "queueing" or "streaming"
+    family: str  #: the experiment family whose evidence it reads (a key of the experiment registry)
     run: CheckFunction
 
 
@@ -45,6 +55,11 @@ CHECKS: dict[str, Check] = {
         Check("http2-not-negotiated", "connection", check_http2),
         Check("slow-request-parsing", "parsing", check_request_parsing),
         Check("queue-head-of-line", "queueing", check_queue_head_of_line),
+        Check("batching-window", "batching", check_batching_window),
+        Check("prefill-superlinear", "prefill", check_prefill_superlinear),
+        Check("capacity-saturation", "saturation", check_capacity_saturation),
+        Check("kv-cache-pressure", "kvcache", check_kv_cache_pressure),
+        Check("decode-host-overhead", "sampling", check_decode_host_overhead),
         Check("stream-coalescing-nagle", "streaming", check_nagle),
         Check("stream-proxy-buffering", "streaming", check_proxy_buffering),
     )

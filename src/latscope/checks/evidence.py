@@ -411,3 +411,156 @@ class BaselineEvidence:
     failures: tuple[RequestSample, ...] = ()
     max_prompt_tokens_accepted: int | None = None
 
+
+@dataclass(frozen=True, slots=True)
+class PairPoint:
+    """Two short requests sent ``offset_ms`` apart on two connections with nothing else in flight, and the gap
+    between their first tokens (ms, second − first; negative when the second came first)."""
+
+    offset_ms: float
+    first_token_gap_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingEvidence:
+    """The batching experiment. TTFTs are ``ttft_after_setup_ms`` (the client's connection setup excluded).
+
+    Fields:
+        prompt_tokens: the short prompt's size (about).
+        alone_ms: short TTFTs with nothing else in flight.
+        pairs: staggered pairs, in the order sent (offsets are fractions of the idle TTFT beyond the round trip).
+        rtt_ms: the connections' TCP round-trip time (None where not reported).
+        failures: requests that failed.
+    """
+
+    prompt_tokens: int
+    alone_ms: tuple[float, ...] = ()
+    pairs: tuple[PairPoint, ...] = ()
+    rtt_ms: float | None = None
+    failures: tuple[RequestSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillPoint:
+    """One prompt of the prefill sweep: its size (tokens, as the server counted them where it said, else as sent)
+    and TTFT without connection setup (ms)."""
+
+    prompt_tokens: int
+    ttft_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillEvidence:
+    """The prefill experiment: TTFT against prompt length, the baseline's sweep extended towards the server's
+    context limit (``max_tokens`` 1).
+
+    Fields:
+        points: every prompt that completed (the baseline's sweep points included).
+        refused_at: the smallest prompt (tokens) the server refused for its length, None when none was.
+        budget_stopped_at: the first size not sent because its predicted TTFT was over the experiment's budget.
+        failures: prompts that failed other than by a refusal.
+    """
+
+    points: tuple[PrefillPoint, ...] = ()
+    refused_at: int | None = None
+    budget_stopped_at: int | None = None
+    failures: tuple[RequestSample, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationLevel:
+    """One step of the concurrency sweep: ``concurrency`` short requests sent at once, in each of a few rounds.
+
+    ``after_an_end`` (aligned with ``rounds``; empty when not known) says of each request whether its first token
+    came after another request of the same burst had its last token: what a request that waited for a slot shows.
+    """
+
+    concurrency: int
+    rounds: tuple[tuple[RequestSample, ...], ...]
+    after_an_end: tuple[tuple[bool, ...], ...] = ()
+
+    @property
+    def samples(self) -> tuple[RequestSample, ...]:
+        """Every request of every round."""
+        return tuple(s for burst in self.rounds for s in burst)
+
+    @property
+    def ttfts_ms(self) -> list[float]:
+        """TTFTs without connection setup of the requests that completed, every round."""
+        return [s.ttft_after_setup_ms for s in self.samples if s.ok and s.ttft_after_setup_ms is not None]
+
+    @property
+    def failed(self) -> list[RequestSample]:
+        """The requests that failed."""
+        return [s for s in self.samples if not s.ok]
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationEvidence:
+    """The saturation experiment: a bounded concurrency sweep of short prompts (every level's connections opened
+    before it is measured).
+
+    Fields:
+        prompt_tokens / max_tokens: each request's prompt (about) and tokens generated.
+        levels: the steps, in increasing concurrency; the sweep stops one step after requests started to wait.
+        waiting_gauge / running_gauge: the server's waiting- and running-requests gauges at their highest during
+            the sweep, where its metrics had them (None: not read).
+        metrics: which metrics were read (the server family), or why none were.
+        batch_series: the server's running-requests gauge over the sweep (its batch size), ``(seconds since the
+            sweep began, running, waiting)`` per scrape (waiting None where the server has no such gauge).
+        level_starts: ``(concurrency, seconds since the sweep began)`` of each level.
+    """
+
+    prompt_tokens: int
+    max_tokens: int
+    levels: tuple[SaturationLevel, ...] = ()
+    waiting_gauge: float | None = None
+    running_gauge: float | None = None
+    metrics: str | None = None
+    batch_series: tuple[tuple[float, float, float | None], ...] = ()
+    level_starts: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class KvEvidence:
+    """The KV-cache experiment: long streams alone, then many at once.
+
+    Fields:
+        prompt_tokens / max_tokens / concurrency: each stream's prompt (about) and length, and the burst's size.
+        alone: the same streams one at a time (the control: how a stream flows without pressure).
+        burst: ``concurrency`` of them sent at once.
+        preemptions: the server's preemption counter's increase over the burst (None: not read).
+        kv_usage_max: the server's KV-cache usage gauge (0–1) at its highest during the burst (None: not read).
+        metrics: which metrics were read (the server family), or why none were.
+        skipped: why the burst was not sent (the target too slow for a bounded burst), None when it was.
+    """
+
+    prompt_tokens: int
+    max_tokens: int
+    concurrency: int
+    alone: tuple[RequestSample, ...] = ()
+    burst: tuple[RequestSample, ...] = ()
+    preemptions: float | None = None
+    kv_usage_max: float | None = None
+    metrics: str | None = None
+    skipped: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingEvidence:
+    """The sampling experiment: the same short prompt and length decoded greedily and with sampling parameters,
+    alternately on one connection.
+
+    Fields:
+        max_tokens: tokens each stream generates.
+        greedy: the greedy streams (``temperature`` 0).
+        sampled: the streams that asked for top-p, penalties and logprobs (``parameters``).
+        parameters: the sampling parameters the server accepted (names), empty when it refused every set tried.
+        refused: what the server answered to sampling parameters it refused, when it did.
+    """
+
+    max_tokens: int
+    greedy: tuple[RequestSample, ...] = ()
+    sampled: tuple[RequestSample, ...] = ()
+    parameters: tuple[str, ...] = ()
+    refused: str | None = None

@@ -97,3 +97,70 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> LineFit | None:
     residual_sd = math.sqrt(ss_res / dof) if dof > 0 else 0.0
     slope_se = math.sqrt(ss_res / dof / sxx) if dof > 0 else None
     return LineFit(slope=slope, intercept=intercept, r2=r2, residual_sd=residual_sd, slope_se=slope_se, n=n)
+
+
+@dataclass(frozen=True, slots=True)
+class QuadraticFit:
+    """``y ≈ a + b·x + c·x²`` by ordinary least squares, with the standard error of each coefficient (None with
+    fewer than 4 points: no residual degrees of freedom) and the residuals' standard deviation (y's unit)."""
+
+    a: float
+    b: float
+    c: float
+    a_se: float | None
+    b_se: float | None
+    c_se: float | None
+    residual_sd: float
+    n: int
+
+    def at(self, x: float) -> float:
+        """The fitted y at ``x``."""
+        return self.a + self.b * x + self.c * x * x
+
+    def quadratic_at(self, x: float) -> float:
+        """The quadratic term alone at ``x``: what ``y`` has above its constant-plus-linear part there."""
+        return self.c * x * x
+
+
+def _inverse3(m: list[list[float]]) -> list[list[float]] | None:
+    """The inverse of a 3×3 matrix by cofactors, None when it is singular (relative to its scale)."""
+    (a, b, c), (d, e, f), (g, h, i) = m
+    cof = [
+        [e * i - f * h, -(d * i - f * g), d * h - e * g],
+        [-(b * i - c * h), a * i - c * g, -(a * h - b * g)],
+        [b * f - c * e, -(a * f - c * d), a * e - b * d],
+    ]
+    det = a * cof[0][0] + b * cof[0][1] + c * cof[0][2]
+    scale = max(abs(v) for row in m for v in row) ** 3
+    if scale == 0.0 or abs(det) <= 1e-12 * scale:
+        return None
+    return [[cof[col][row] / det for col in range(3)] for row in range(3)]
+
+
+def fit_quadratic(xs: Sequence[float], ys: Sequence[float]) -> QuadraticFit | None:
+    """Least-squares ``a + b·x + c·x²`` through ``(xs, ys)``; None with fewer than 3 distinct x values.
+
+    x is scaled to its largest magnitude before solving so prompt lengths of tens of thousands stay well
+    conditioned; the coefficients and their standard errors are given in the caller's units."""
+    if len(xs) != len(ys):
+        raise ValueError("xs and ys must have the same length")
+    n = len(xs)
+    if n < 3 or len(set(xs)) < 3:
+        return None
+    scale = max(abs(x) for x in xs)
+    us = [x / scale for x in xs]
+    rows = [(1.0, u, u * u) for u in us]
+    xtx = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
+    inverse = _inverse3(xtx)
+    if inverse is None:
+        return None
+    xty = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(3)]
+    coef = [sum(inverse[i][j] * xty[j] for j in range(3)) for i in range(3)]
+    ss_res = sum((y - (coef[0] + coef[1] * u + coef[2] * u * u)) ** 2 for u, y in zip(us, ys, strict=True))
+    dof = n - 3
+    residual_sd = math.sqrt(ss_res / dof) if dof > 0 else 0.0
+    ses = [math.sqrt(max(0.0, inverse[i][i]) * ss_res / dof) if dof > 0 else None for i in range(3)]
+    units = (1.0, scale, scale * scale)
+    a, b, c = (coef[i] / units[i] for i in range(3))
+    a_se, b_se, c_se = (None if se is None else se / unit for se, unit in zip(ses, units, strict=True))
+    return QuadraticFit(a=a, b=b, c=c, a_se=a_se, b_se=b_se, c_se=c_se, residual_sd=residual_sd, n=n)

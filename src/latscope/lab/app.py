@@ -85,7 +85,7 @@ class Lab(Served, AsyncService):
             model=settings.model,
             api_key=settings.api_key,
             slow_parse=settings.slow_parse,
-            max_context_tokens=settings.cost.kv_capacity_tokens,
+            max_context_tokens=settings.engine_cost.kv_capacity_tokens,
         )
         service = LabService(
             settings, gateway=gateway, scheduler=self.scheduler, metrics=self.metrics, records=self.records

@@ -6,7 +6,8 @@ A step's duration is a function of what the step does, never of which request is
 prefill (one step)     ``a + Σ (b·n_i + c·n_i²)`` over the sequences prefilled in the step, ``n_i`` their tokens
 prefill chunk          ``b·k + c·((p+k)² − p²)`` for ``k`` tokens starting at position ``p``: the chunks of a
                        prompt add up to exactly ``b·n + c·n²``; the step adds its base ``a`` once
-decode (one step)      ``d + e·B`` for a batch of ``B`` running sequences, one token each
+decode (one step)      ``d + e·B`` for a batch of ``B`` running sequences, one token each, plus ``s`` when a
+                       sequence in the batch samples (top-p, penalties, logprobs) on the host
 mixed step             prefill cost of the chunk(s) + decode cost of the batch (chunked prefill)
 =====================  ==========================================================================================
 
@@ -39,6 +40,9 @@ class CostModel:
         max_batched_tokens: most prompt tokens one unchunked prefill step batches (FIFO policy); the request at the
             head of the queue always runs whole, however long.
         kv_block_tokens: tokens per KV block (paged attention block size).
+        sampling_ms: ``s``, host-side cost of a decode step whose batch holds a sequence that asks for more than
+            greedy or plain-temperature sampling (top-p/top-k, penalties, logprobs), ms; 0 when sampling runs on the
+            device with the step.
     """
 
     prefill_base_ms: float
@@ -51,6 +55,7 @@ class CostModel:
     chunk_tokens: int
     max_batched_tokens: int = 8192
     kv_block_tokens: int = 16
+    sampling_ms: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -59,6 +64,7 @@ class CostModel:
             "prefill_quadratic_ms",
             "decode_base_ms",
             "decode_per_seq_ms",
+            "sampling_ms",
         ):
             value = getattr(self, name)
             if not value >= 0.0:  # also rejects NaN
@@ -87,6 +93,11 @@ class CostModel:
         if batch_size <= 0:
             return 0.0
         return self.decode_base_ms + self.decode_per_seq_ms * batch_size
+
+    def sampled_decode_step_ms(self, batch_size: int, sampled: bool) -> float:
+        """A decode step's duration, ms: :meth:`decode_step_ms` plus ``s`` when a sequence of the batch samples."""
+        step = self.decode_step_ms(batch_size)
+        return step + self.sampling_ms if step and sampled else step
 
     def kv_blocks_for(self, tokens: int) -> int:
         """KV blocks needed to hold ``tokens`` tokens: ceil(tokens / kv_block_tokens)."""

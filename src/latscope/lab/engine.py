@@ -85,6 +85,8 @@ class GenerationRequest:
         max_tokens: tokens to generate, >= 1; the lab always generates exactly this many (finish reason "length").
         seed: token-text seed; None derives one from the scheduler's seed and ``request_id``.
         arrived_ns: monotonic ns at which the gateway received the request (0 = now, at submit).
+        sampled: it asks for host-side sampling (top-p/top-k, penalties, logprobs): its decode steps pay
+            :attr:`CostModel.sampling_ms`.
     """
 
     request_id: str
@@ -92,6 +94,7 @@ class GenerationRequest:
     max_tokens: int
     seed: int | None = None
     arrived_ns: int = 0
+    sampled: bool = False
 
 
 class TokenOut(NamedTuple):
@@ -220,6 +223,7 @@ class Sequence:
         "prompt_tokens",
         "queue_key",
         "request_id",
+        "sampled",
         "seed",
         "sink",
         "state",
@@ -234,8 +238,10 @@ class Sequence:
         seed: int,
         stats: RequestStats,
         sink: TokenSink | None = None,
+        sampled: bool = False,
     ) -> None:
         self.request_id = request_id
+        self.sampled = sampled
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.seed = seed
@@ -531,7 +537,11 @@ class EngineCore:
         batch = self._decode_batch(now_ns)
         if not batch:
             return None
-        return self._step("decode", now_ns, self.cost.decode_step_ms(len(batch)), [], batch, len(batch))
+        return self._step("decode", now_ns, self._decode_ms(batch), [], batch, len(batch))
+
+    def _decode_ms(self, batch: list[Sequence]) -> float:
+        """The decode part of a step over ``batch``, ms (the host's sampling cost when one of them samples)."""
+        return self.cost.sampled_decode_step_ms(len(batch), any(s.sampled for s in batch))
 
     def _plan_priority(self, now_ns: int) -> Step | None:
         # Running sequences get their decode blocks first (preempting if needed), then the chunk budget goes to
@@ -542,7 +552,7 @@ class EngineCore:
             # Steady decoding, nothing to prefill: the common step, kept short.
             if not batch:
                 return None
-            return self._step("decode", now_ns, cost.decode_step_ms(len(batch)), [], batch, len(batch))
+            return self._step("decode", now_ns, self._decode_ms(batch), [], batch, len(batch))
         budget = cost.chunk_tokens
         chunks: list[tuple[Sequence, int]] = []
         partial = sorted(self._prefilling, key=_by_queue_key)
@@ -571,7 +581,7 @@ class EngineCore:
         if not chunks and not batch:
             return None
         prefill_tokens = cost.chunk_tokens - budget
-        cost_ms = cost.decode_step_ms(len(batch))
+        cost_ms = self._decode_ms(batch)
         if chunks:
             cost_ms += cost.prefill_base_ms + sum(cost.prefill_chunk_ms(s.prefilled, n) for s, n in chunks)
         stage: StepStage = "mixed" if chunks and batch else ("prefill" if chunks else "decode")
@@ -815,7 +825,16 @@ def simulate(
             record = RequestStats(request.request_id, request.prompt_tokens, arrived_ns=at, queued_ns=at)
             sink = sink_for(request) if sink_for is not None else None
             core.add(
-                Sequence(request.request_id, request.prompt_tokens, request.max_tokens, request_seed, record, sink), at
+                Sequence(
+                    request.request_id,
+                    request.prompt_tokens,
+                    request.max_tokens,
+                    request_seed,
+                    record,
+                    sink,
+                    sampled=request.sampled,
+                ),
+                at,
             )
             stats.append(record)
         step = core.plan(now)

@@ -31,6 +31,7 @@ class Stage(StrEnum):
     EDGE = "edge"  #: connection handling: keep-alive, TLS, ALPN, socket options, buffering on the way out
     GATEWAY = "gateway"  #: body parsing and validation
     SCHEDULER = "scheduler"  #: queueing and batching policy
+    ENGINE = "engine"  #: the simulated GPU's costs and capacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,10 @@ QUEUE_HOL = "queue-hol"
 NAGLE = "nagle"
 PROXY_BUFFERING = "proxy-buffering"
 BATCHING_WINDOW = "batching-window"
+NAIVE_ATTENTION = "naive-attention"
+FEW_SLOTS = "few-slots"
+SMALL_KV_CACHE = "small-kv-cache"
+SLOW_SAMPLING = "slow-sampling"
 
 #: Every fault, by name, in request-path order.
 FAULTS: dict[str, Fault] = {
@@ -115,6 +120,34 @@ FAULTS: dict[str, Fault] = {
             "batching-window",
             Stage.SCHEDULER,
         ),
+        Fault(
+            NAIVE_ATTENTION,
+            "attention without an efficient kernel: the prefill's per-token² cost 40× the tuned one, so long prompts "
+            "pay mostly for attention",
+            "prefill-superlinear",
+            Stage.ENGINE,
+        ),
+        Fault(
+            FEW_SLOTS,
+            "the engine runs at most 4 sequences at once (a small max_num_seqs / --parallel): further requests wait "
+            "for one to finish",
+            "capacity-saturation",
+            Stage.ENGINE,
+        ),
+        Fault(
+            SMALL_KV_CACHE,
+            "a KV cache of 6144 tokens (384 blocks): a few long streams fill it, and decoding sequences are preempted "
+            "and recomputed mid-stream",
+            "kv-cache-pressure",
+            Stage.ENGINE,
+        ),
+        Fault(
+            SLOW_SAMPLING,
+            "sampling on the host: every decode step whose batch holds a request with top-p, top-k, penalties or "
+            "logprobs costs 5 ms more (greedy requests alone keep the fast path)",
+            "decode-host-overhead",
+            Stage.ENGINE,
+        ),
     )
 }
 
@@ -131,6 +164,21 @@ SHORT_KEEPALIVE_TIMEOUT_S = 0.2
 #: What the ``batching-window`` fault sets when the caller does not choose a window itself.
 BATCHING_WINDOW_MS = 50.0  # long enough to dominate a small prompt's TTFT, short enough to look like a "tuning" value
 BATCHING_TRIGGER = 8  # a typical "wait for a full batch" size
+
+#: What ``naive-attention`` multiplies the cost model's per-token² prefill cost by: the tuned default's attention
+#: is 5 % of an 8k-token prefill; forty times it is two thirds (what a kernel that materialises the attention matrix
+#: costs next to FlashAttention at that length).
+NAIVE_ATTENTION_FACTOR = 40.0
+#: The engine's batch under ``few-slots``: llama.cpp's ``--parallel 4``, a small vLLM ``max_num_seqs``.
+FEW_SLOTS_MAX_BATCH = 4
+
+#: The KV cache under ``small-kv-cache``, blocks of 16 tokens: 6144 tokens, what an engine left with a sliver of
+#: GPU memory after its weights keeps (a 7B model on a 16 GB card at a high ``gpu_memory_utilization``).
+SMALL_KV_CACHE_BLOCKS = 384
+
+#: The host's cost per decode step under ``slow-sampling``, ms: a sort and softmax over a 128k-token vocabulary,
+#: penalties over the generated tokens and the logprobs, in Python and off the GPU's stream.
+SLOW_SAMPLING_MS = 5.0
 
 #: The buffering threshold of the ``proxy-buffering`` fault: nginx's default ``ssl_buffer_size`` (16 KB), the burst
 #: size measured through a real nginx (reference/network-timing.md).

@@ -60,8 +60,25 @@ class CompletionRequest:
     include_usage: bool  #: ``stream_options.include_usage``
     seed: int | None
     body_bytes: int
+    sampled: bool  #: asks for more than greedy or plain-temperature sampling (:func:`host_sampled`)
     parse_ns: int  #: bytes → document
     validate_ns: int  #: document → this object (validation, safety filter on the naive path, tokenisation)
+
+
+def host_sampled(document: Mapping[str, Any]) -> bool:
+    """The request asks for sampling that engines run outside the fused decode step: nucleus or top-k filtering,
+    presence/frequency/repetition penalties (a pass over every generated token) or logprobs (a softmax and sort over
+    the vocabulary). Greedy decoding and plain temperature stay on the fast path."""
+    top_p, top_k = document.get("top_p"), document.get("top_k")
+    penalties = (document.get(n) for n in ("presence_penalty", "frequency_penalty"))
+    repetition = document.get("repetition_penalty")
+    return bool(
+        (isinstance(top_p, int | float) and 0 < top_p < 1)
+        or (isinstance(top_k, int | float) and top_k > 0)
+        or any(isinstance(v, int | float) and v != 0 for v in penalties)
+        or (isinstance(repetition, int | float) and repetition != 1)
+        or document.get("logprobs") not in (None, False, 0)
+    )
 
 
 class Gateway:
@@ -140,10 +157,13 @@ class Gateway:
             raise invalid_request(
                 f"Invalid 'n': the lab generates one choice per request, got {n}.", param="n", code="invalid_value"
             )
-        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "top_k"):
             value = document.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
                 raise _invalid_type(name, "a number", value)
+        logprobs = document.get("logprobs")
+        if logprobs is not None and not isinstance(logprobs, bool | int):
+            raise _invalid_type("logprobs", "a boolean", logprobs)
         user = document.get("user")
         if user is not None and not isinstance(user, str):
             raise _invalid_type("user", "a string", user)  # accepted at any length; never tokenised
@@ -154,6 +174,7 @@ class Gateway:
             "stream": stream,
             "include_usage": include_usage,
             "seed": seed,
+            "sampled": host_sampled(document),
         }
 
     @staticmethod

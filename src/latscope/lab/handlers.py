@@ -236,7 +236,12 @@ class LabService:
         try:
             stream = self.scheduler.submit(
                 GenerationRequest(
-                    request_id, parsed.prompt_tokens, parsed.max_tokens, parsed.seed, arrived_ns=request.received_ns
+                    request_id,
+                    parsed.prompt_tokens,
+                    parsed.max_tokens,
+                    parsed.seed,
+                    arrived_ns=request.received_ns,
+                    sampled=parsed.sampled,
                 )
             )
         except RequestTooLarge as exc:

@@ -294,7 +294,9 @@ class Scheduler:
         arrived = request.arrived_ns if 0 < request.arrived_ns <= now else now
         stats = RequestStats(request.request_id, request.prompt_tokens, arrived_ns=arrived, queued_ns=now)
         seed = request.seed if request.seed is not None else seed_for(request.request_id, self.config.seed)
-        seq = Sequence(request.request_id, request.prompt_tokens, request.max_tokens, seed, stats)
+        seq = Sequence(
+            request.request_id, request.prompt_tokens, request.max_tokens, seed, stats, sampled=request.sampled
+        )
         stream = RequestStream(self, seq)
         seq.sink = stream
         self._core.add(seq, now)

@@ -11,7 +11,11 @@ from latscope.lab.faults import (
     BATCHING_TRIGGER,
     BATCHING_WINDOW,
     BATCHING_WINDOW_MS,
+    FEW_SLOTS,
+    FEW_SLOTS_MAX_BATCH,
     NAGLE,
+    NAIVE_ATTENTION,
+    NAIVE_ATTENTION_FACTOR,
     NO_H2,
     NO_KEEPALIVE,
     PROXY_BUFFER_BYTES,
@@ -20,6 +24,10 @@ from latscope.lab.faults import (
     SHORT_KEEPALIVE,
     SHORT_KEEPALIVE_TIMEOUT_S,
     SLOW_PARSE,
+    SLOW_SAMPLING,
+    SLOW_SAMPLING_MS,
+    SMALL_KV_CACHE,
+    SMALL_KV_CACHE_BLOCKS,
     TLS_NO_TICKETS,
     resolve_faults,
 )
@@ -132,5 +140,22 @@ class LabSettings:
         )
         trigger = self.batch_trigger if self.batch_trigger is not None else (BATCHING_TRIGGER if window_fault else 1)
         return SchedulerConfig(
-            policy=policy, cost=self.cost, batch_window_ms=window, batch_trigger=trigger, seed=self.seed
+            policy=policy, cost=self.engine_cost, batch_window_ms=window, batch_trigger=trigger, seed=self.seed
         )
+
+    @property
+    def engine_cost(self) -> CostModel:
+        """The cost model the engine runs: ``cost`` with the engine faults applied (``naive-attention`` scales the
+        per-token² prefill cost, ``few-slots`` caps the batch, ``small-kv-cache`` the KV blocks, ``slow-sampling``
+        adds a host cost to the decode steps of sampled requests)."""
+        faults = self.active_faults
+        cost = self.cost
+        if NAIVE_ATTENTION in faults:
+            cost = cost.with_overrides(prefill_quadratic_ms=cost.prefill_quadratic_ms * NAIVE_ATTENTION_FACTOR)
+        if FEW_SLOTS in faults:
+            cost = cost.with_overrides(max_batch=min(cost.max_batch, FEW_SLOTS_MAX_BATCH))
+        if SMALL_KV_CACHE in faults:
+            cost = cost.with_overrides(kv_blocks=min(cost.kv_blocks, SMALL_KV_CACHE_BLOCKS))
+        if SLOW_SAMPLING in faults:
+            cost = cost.with_overrides(sampling_ms=cost.sampling_ms + SLOW_SAMPLING_MS)
+        return cost

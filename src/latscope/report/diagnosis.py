@@ -16,6 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from latscope.report.batchsize import batch_heatmap
 from latscope.report.waterfall import PHASE_STYLES
 
 SEVERITY_STYLES = {"high": "bold white on red", "medium": "bold black on yellow", "low": "bold black on grey70"}
@@ -153,6 +154,16 @@ def _reasons_table(title: str, rows: Sequence[Mapping[str, Any]], style: str) ->
     return table
 
 
+def _saturation_heatmap(data: Mapping[str, Any]) -> RenderableType | None:
+    """The batch-size heatmap of the concurrency sweep, when the target's metrics gave one."""
+    for key in ("findings", "clear", "inconclusive"):
+        for outcome in data.get(key, []):
+            if outcome.get("id") == "capacity-saturation":
+                evidence = outcome.get("evidence", {})
+                return batch_heatmap(evidence.get("batch_series", []), evidence.get("level_starts", []))
+    return None
+
+
 def diagnosis_report(data: Mapping[str, Any]) -> RenderableType:
     """The whole report for a ``latscope.diagnosis/1`` object."""
     parts: list[RenderableType] = [target_line(data), timeline_summary(data.get("timeline_summary", {}))]
@@ -166,6 +177,9 @@ def diagnosis_report(data: Mapping[str, Any]) -> RenderableType:
         parts.append(Text("No bottleneck found among the checks that ran.", style="bold green"))
     if data.get("interrupted"):
         parts.append(Text("Interrupted: the experiments after the one running were not run.", style="bold yellow"))
+    heatmap = _saturation_heatmap(data)
+    if heatmap is not None:
+        parts.append(heatmap)
     skipped = [*data.get("not_tested", []), *data.get("inconclusive", [])]
     if data.get("not_tested"):
         parts.append(_reasons_table("Not tested", data["not_tested"], "yellow"))

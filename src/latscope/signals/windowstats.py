@@ -32,6 +32,9 @@ class GaugeStats:
     mean: float  #: mean over the snapshots that had it
     max: float
     samples: int  #: how many snapshots had it
+    #: ``(taken_at_s, value)`` of each snapshot that had it and was stamped, in order: the gauge over time (carried
+    #: beside the statistics, which are what two stats compare by)
+    points: tuple[tuple[float, float], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +139,15 @@ def gauge_stats(
 ) -> tuple[GaugeStats | None, str | None]:
     """Statistics of the first candidate gauge present in any snapshot, aggregated over its label sets."""
     for name in candidates:
-        values = [
-            value * scale for snapshot in snapshots if (value := snapshot.value(name, aggregate=aggregate)) is not None
+        stamped = [
+            (snapshot.taken_at_s, value * scale)
+            for snapshot in snapshots
+            if (value := snapshot.value(name, aggregate=aggregate)) is not None
         ]
+        values = [value for _, value in stamped]
         if values:
-            return GaugeStats(values[-1], math.fsum(values) / len(values), max(values), len(values)), name
+            points = tuple((at, value) for at, value in stamped if at is not None)
+            return GaugeStats(values[-1], math.fsum(values) / len(values), max(values), len(values), points), name
     return None, None
 
 

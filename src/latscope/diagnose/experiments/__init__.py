@@ -10,12 +10,27 @@ check module, one lab fault.
 * :mod:`~latscope.diagnose.experiments.connection` — reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency
 * :mod:`~latscope.diagnose.experiments.parsing` — server time vs request body size
 * :mod:`~latscope.diagnose.experiments.queueing` — a short prompt alone and behind long ones
+* :mod:`~latscope.diagnose.experiments.batching` — short requests alone and in staggered pairs
+* :mod:`~latscope.diagnose.experiments.prefill` — TTFT vs prompt length towards the context limit
+* :mod:`~latscope.diagnose.experiments.saturation` — identical short requests at growing concurrency
+* :mod:`~latscope.diagnose.experiments.kvcache` — long streams alone and many at once
+* :mod:`~latscope.diagnose.experiments.sampling` — the same prompt decoded greedily and with sampling parameters
 * :mod:`~latscope.diagnose.experiments.streaming` — per-read analysis under different ACK behaviours and lengths
 """
 
 from __future__ import annotations
 
-from latscope.diagnose.experiments import connection, parsing, queueing, streaming
+from latscope.diagnose.experiments import (
+    batching,
+    connection,
+    kvcache,
+    parsing,
+    prefill,
+    queueing,
+    sampling,
+    saturation,
+    streaming,
+)
 from latscope.diagnose.experiments.base import Experiment, Prior
 
 EXPERIMENTS: dict[str, Experiment] = {}
@@ -27,7 +42,7 @@ def register_experiment(experiment: Experiment) -> None:
     EXPERIMENTS[experiment.family] = experiment
 
 
-for _module in (connection, parsing, queueing, streaming):
+for _module in (connection, parsing, queueing, batching, prefill, saturation, kvcache, sampling, streaming):
     register_experiment(_module.EXPERIMENT)
 
 __all__ = ["EXPERIMENTS", "Experiment", "Prior", "register_experiment"]

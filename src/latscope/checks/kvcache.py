@@ -1,0 +1,141 @@
+"""``kv-cache-pressure``: the KV cache runs out, and decoding sequences are preempted and recomputed mid-stream.
+
+Mechanism: long streams sent at once, more than the cache holds as they grow. An engine with room for them decodes
+each at its own steady cadence. An engine out of KV blocks takes them from a running sequence (vLLM, SGLang, the
+lab): the victim's stream stops mid-decode until blocks come back, then its prompt and everything generated so far
+are prefilled again before it goes on. So a stream under pressure shows a *stall*: a gap between tokens far above its
+own cadence and longer than the prefill of every stream of the burst (what admitting the others can hold it up by) —
+measured against the same streams sent one at a time in the same run, which must not stall. The server's own
+preemption counter and KV-usage gauge confirm it where its metrics have them; they also tell a burst that never
+came near filling the cache, where nothing was tested. The cost is the stall time measured, per preemption the
+server counted (a victim readmitted at once stalls too briefly to be seen), or per stalled stream without metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from latscope.checks import failures
+from latscope.checks.evidence import KvEvidence, Reference, RequestSample
+from latscope.checks.severity import costed_finding
+from latscope.checks.stats import median
+from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
+
+KV_ID = "kv-cache-pressure"
+
+#: A stall is a gap at least this many times the stream's own median inter-token gap …
+STALL_FACTOR = 10.0
+#: … at least the prefill of the whole burst (the control's TTFT × the streams sent at once: what admitting every
+#: other stream can hold a step up by, chunked or not) …
+#: … and at least this long (ms).
+MIN_STALL_MS = 30.0
+#: Streams of the burst that must stall for a finding when the server's metrics do not count a preemption (one
+#: could be a host stall); one suffices when they do.
+MIN_STALLED = 2
+#: KV usage (0–1) at which the cache counts as full.
+FULL_USAGE = 0.9
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def stall_ms(sample: RequestSample, threshold_ms: float) -> float:
+    """Time (ms) a stream spent in stalls: over every gap at least ``threshold_ms`` and :data:`STALL_FACTOR` × its
+    own median gap, the gap beyond that median."""
+    cadence = median(sample.itl_ms)
+    if cadence is None:
+        return 0.0
+    limit = max(threshold_ms, STALL_FACTOR * cadence)
+    return sum(gap - cadence for gap in sample.itl_ms if gap >= limit)
+
+
+def check_kv_cache_pressure(ev: KvEvidence, reference: Reference | None) -> Outcome:
+    """Finding when streams of the burst stalled mid-decode (:data:`MIN_STALLED`, or one that the server's preemption
+    counter confirms) while none of the control streams did; the cost is the stall time per preempted stream (per
+    stalled stream without a preemption count)."""
+    if ev.skipped is not None:
+        return NotTested(KV_ID, f"the burst was not sent: {ev.skipped}")
+    samples = (*ev.alone, *ev.burst)
+    broken = failures.too_many_failed(samples)
+    if broken:
+        return NotTested(KV_ID, f"the target misbehaved during the KV-cache experiment: {broken}")
+    alone = [s for s in ev.alone if s.ok and s.itl_ms]
+    burst = [s for s in ev.burst if s.ok and s.itl_ms]
+    if not alone or len(burst) < MIN_STALLED:
+        reason = failures.summarise(samples) or "too few streams completed"
+        return NotTested(KV_ID, f"the KV-cache experiment could not measure: {reason}")
+    prefill = min((s.ttft_after_setup_ms for s in alone if s.ttft_after_setup_ms is not None), default=0.0)
+    threshold = max(MIN_STALL_MS, ev.concurrency * prefill)
+    control = [stall_ms(s, threshold) for s in alone]
+    stalls = [stall_ms(s, threshold) for s in burst]
+    stalled = [v for v in stalls if v > 0]
+    load = f"{ev.concurrency} streams of {ev.prompt_tokens} + {ev.max_tokens} tokens at once"
+    evidence: dict[str, Any] = {
+        "load": load,
+        "prompt_tokens": ev.prompt_tokens,
+        "max_tokens": ev.max_tokens,
+        "concurrency": ev.concurrency,
+        "stall_threshold_ms": _round(threshold),
+        "streams": len(burst),
+        "stalled_streams": len(stalled),
+        "stall_ms": [_round(v) for v in stalls],
+        "control_stall_ms": [_round(v) for v in control],
+        "cadence_alone_ms": _round(median([g for s in alone for g in s.itl_ms])),
+        "preemptions": ev.preemptions,
+        "kv_usage_max": ev.kv_usage_max,
+        "metrics": ev.metrics,
+    }
+    preempted = ev.preemptions is not None and ev.preemptions > 0
+    full = ev.kv_usage_max is not None and ev.kv_usage_max >= FULL_USAGE
+    if any(v > 0 for v in control):
+        return Inconclusive(KV_ID, "streams stalled even one at a time: the stalls are not the cache's", evidence)
+    # one stalled stream is enough when the server says it preempted; without that, one could be a host stall
+    needed = 1 if preempted else MIN_STALLED
+    if len(stalled) < needed:
+        if ev.kv_usage_max is not None and not full and not preempted:
+            return NotTested(
+                KV_ID,
+                f"{load} never came near filling the KV cache (usage peaked at {ev.kv_usage_max:.0%}): this load does "
+                "not test it",
+            )
+        if full or preempted:
+            what = f"{ev.preemptions:g} preemption(s)" if preempted else f"usage peaked at {ev.kv_usage_max:.0%}"
+            stalls_seen = f"only {len(stalled)} stream stalled" if stalled else "no stream stalled"
+            return Clear(KV_ID, f"{load}: the cache was full ({what}) but {stalls_seen} mid-decode", evidence)
+        return NotTested(KV_ID, f"no stream stalled at {load}, and no KV metrics say whether the cache was near full")
+    if ev.preemptions is not None and not preempted and not full:
+        return Inconclusive(
+            KV_ID,
+            f"{len(stalled)} of {len(burst)} streams stalled mid-decode, but the server reports no preemption and KV "
+            f"usage at most {ev.kv_usage_max if ev.kv_usage_max is not None else 'unknown'}: something else held them",
+            evidence,
+        )
+    if preempted and ev.preemptions is not None:
+        # a preempted stream quickly readmitted stalls less than the threshold: the server's count says how many
+        # streams shared the stall time measured
+        shared = max(float(len(stalled)), ev.preemptions)
+        cost = sum(stalled) / shared
+        per = f"the {sum(stalled):.0f} ms of stalls measured over the {shared:g} preemption(s) the server counted"
+    else:
+        cost = sum(stalled) / len(stalled)
+        per = f"the mean over the {len(stalled)} streams that stalled"
+    confirm = (
+        f"; the server counted {ev.preemptions:g} preemption(s)"
+        if preempted
+        else (f"; KV usage reached {ev.kv_usage_max:.0%}" if full else "")
+    )
+    return costed_finding(
+        KV_ID,
+        cost,
+        reference,
+        cost_basis=(
+            f"ms a preempted stream spent stopped mid-decode: {per}; a stall is a gap beyond the stream's own "
+            f"cadence over {threshold:.0f} ms and {STALL_FACTOR:g}× that cadence"
+        ),
+        evidence=evidence,
+        rule=(
+            f"{len(stalled)} of {len(burst)} streams stalled mid-decode at {load}, none of {len(alone)} alone{confirm}"
+        ),
+        confidence=Confidence.HIGH if preempted or full else Confidence.MEDIUM,
+    )

@@ -1,0 +1,125 @@
+"""``prefill-superlinear``: prefill time grows faster than the prompt.
+
+Mechanism: the linear layers cost the same per prompt token, attention costs per token *pair*: an engine's prefill
+is ``a + b·n + c·n²`` for a prompt of ``n`` tokens. Efficient attention kernels (FlashAttention) and chunked
+prefill keep ``c·n²`` a small share of TTFT up to long contexts; a naive kernel lets it dominate. The check fits
+TTFT against prompt length with a constant, a linear and a quadratic term and their uncertainty, and reports the
+quadratic part at the longest prompt measured — what that prompt pays above the linear extrapolation of the rest —
+when it is both well determined and a material share of its TTFT.
+
+The fit is over TTFT without connection setup with one token generated, so every point carries the same fixed
+costs (the round trip, the first decode step); on a remote target the longer upload of a long prompt adds a term
+that grows more slowly than the prompt (slow start: round trips, not bytes), which can only hide curvature, never
+add it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from latscope.checks import failures
+from latscope.checks.evidence import PrefillEvidence, Reference
+from latscope.checks.severity import costed_finding
+from latscope.checks.stats import fit_quadratic
+from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
+
+PREFILL_ID = "prefill-superlinear"
+
+#: The quadratic part is material at this share of the longest prompt's TTFT: nearly a third of the wait is
+#: attention over the prompt's token pairs.
+MATERIAL_SHARE = 0.30
+#: Below this share the growth is as linear as an efficient kernel keeps it: FlashAttention-style attention on a 7B
+#: model is about 5 % of an 8k-token prefill and 20 % of a 32k one.
+CLEAR_SHARE = 0.20
+#: The quadratic coefficient must stand this many standard errors above zero.
+MIN_Z = 3.0
+#: Distinct prompt sizes needed for a fit with residual degrees of freedom, and the longest prompt (tokens) the
+#: sweep must reach for attention to be measurable at all.
+MIN_SIZES = 4
+MIN_LONGEST_TOKENS = 2048
+#: The longest prompt's TTFT must stand this far (ms) above the shortest for a curve to be fitted at all.
+MIN_SPAN_MS = 5.0
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def check_prefill_superlinear(ev: PrefillEvidence, reference: Reference | None) -> Outcome:
+    """Finding when the fitted quadratic term is at least :data:`MATERIAL_SHARE` of the longest prompt's TTFT and
+    :data:`MIN_Z` standard errors above zero; clear below :data:`CLEAR_SHARE`."""
+    broken = failures.too_many_failed(ev.failures, ok_elsewhere=len(ev.points))
+    if broken:
+        return NotTested(PREFILL_ID, f"the target misbehaved during the prefill sweep: {broken}")
+    sizes = sorted({p.prompt_tokens for p in ev.points})
+    if len(sizes) < MIN_SIZES or sizes[-1] < MIN_LONGEST_TOKENS:
+        limit = f"; the server refused {ev.refused_at} tokens" if ev.refused_at else ""
+        reason = failures.summarise(ev.failures) or f"{len(sizes)} prompt size(s) up to {sizes[-1] if sizes else 0}"
+        return NotTested(
+            PREFILL_ID,
+            f"the prefill sweep needs {MIN_SIZES} sizes up to at least {MIN_LONGEST_TOKENS} tokens: {reason}{limit}",
+        )
+    xs = [float(p.prompt_tokens) for p in ev.points]
+    ys = [p.ttft_ms for p in ev.points]
+    fit = fit_quadratic(xs, ys)
+    longest = float(sizes[-1])
+    at_longest = [p.ttft_ms for p in ev.points if p.prompt_tokens == sizes[-1]]
+    ttft_longest = min(at_longest)
+    evidence: dict[str, Any] = {
+        "points": [[p.prompt_tokens, _round(p.ttft_ms)] for p in ev.points],
+        "longest_prompt_tokens": sizes[-1],
+        "longest_ttft_ms": _round(ttft_longest),
+        "refused_at_tokens": ev.refused_at,
+        "budget_stopped_at_tokens": ev.budget_stopped_at,
+    }
+    shortest = min(p.ttft_ms for p in ev.points if p.prompt_tokens == sizes[0])
+    if fit is None or ttft_longest - shortest < MIN_SPAN_MS:
+        return Clear(
+            PREFILL_ID,
+            f"TTFT barely grows with the prompt ({shortest:.1f} ms at {sizes[0]} tokens, {ttft_longest:.1f} ms at "
+            f"{sizes[-1]}): nothing to bend",
+            evidence,
+        )
+    quadratic = fit.quadratic_at(longest)
+    share = quadratic / ttft_longest if ttft_longest > 0 else 0.0
+    z = fit.c / fit.c_se if fit.c_se else (float("inf") if fit.c > 0 else 0.0)
+    evidence.update(
+        {
+            "fit_ms": {"constant": _round(fit.a), "per_token": fit.b, "per_token2": fit.c},
+            "per_token2_se": fit.c_se,
+            "quadratic_z": _round(z, 2) if z != float("inf") else None,
+            "quadratic_ms_at_longest": _round(quadratic),
+            "quadratic_share_at_longest": _round(share),
+            "residual_sd_ms": _round(fit.residual_sd),
+        }
+    )
+    if share < CLEAR_SHARE or fit.c <= 0:
+        return Clear(
+            PREFILL_ID,
+            f"prefill grows about linearly: the quadratic part is {max(0.0, share):.0%} of TTFT at {sizes[-1]} "
+            f"tokens ({fit.b * 1000:.2f} ms per 1k tokens)",
+            evidence,
+        )
+    if share < MATERIAL_SHARE or z < MIN_Z:
+        why = f"{share:.0%} of TTFT" if share < MATERIAL_SHARE else f"only {z:.1f} standard errors above zero"
+        return Inconclusive(
+            PREFILL_ID,
+            f"TTFT bends upward with the prompt, but the quadratic part at {sizes[-1]} tokens is {why}",
+            evidence,
+        )
+    return costed_finding(
+        PREFILL_ID,
+        quadratic,
+        reference,
+        cost_basis=(
+            f"ms the {sizes[-1]}-token prompt waits above the linear part of the fit (constant + per-token cost "
+            f"{fit.b * 1000:.2f} ms per 1k tokens): the quadratic term c·n² with c = {fit.c:.3g} ms/token², "
+            f"{share:.0%} of its {ttft_longest:.0f} ms TTFT; it grows with the square of longer prompts"
+        ),
+        evidence=evidence,
+        rule=(
+            f"TTFT vs prompt tokens ({len(sizes)} sizes, {sizes[0]}–{sizes[-1]}) fitted a + b·n + c·n²: c·n² at the "
+            f"longest is {share:.0%} of its TTFT (≥ {MATERIAL_SHARE:.0%}), c {z:.1f} standard errors above zero"
+        ),
+        confidence=Confidence.HIGH if fit.n - 3 >= 3 else Confidence.MEDIUM,
+    )

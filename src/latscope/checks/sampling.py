@@ -1,0 +1,96 @@
+"""``decode-host-overhead``: every decoded token pays for work the host does outside the GPU's step.
+
+Mechanism: engines fuse greedy (and plain-temperature) sampling into the decode step on the device, but nucleus and
+top-k filtering, presence/frequency/repetition penalties and logprobs take a slower path — a sort and softmax over
+the vocabulary, a pass over the generated tokens, often on the host and serialised with the step — that adds a
+constant to every step of a batch that needs it. The experiment decodes the same prompt to the same length greedily
+and with those parameters, alternately on one connection, so the only difference is the sampling path: the check
+compares the two streams' time per output token (each stream's median inter-token gap), with its noise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from latscope.checks import failures
+from latscope.checks.evidence import Reference, RequestSample, SamplingEvidence
+from latscope.checks.severity import costed_finding
+from latscope.checks.stats import median, robust_sd
+from latscope.findings import Clear, Confidence, NotTested, Outcome
+
+SAMPLING_ID = "decode-host-overhead"
+
+#: Sampling is material when it adds at least this share of the greedy time per token …
+MATERIAL_SHARE = 0.10
+#: … and at least this much (ms per token).
+MIN_ADDED_MS = 0.3
+#: The difference must stand this many standard errors above zero.
+NOISE_Z = 3.0
+#: Streams needed on each side.
+MIN_STREAMS = 2
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _tpots(samples: tuple[RequestSample, ...]) -> list[float]:
+    values = [median(s.itl_ms) for s in samples if s.ok and len(s.itl_ms) >= 2]
+    return [v for v in values if v is not None]
+
+
+def check_decode_host_overhead(ev: SamplingEvidence, reference: Reference | None) -> Outcome:
+    """Finding when sampled streams take at least :data:`MATERIAL_SHARE` (and :data:`MIN_ADDED_MS`) longer per
+    token than greedy ones, :data:`NOISE_Z` standard errors clear of noise; the cost is that per-token time over one
+    stream of the experiment's length."""
+    if ev.refused is not None and not ev.parameters:
+        return NotTested(SAMPLING_ID, f"the server refused every set of sampling parameters tried: {ev.refused}")
+    samples = (*ev.greedy, *ev.sampled)
+    broken = failures.too_many_failed(samples)
+    if broken:
+        return NotTested(SAMPLING_ID, f"the target misbehaved during the sampling experiment: {broken}")
+    greedy, sampled = _tpots(ev.greedy), _tpots(ev.sampled)
+    if len(greedy) < MIN_STREAMS or len(sampled) < MIN_STREAMS:
+        reason = failures.summarise(samples) or "too few streams of several tokens completed"
+        return NotTested(SAMPLING_ID, f"the sampling experiment could not measure: {reason}")
+    g, s = median(greedy), median(sampled)
+    assert g is not None and s is not None
+    added = s - g
+    spread = max(robust_sd(greedy) or 0.0, robust_sd(sampled) or 0.0)
+    se = spread * math.sqrt(1 / len(greedy) + 1 / len(sampled))
+    evidence: dict[str, Any] = {
+        "greedy_tpot_ms": _round(g),
+        "sampled_tpot_ms": _round(s),
+        "added_ms_per_token": _round(added),
+        "added_se_ms": _round(se),
+        "stream_tokens": ev.max_tokens,
+        "parameters": list(ev.parameters),
+        "greedy_tpots_ms": [_round(v) for v in greedy],
+        "sampled_tpots_ms": [_round(v) for v in sampled],
+    }
+    material = added >= max(MIN_ADDED_MS, MATERIAL_SHARE * g)
+    if not material or added < NOISE_Z * se:
+        return Clear(
+            SAMPLING_ID,
+            f"sampling ({', '.join(ev.parameters)}) adds {added:+.2f} ms per token to a greedy {g:.2f} ms: it stays "
+            "on the fast path",
+            evidence,
+        )
+    tokens = max(1, ev.max_tokens - 1)
+    cost = added * tokens
+    return costed_finding(
+        SAMPLING_ID,
+        cost,
+        reference,
+        cost_basis=(
+            f"ms a {ev.max_tokens}-token stream pays for sampling: {added:.2f} ms on each of its {tokens} gaps "
+            f"({s:.2f} ms per token sampled vs {g:.2f} greedy); it grows with the answer"
+        ),
+        evidence=evidence,
+        rule=(
+            f"streams asking for {', '.join(ev.parameters)} took {added / g:.0%} longer per token than greedy ones "
+            f"of the same prompt and length (≥ {MATERIAL_SHARE:.0%}, {NOISE_Z:g} standard errors clear)"
+        ),
+        confidence=Confidence.HIGH if min(len(greedy), len(sampled)) >= 3 else Confidence.MEDIUM,
+    )

@@ -1,0 +1,150 @@
+"""``capacity-saturation``: past some concurrency, requests wait for a free slot before the engine starts them.
+
+Mechanism: the concurrency sweep sends ``c`` identical short requests at once, for growing ``c``. An engine with
+room for all of them (continuous batching within its batch and KV budget) starts each at once: TTFT grows only by
+the few prompt tokens the others add to the prefill step, a small fraction of one request's whole service time.
+An engine out of slots makes the extra requests wait until earlier ones *finish*: their TTFT grows by a good part
+of a whole request's service time, and get their first token only after another request of their burst ended. So a
+request waited when both hold (its TTFT beyond the lone TTFT by :data:`WAIT_SHARE` of a lone request's stream), a
+level waits when every burst had such requests; the knee is the last level that did not wait, and that
+concurrency is the endpoint's capacity here. Requests are all alike and short, so one long prompt holding others
+up (``queue-head-of-line``) cannot be what is seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from latscope.checks import failures
+from latscope.checks.evidence import Reference, SaturationEvidence, SaturationLevel
+from latscope.checks.severity import costed_finding
+from latscope.checks.stats import median, percentile
+from latscope.findings import Clear, Confidence, NotTested, Outcome
+
+SATURATION_ID = "capacity-saturation"
+
+#: A request waited for a slot when its TTFT exceeded the lone TTFT by this share of a lone request's end-to-end
+#: time: it waited for another request to finish, not for a slightly larger prefill step.
+WAIT_SHARE = 0.5
+#: A level waits when every round had at least this many such requests (two from this concurrency on: one request
+#: held up by a host stall is not a queue).
+MIN_WAITERS = 1
+MIN_WAITERS_FROM = 4
+MIN_WAITERS_LARGE = 2
+#: The lone request's whole service time must exceed its TTFT by this much (ms) for a wait to be told from noise.
+MIN_SERVICE_SPAN_MS = 10.0
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def waiters(level: SaturationLevel, index: int, lone_ttft_ms: float, lone_e2e_ms: float) -> int:
+    """Requests of the level's burst ``index`` that waited for a slot: TTFT beyond the lone TTFT by more than
+    :data:`WAIT_SHARE` of a lone request's stream, and (where known) first token after another request had ended."""
+    limit = lone_ttft_ms + WAIT_SHARE * (lone_e2e_ms - lone_ttft_ms)
+    burst = level.rounds[index]
+    ended = level.after_an_end[index] if index < len(level.after_an_end) else (True,) * len(burst)
+    return sum(
+        1
+        for s, after in zip(burst, ended, strict=True)
+        if after and s.ok and s.ttft_after_setup_ms is not None and s.ttft_after_setup_ms > limit
+    )
+
+
+def level_waited(level: SaturationLevel, lone_ttft_ms: float, lone_e2e_ms: float) -> bool:
+    """Every round of the level had requests that waited for a slot (:func:`waiters`; at least
+    :data:`MIN_WAITERS_LARGE` from :data:`MIN_WAITERS_FROM` concurrent requests on)."""
+    needed = MIN_WAITERS_LARGE if level.concurrency >= MIN_WAITERS_FROM else MIN_WAITERS
+    counts = [waiters(level, i, lone_ttft_ms, lone_e2e_ms) for i in range(len(level.rounds))]
+    return bool(counts) and all(n >= needed for n in counts)
+
+
+def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | None) -> Outcome:
+    """Finding when some concurrency of the sweep made requests wait (:func:`level_waited`); the capacity is the
+    level before it, the cost the mean TTFT that level added over the one before."""
+    samples = [s for level in ev.levels for s in level.samples]
+    broken = failures.too_many_failed(samples)
+    if broken:
+        return NotTested(SATURATION_ID, f"the target misbehaved during the concurrency sweep: {broken}")
+    lone = next((lv for lv in ev.levels if lv.concurrency == 1), None)
+    if lone is None or not lone.ttfts_ms or len(ev.levels) < 2:
+        reason = failures.summarise(samples) or "the sweep did not get past one request"
+        return NotTested(SATURATION_ID, f"the concurrency sweep could not measure: {reason}")
+    lone_ttft = min(lone.ttfts_ms)
+    e2es = [s.e2e_after_setup_ms for s in lone.samples if s.ok and s.e2e_after_setup_ms is not None]
+    lone_e2e = min(e2es) if e2es else lone_ttft
+    rows = [
+        {
+            "concurrency": lv.concurrency,
+            "ttft_p50_ms": _round(median(lv.ttfts_ms)),
+            "ttft_p90_ms": _round(percentile(lv.ttfts_ms, 90.0)),
+            "ttft_max_ms": _round(max(lv.ttfts_ms, default=None) if lv.ttfts_ms else None),
+            "failed": len(lv.failed),
+            "waited": [waiters(lv, i, lone_ttft, lone_e2e) for i in range(len(lv.rounds))],
+        }
+        for lv in ev.levels
+    ]
+    evidence: dict[str, Any] = {
+        "levels": rows,
+        "lone_ttft_ms": _round(lone_ttft),
+        "lone_e2e_ms": _round(lone_e2e),
+        "max_tokens": ev.max_tokens,
+        "waiting_gauge_max": ev.waiting_gauge,
+        "running_gauge_max": ev.running_gauge,
+        "metrics": ev.metrics,
+        "batch_series": [list(point) for point in ev.batch_series],
+        "level_starts": [list(start) for start in ev.level_starts],
+    }
+    if lone_e2e - lone_ttft < MIN_SERVICE_SPAN_MS:
+        return NotTested(
+            SATURATION_ID,
+            f"a lone request streams its {ev.max_tokens} tokens in {lone_e2e - lone_ttft:.1f} ms: too little service "
+            "time to tell waiting for a slot from noise",
+        )
+    waited = next((lv for lv in ev.levels if lv.concurrency > 1 and level_waited(lv, lone_ttft, lone_e2e)), None)
+    top = ev.levels[-1].concurrency
+    if waited is None:
+        return Clear(
+            SATURATION_ID,
+            f"up to {top} concurrent short requests started without waiting for a slot (TTFT p90 "
+            f"{rows[-1]['ttft_p90_ms']} ms vs {lone_ttft:.1f} ms alone)",
+            evidence,
+        )
+    index = ev.levels.index(waited)
+    knee = ev.levels[index - 1].concurrency
+    # the requests that did not wait had a slot: the capacity, as far as this level shows it
+    started = min(waited.concurrency - waiters(waited, i, lone_ttft, lone_e2e) for i in range(len(waited.rounds)))
+    capacity = max(knee, started)
+    # one step past the knee against the knee itself: both levels pay what concurrency costs without waiting (a
+    # larger prefill step, the host's and the network's share of a burst); only the waiting differs
+    control = _mean(ev.levels[index - 1].ttfts_ms)
+    added = _mean(waited.ttfts_ms) - control
+    evidence.update(
+        {"capacity": capacity, "knee": knee, "waited_at": waited.concurrency, "ttft_added_ms": _round(added)}
+    )
+    confirm = ev.waiting_gauge is not None and ev.waiting_gauge > 0
+    gauge = f"; the server's waiting-requests gauge reached {ev.waiting_gauge:g}" if confirm else ""
+    if ev.running_gauge is not None and confirm:
+        gauge += f" with {ev.running_gauge:g} running"
+    return costed_finding(
+        SATURATION_ID,
+        added,
+        reference,
+        cost_basis=(
+            f"ms of TTFT the average request gained at {waited.concurrency} concurrent requests, one step past the "
+            f"knee at {knee} (mean TTFT {_mean(waited.ttfts_ms):.1f} ms vs {control:.1f} ms at {knee}): the wait for "
+            "a slot that requests beyond the capacity pay, shared over the burst"
+        ),
+        evidence=evidence,
+        rule=(
+            f"at {waited.concurrency} concurrent short requests, in every round, some waited for others to finish "
+            f"(TTFT beyond a lone request's by more than {WAIT_SHARE:.0%} of its {lone_e2e - lone_ttft:.0f} ms "
+            f"stream); capacity about {capacity} concurrent requests (none waited at {knee}){gauge}"
+        ),
+        confidence=Confidence.HIGH if confirm or len(waited.ttfts_ms) >= 4 else Confidence.MEDIUM,
+    )

@@ -1,0 +1,94 @@
+"""The KV-cache experiment: long streams one at a time, then :data:`CONCURRENCY` of them at once.
+
+Each stream is a :data:`PROMPT_TOKENS`-token prompt generating :data:`MAX_TOKENS` tokens (quickack on, so the
+client's ACKs cannot hold a token back): together they need more KV cache than a small or nearly full cache keeps,
+and they grow while they decode, which is when an engine out of blocks preempts one. The control streams run first,
+one at a time, in the same run. The target's metrics are scraped during the burst (:mod:`latscope.diagnose.metrics`)
+for its preemption counter and KV-usage gauge. A prompt the server refuses for its length is halved (a context
+shorter than the experiment's) down to :data:`MIN_PROMPT_TOKENS`. A target so slow that the burst, served one
+stream at a time, would outlast :data:`BURST_BUDGET_S` is not sent it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from latscope.checks.evidence import KvEvidence, RequestSample
+from latscope.diagnose.context import Context
+from latscope.diagnose.experiments.base import Experiment, Prior
+from latscope.diagnose.metrics import scraping
+from latscope.signals import NotAvailable
+
+PROMPT_TOKENS = 768
+MIN_PROMPT_TOKENS = 96
+MAX_TOKENS = 256
+CONCURRENCY = 8
+ALONE = 2
+ALONE_QUICK = 1
+#: The burst is sent only when this many streams one after another (what a server with one slot makes of it) would
+#: take at most this long (s), from the control streams' end-to-end time: the experiment stays bounded.
+BURST_BUDGET_S = 30.0
+
+
+def planned_requests(quick: bool) -> int:
+    """Requests this experiment sends (about: a refused prompt is sent again halved)."""
+    return (ALONE_QUICK if quick else ALONE) + CONCURRENCY
+
+
+async def run(ctx: Context, prior: Prior) -> KvEvidence:
+    """Run the KV-cache experiment (see the module docstring)."""
+    tokens = PROMPT_TOKENS
+    alone: list[RequestSample] = []
+    async with ctx.client(quickack=True) as client:
+        while len(alone) < (ALONE_QUICK if ctx.quick else ALONE):
+            sample = await ctx.send(client, ctx.spec(tokens, MAX_TOKENS), label=f"long stream alone {len(alone) + 1}")
+            if sample.refused and tokens // 2 >= MIN_PROMPT_TOKENS:
+                tokens //= 2
+                continue
+            alone.append(sample)
+            if not sample.ok:
+                break
+    if not any(s.ok for s in alone):
+        return KvEvidence(tokens, MAX_TOKENS, CONCURRENCY, alone=tuple(alone))
+    e2e_ms = min(s.e2e_after_setup_ms for s in alone if s.ok and s.e2e_after_setup_ms is not None)
+    if CONCURRENCY * e2e_ms / 1000.0 > BURST_BUDGET_S:
+        return KvEvidence(
+            tokens,
+            MAX_TOKENS,
+            CONCURRENCY,
+            alone=tuple(alone),
+            skipped=(
+                f"one stream of {tokens} + {MAX_TOKENS} tokens takes {e2e_ms / 1000.0:.1f} s here: {CONCURRENCY} of "
+                f"them could take {CONCURRENCY * e2e_ms / 1000.0:.0f} s, over the experiment's {BURST_BUDGET_S:g} s"
+            ),
+        )
+    async with scraping(ctx) as scrape, ctx.client(quickack=True, max_connections_per_origin=CONCURRENCY) as client:
+        burst = await asyncio.gather(
+            *(
+                ctx.send(client, ctx.spec(tokens, MAX_TOKENS), label=f"long stream {n + 1}/{CONCURRENCY} at once")
+                for n in range(CONCURRENCY)
+            )
+        )
+    window = scrape.result
+    if isinstance(window, NotAvailable) or window.stats is None:
+        why = window.why if isinstance(window, NotAvailable) else f"metrics at {window.url} of no known server family"
+        return KvEvidence(tokens, MAX_TOKENS, CONCURRENCY, tuple(alone), tuple(burst), metrics=f"no metrics: {why}")
+    stats = window.stats
+    return KvEvidence(
+        tokens,
+        MAX_TOKENS,
+        CONCURRENCY,
+        tuple(alone),
+        tuple(burst),
+        preemptions=stats.preemptions,
+        kv_usage_max=None if stats.kv_usage is None else stats.kv_usage.max,
+        metrics=f"{stats.family} metrics at {window.url}",
+    )
+
+
+EXPERIMENT = Experiment(
+    family="kvcache",
+    description="long streams alone and many at once: do they stall mid-decode when the KV cache fills?",
+    planned_requests=lambda ctx: planned_requests(ctx.quick),
+    run=run,
+)

@@ -1,0 +1,83 @@
+"""The sampling experiment: the same short prompt decoded greedily and with sampling parameters, alternately.
+
+:data:`PAIRS` greedy/sampled pairs (``max_tokens`` the typical request's, quickack on, one connection), greedy
+first in odd pairs and second in even ones so drift on the server cannot favour either. The sampled requests ask
+for every parameter of :data:`SAMPLED` the server accepts: a refusal (4xx) of the whole set falls back to
+:data:`SAMPLED_FALLBACK`; a refusal of that too leaves the check not tested.
+"""
+
+from __future__ import annotations
+
+from latscope.checks.evidence import RequestSample, SamplingEvidence
+from latscope.checks.failures import describe
+from latscope.diagnose.context import Context
+from latscope.diagnose.experiments.base import Experiment, Prior
+from latscope.wire import Client
+
+PROMPT_TOKENS = 16
+PAIRS = 5
+PAIRS_QUICK = 3
+GREEDY: dict[str, object] = {"temperature": 0}
+#: Nucleus sampling, both OpenAI penalties and logprobs: the parameters engines take off the fused decode path.
+SAMPLED: dict[str, object] = {
+    "temperature": 1.0,
+    "top_p": 0.9,
+    "presence_penalty": 0.5,
+    "frequency_penalty": 0.5,
+    "logprobs": True,
+    "top_logprobs": 5,
+}
+SAMPLED_FALLBACK: dict[str, object] = {"temperature": 1.0, "top_p": 0.9, "frequency_penalty": 0.5}
+
+
+def planned_requests(quick: bool) -> int:
+    """Requests this experiment sends (about: a refused parameter set is sent once more, reduced)."""
+    return 2 * (PAIRS_QUICK if quick else PAIRS)
+
+
+async def run(ctx: Context, prior: Prior) -> SamplingEvidence:
+    """Run the sampling experiment (see the module docstring)."""
+    tokens = max(8, prior.typical_max_tokens)
+    greedy: list[RequestSample] = []
+    sampled: list[RequestSample] = []
+    parameters: dict[str, object] | None = SAMPLED
+    refused: str | None = None
+    async with ctx.client(quickack=True) as client:
+        for index in range(PAIRS_QUICK if ctx.quick else PAIRS):
+            order = ("greedy", "sampled") if index % 2 == 0 else ("sampled", "greedy")
+            for kind in order:
+                if kind == "greedy":
+                    greedy.append(await _send(ctx, client, tokens, GREEDY, f"greedy {index + 1}"))
+                    continue
+                if parameters is None:
+                    continue
+                sample = await _send(ctx, client, tokens, parameters, f"sampled {index + 1}")
+                if sample.refused and not sampled:
+                    refused = describe(sample)
+                    parameters = SAMPLED_FALLBACK if parameters is SAMPLED else None
+                    if parameters is None:
+                        continue
+                    sample = await _send(ctx, client, tokens, parameters, f"sampled {index + 1} (fewer parameters)")
+                    if sample.refused:
+                        refused, parameters = describe(sample), None
+                        continue
+                sampled.append(sample)
+    return SamplingEvidence(
+        tokens,
+        greedy=tuple(greedy),
+        sampled=tuple(sampled),
+        parameters=tuple(parameters or ()),
+        refused=refused,
+    )
+
+
+async def _send(ctx: Context, client: Client, tokens: int, extra: dict[str, object], label: str) -> RequestSample:
+    return await ctx.send(client, ctx.spec(PROMPT_TOKENS, tokens, extra=extra), label=label)
+
+
+EXPERIMENT = Experiment(
+    family="sampling",
+    description="the same prompt decoded greedily and with top-p, penalties and logprobs: does sampling tax tokens?",
+    planned_requests=lambda ctx: planned_requests(ctx.quick),
+    run=run,
+)

@@ -1,0 +1,250 @@
+"""The engine checks on hand-built evidence: ``batching-window``, ``prefill-superlinear``, ``capacity-saturation``."""
+
+from __future__ import annotations
+
+import pytest
+
+from latscope.checks.batching import check_batching_window
+from latscope.checks.evidence import (
+    BatchingEvidence,
+    KvEvidence,
+    PairPoint,
+    PrefillEvidence,
+    PrefillPoint,
+    RequestSample,
+    SamplingEvidence,
+    SaturationEvidence,
+    SaturationLevel,
+)
+from latscope.checks.kvcache import check_kv_cache_pressure
+from latscope.checks.prefill import check_prefill_superlinear
+from latscope.checks.sampling import check_decode_host_overhead
+from latscope.checks.saturation import check_capacity_saturation
+from latscope.findings import Clear, Finding, Inconclusive, NotTested, Severity
+from tests.checks.builders import REF, failed, ok
+
+
+# -- batching-window ---------------------------------------------------------------------------------------------
+def _pairs(window_ms: float, offsets: list[float], jitter_ms: float = 0.4) -> tuple[PairPoint, ...]:
+    """Pairs as a window of ``window_ms`` gives them: within it the second joins the first's batch."""
+    return tuple(PairPoint(o, jitter_ms if o < window_ms else o + 2.0) for o in offsets)
+
+
+def test_pairs_that_start_together_below_an_offset_reveal_the_window_and_bound_its_length() -> None:
+    ev = BatchingEvidence(16, alone_ms=(53.0, 54.0, 55.0), pairs=_pairs(50.0, [16, 32, 48, 16, 32, 52, 50, 49]))
+    out = check_batching_window(ev, REF)
+    assert isinstance(out, Finding) and out.severity is Severity.HIGH
+    assert out.evidence["window_lower_ms"] == 49 and out.evidence["window_upper_ms"] == 50
+    assert out.cost_ms == pytest.approx(49.5)
+
+
+def test_when_every_pair_started_together_the_idle_wait_bounds_the_window() -> None:
+    ev = BatchingEvidence(16, alone_ms=(42.0, 43.0), pairs=_pairs(60.0, [10, 20, 35]), rtt_ms=2.0)
+    out = check_batching_window(ev, REF)
+    assert isinstance(out, Finding) and out.evidence["window_upper_ms"] == 40.0  # 42 alone less the 2 ms round trip
+    assert out.cost_ms == pytest.approx((35 + 40) / 2)
+
+
+def test_a_fixed_per_request_cost_never_closes_the_gap_between_first_tokens() -> None:
+    # a slow gateway hop of 50 ms on every request: each pair's second first token comes the offset later
+    ev = BatchingEvidence(16, alone_ms=(55.0, 56.0), pairs=tuple(PairPoint(o, o + 0.3) for o in (15, 30, 45, 15)))
+    out = check_batching_window(ev, REF)
+    assert isinstance(out, Clear) and "0 of 4" in out.reason
+
+
+def test_a_server_answering_at_once_has_no_room_for_a_window() -> None:
+    out = check_batching_window(BatchingEvidence(16, alone_ms=(3.0, 3.2), rtt_ms=0.5), REF)
+    assert isinstance(out, Clear) and "no room" in out.reason
+
+
+def test_pairs_together_at_random_offsets_are_inconclusive() -> None:
+    pairs = (PairPoint(10, 12.0), PairPoint(20, 0.5), PairPoint(30, 33.0), PairPoint(40, 44.0), PairPoint(15, 17.0))
+    out = check_batching_window(BatchingEvidence(16, alone_ms=(50.0,), pairs=pairs), REF)
+    assert isinstance(out, Inconclusive)
+
+
+def test_batching_not_tested_when_requests_failed() -> None:
+    out = check_batching_window(BatchingEvidence(16, failures=(failed(), failed())), REF)
+    assert isinstance(out, NotTested) and "429" in out.reason
+
+
+# -- prefill-superlinear -----------------------------------------------------------------------------------------
+SIZES = (16, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def _prefill(c: float, b: float = 0.02, a: float = 5.0, sizes: tuple[int, ...] = SIZES) -> PrefillEvidence:
+    return PrefillEvidence(points=tuple(PrefillPoint(n, a + b * n + c * n * n) for n in sizes))
+
+
+def test_a_quadratic_prefill_is_found_and_costed_by_its_quadratic_part_at_the_longest_prompt() -> None:
+    out = check_prefill_superlinear(_prefill(1e-5, sizes=SIZES[:-1]), REF)
+    assert isinstance(out, Finding) and out.evidence["longest_prompt_tokens"] == 8192
+    assert out.cost_ms == pytest.approx(1e-5 * 8192**2, rel=1e-6)
+    assert "c·n²" in out.cost_basis
+
+
+def test_an_efficient_kernel_is_clear() -> None:
+    out = check_prefill_superlinear(_prefill(2.5e-7, b=0.04), REF)  # the lab's tuned default: 9 % at 16k
+    assert isinstance(out, Clear) and "linearly" in out.reason
+
+
+def test_a_modest_bend_is_inconclusive_not_a_finding() -> None:
+    out = check_prefill_superlinear(_prefill(4e-7), REF)  # 24 % of TTFT at 16k
+    assert isinstance(out, Inconclusive)
+
+
+def test_a_bend_lost_in_noise_is_not_reported() -> None:
+    noisy = [
+        PrefillPoint(n, 5 + 0.02 * n + 1e-5 * n * n + (400.0 if i % 2 else -400.0)) for i, n in enumerate(SIZES[:-2])
+    ]
+    out = check_prefill_superlinear(PrefillEvidence(points=tuple(noisy)), REF)
+    assert not isinstance(out, Finding)
+
+
+def test_a_short_context_leaves_prefill_not_tested_with_the_limit() -> None:
+    out = check_prefill_superlinear(
+        PrefillEvidence(points=_prefill(1e-5, sizes=(16, 128, 512)).points, refused_at=1024), REF
+    )
+    assert isinstance(out, NotTested) and "refused 1024" in out.reason
+
+
+# -- capacity-saturation ---------------------------------------------------------------------------------------
+def _request(ttft: float, e2e: float | None = None) -> RequestSample:
+    return ok(ttft_after_setup_ms=ttft, e2e_after_setup_ms=e2e if e2e is not None else ttft + 100.0)
+
+
+def _level(concurrency: int, slots: int, ttft: float = 5.0, service: float = 100.0) -> SaturationLevel:
+    """Requests as an engine with ``slots`` slots serves a burst: the first ``slots`` start at once, the rest wait
+    for them to finish."""
+    burst = tuple(_request(ttft + (0.0 if i < slots else service) + 0.1 * i) for i in range(concurrency))
+    return SaturationLevel(concurrency, (burst, burst))
+
+
+def test_requests_past_the_engine_slots_waiting_give_the_capacity_and_its_cost() -> None:
+    lone = SaturationLevel(1, ((_request(5.0, 105.0),) * 3,))
+    ev = SaturationEvidence(16, 16, (lone, _level(2, 4), _level(4, 4), _level(8, 4)))
+    out = check_capacity_saturation(ev, REF)
+    assert isinstance(out, Finding) and out.evidence["capacity"] == 4 and out.evidence["waited_at"] == 8
+    assert out.cost_ms == pytest.approx(50.35, abs=0.5)  # half the burst waited one 100 ms request, none at 4
+
+
+def test_continuous_batching_within_its_budget_is_clear() -> None:
+    lone = SaturationLevel(1, ((_request(5.0, 105.0),) * 3,))
+    levels = (lone, *(_level(c, 256, ttft=5.0 + c) for c in (2, 4, 8, 16)))
+    out = check_capacity_saturation(SaturationEvidence(16, 16, levels), REF)
+    assert isinstance(out, Clear) and "up to 16" in out.reason
+
+
+def test_one_stalled_request_is_not_a_queue() -> None:
+    lone = SaturationLevel(1, ((_request(5.0, 105.0),) * 3,))
+    stalled = (_request(90.0), *(_request(6.0) for _ in range(7)))
+    calm = tuple(_request(6.0) for _ in range(8))
+    out = check_capacity_saturation(SaturationEvidence(16, 16, (lone, SaturationLevel(8, (stalled, calm)))), REF)
+    assert isinstance(out, Clear)
+
+
+def test_a_lone_request_with_no_stream_to_wait_for_is_not_tested() -> None:
+    lone = SaturationLevel(1, ((_request(5.0, 7.0),) * 3,))
+    out = check_capacity_saturation(SaturationEvidence(16, 1, (lone, _level(2, 1))), REF)
+    assert isinstance(out, NotTested) and "too little service time" in out.reason
+
+
+def test_slow_first_tokens_that_came_before_any_request_ended_did_not_wait_for_a_slot() -> None:
+    # a busy host delays every first token of the burst past the threshold, but none came after another's end
+    lone = SaturationLevel(1, ((_request(5.0, 105.0),) * 3,))
+    slow = tuple(_request(70.0 + i) for i in range(8))
+    level = SaturationLevel(8, (slow, slow), ((False,) * 8, (False,) * 8))
+    out = check_capacity_saturation(SaturationEvidence(16, 16, (lone, level)), REF)
+    assert isinstance(out, Clear)
+    waiting = SaturationLevel(8, (slow, slow), ((False,) * 4 + (True,) * 4,) * 2)
+    found = check_capacity_saturation(SaturationEvidence(16, 16, (lone, _level(4, 4), waiting)), REF)
+    assert isinstance(found, Finding) and found.evidence["capacity"] == 4
+
+
+# -- kv-cache-pressure -------------------------------------------------------------------------------------------
+def _stream(gaps: list[float], ttft: float = 20.0) -> RequestSample:
+    return ok(ttft_after_setup_ms=ttft, itl_ms=tuple(gaps))
+
+
+STEADY = [6.0] * 60
+
+
+def _kv(burst: list[RequestSample], **metrics: object) -> KvEvidence:
+    return KvEvidence(768, 256, 8, alone=(_stream(STEADY),), burst=tuple(burst), **metrics)  # type: ignore[arg-type]
+
+
+def test_streams_stalled_mid_decode_with_preemptions_are_kv_pressure_costed_by_the_stall() -> None:
+    victims = [_stream([*STEADY[:30], 600.0, *STEADY[:29]]), _stream([*STEADY[:40], 400.0, *STEADY[:19]])]
+    ev = _kv([*victims, *(_stream(STEADY) for _ in range(6))], preemptions=2.0, kv_usage_max=0.99)
+    out = check_kv_cache_pressure(ev, REF)
+    assert isinstance(out, Finding) and out.confidence.value == "high"
+    assert out.cost_ms == pytest.approx(((600 - 6) + (400 - 6)) / 2)  # two preemptions, two stalls
+    assert "2 preemption" in out.rule
+
+
+def test_a_load_that_never_filled_the_cache_tests_nothing() -> None:
+    out = check_kv_cache_pressure(_kv([_stream(STEADY) for _ in range(8)], preemptions=0.0, kv_usage_max=0.03), REF)
+    assert isinstance(out, NotTested) and "3%" in out.reason
+
+
+def test_a_full_cache_without_stalls_is_clear() -> None:
+    out = check_kv_cache_pressure(_kv([_stream(STEADY) for _ in range(8)], preemptions=0.0, kv_usage_max=0.95), REF)
+    assert isinstance(out, Clear)
+
+
+def test_stalls_a_prefill_of_a_neighbour_explains_are_not_stalls() -> None:
+    # a 25 ms gap when another request was admitted: under the 8 × 20 ms prefill of the whole burst
+    out = check_kv_cache_pressure(_kv([_stream([*STEADY[:10], 25.0, *STEADY[:49]]) for _ in range(8)]), REF)
+    assert isinstance(out, NotTested) and "no KV metrics" in out.reason
+
+
+def test_stalls_the_server_denies_are_inconclusive() -> None:
+    stalled = [_stream([*STEADY[:30], 500.0, *STEADY[:29]]) for _ in range(3)]
+    out = check_kv_cache_pressure(_kv(stalled, preemptions=0.0, kv_usage_max=0.2), REF)
+    assert isinstance(out, Inconclusive)
+
+
+def test_stalls_without_metrics_are_a_medium_confidence_finding() -> None:
+    stalled = [_stream([*STEADY[:30], 500.0, *STEADY[:29]]) for _ in range(3)]
+    out = check_kv_cache_pressure(_kv(stalled), REF)
+    assert isinstance(out, Finding) and out.confidence.value == "medium"
+
+
+# -- decode-host-overhead ----------------------------------------------------------------------------------------
+def _tpot_streams(tpot: float, n: int = 3, tokens: int = 32) -> tuple[RequestSample, ...]:
+    return tuple(ok(itl_ms=tuple(tpot + 0.05 * ((i + k) % 3) for k in range(tokens - 1))) for i in range(n))
+
+
+PARAMS = ("top_p", "frequency_penalty", "logprobs")
+
+
+def test_sampling_that_adds_per_token_time_is_found_and_costed_over_the_stream() -> None:
+    ev = SamplingEvidence(32, greedy=_tpot_streams(6.0), sampled=_tpot_streams(11.0), parameters=PARAMS)
+    out = check_decode_host_overhead(ev, REF)
+    assert isinstance(out, Finding) and out.evidence["added_ms_per_token"] == pytest.approx(5.0)
+    assert out.cost_ms == pytest.approx(5.0 * 31)
+
+
+def test_sampling_on_the_fast_path_is_clear() -> None:
+    ev = SamplingEvidence(32, greedy=_tpot_streams(6.0), sampled=_tpot_streams(6.1), parameters=PARAMS)
+    assert isinstance(check_decode_host_overhead(ev, REF), Clear)
+
+
+def test_a_difference_inside_the_noise_is_not_a_finding() -> None:
+    greedy = tuple(ok(itl_ms=(v,) * 10) for v in (4.0, 9.0, 5.0, 10.0))
+    sampled = tuple(ok(itl_ms=(v,) * 10) for v in (6.0, 11.0, 5.5, 12.0))
+    out = check_decode_host_overhead(SamplingEvidence(11, greedy=greedy, sampled=sampled, parameters=PARAMS), REF)
+    assert isinstance(out, Clear)
+
+
+def test_a_server_that_refuses_sampling_parameters_leaves_it_not_tested() -> None:
+    ev = SamplingEvidence(32, greedy=_tpot_streams(6.0), refused="HTTP 400: Unrecognized request argument: top_p")
+    out = check_decode_host_overhead(ev, REF)
+    assert isinstance(out, NotTested) and "Unrecognized" in out.reason
+
+
+def test_one_stall_the_server_counts_two_preemptions_for_is_shared_between_them() -> None:
+    # one victim waited 1.2 s for blocks; the other was readmitted at once and never stalled visibly
+    burst = [_stream([*STEADY[:30], 1206.0, *STEADY[:29]]), *(_stream(STEADY) for _ in range(7))]
+    out = check_kv_cache_pressure(_kv(burst, preemptions=2.0, kv_usage_max=1.0), REF)
+    assert isinstance(out, Finding) and out.cost_ms == pytest.approx(600.0)

@@ -2,8 +2,9 @@
 
 The data is what an experiment scraped from the target's metrics (the running-requests gauge is the batch an engine
 steps over; the waiting one what queued behind it): ``(seconds, running, waiting)`` points and the times the load
-changed. Each cell is the highest value the gauge had in its bin, as one of nine block heights scaled to the row's
-maximum, so a batch that fills and a queue that builds show as the load steps up.
+changed. Each cell is the highest value the gauge had in its bin (a bin between two scrapes keeps the last value), as
+one of nine block heights scaled to the row's maximum, so a batch that fills and a queue that builds show as the load
+steps up; ``·`` marks time before the first scrape.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def _row(points: Sequence[tuple[float, float]], end_s: float, width: int) -> tup
         index = min(width - 1, max(0, int(at / end_s * width))) if end_s > 0 else 0
         current = cells[index]
         cells[index] = value if current is None else max(current, value)
+    previous: float | None = None
+    for index, cell in enumerate(cells):  # a gauge holds its value until the next scrape
+        if cell is None:
+            cells[index] = previous
+        previous = cells[index]
     top = max((v for v in cells if v is not None), default=0.0)
     chars = []
     for cell in cells:

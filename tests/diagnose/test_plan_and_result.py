@@ -23,7 +23,17 @@ def test_select_accepts_a_comma_list_and_keeps_catalogue_order() -> None:
 
 def test_families_follow_the_request_path() -> None:
     assert families_for(["stream-coalescing-nagle", "tls-no-resumption"]) == ("connection", "streaming")
-    assert families_for(diagnosed_ids()) == ("connection", "parsing", "queueing", "streaming")
+    assert families_for(diagnosed_ids()) == (
+        "connection",
+        "parsing",
+        "queueing",
+        "batching",
+        "prefill",
+        "saturation",
+        "kvcache",
+        "sampling",
+        "streaming",
+    )
 
 
 def _typical(ttft: float, e2e: float, *, dns: float | None = None, connect: float | None = None) -> RequestSample:

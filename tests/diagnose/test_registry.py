@@ -16,12 +16,22 @@ def test_every_check_reads_a_family_some_experiment_produces() -> None:
 
 
 def test_experiments_run_in_request_path_order() -> None:
-    assert list(EXPERIMENTS) == ["connection", "parsing", "queueing", "streaming"]
+    assert tuple(EXPERIMENTS) == (
+        "connection",
+        "parsing",
+        "queueing",
+        "batching",
+        "prefill",
+        "saturation",
+        "kvcache",
+        "sampling",
+        "streaming",
+    )
     assert plan.families_for(CHECKS) == tuple(EXPERIMENTS)
 
 
-def test_only_the_queueing_experiment_asks_for_the_prompt_length_sweep() -> None:
-    assert [e.family for e in EXPERIMENTS.values() if e.needs_sweep] == ["queueing"]
+def test_only_the_queueing_and_prefill_experiments_ask_for_the_prompt_length_sweep() -> None:
+    assert [e.family for e in EXPERIMENTS.values() if e.needs_sweep] == ["queueing", "prefill"]
 
 
 async def test_a_registered_experiment_replaces_the_family_without_touching_the_runner() -> None:

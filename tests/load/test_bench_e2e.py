@@ -27,6 +27,9 @@ def config(url: str, **kw: object) -> BenchConfig:
         "workload": Workload.single(LengthDist.fixed(8), LengthDist.fixed(6)),
         "requests": 12,
         "read_timeout_s": 10.0,
+        # these servers count every request they see (a slow first few, a failure after N); the metrics sampler's
+        # GET would be one of them (tests/load/test_server_gauges.py tests it)
+        "server_metrics": False,
     }
     base.update(kw)
     return BenchConfig(**base)  # type: ignore[arg-type]

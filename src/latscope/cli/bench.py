@@ -68,6 +68,7 @@ def build_config(
     timeout: str,
     spin_us: int,
     busy_poll: bool = False,
+    server_metrics: bool = True,
     max_time: str | None = None,
 ) -> BenchConfig:
     """The :class:`BenchConfig` the command-line options describe (raises the spec errors on bad input)."""
@@ -119,6 +120,7 @@ def build_config(
         total_timeout_s=parse_duration_s(max_time) if max_time else None,
         spin_us=spin_us,
         busy_poll=busy_poll,
+        server_metrics=server_metrics,
     )
 
 
@@ -177,6 +179,13 @@ def build_config(
     help="Keep each worker's loop polling instead of sleeping (one core each): reads are stamped without waiting "
     "for the process to wake (event delay p99 ~0.5 ms instead of ~1.5 ms on a 2-core VM), and moments the machine "
     "took the CPU away are recorded.",
+)
+@click.option(
+    "--server-metrics/--no-server-metrics",
+    default=True,
+    show_default=True,
+    help="Scrape the target's /metrics (vLLM, SGLang, TGI, llama.cpp --metrics) once a second during the run: its "
+    "running and waiting requests and KV usage are saved in run.json and drawn as the batch size over time.",
 )
 @click.option("--inline", is_flag=True, help="Run in this process (one worker, no live display).")
 @click.option("--no-progress", is_flag=True, help="No live display.")

@@ -28,6 +28,7 @@ from latscope.dialects import get_dialect
 from latscope.load.config import BenchConfig, BenchConfigError, auto_workers
 from latscope.load.health import ClientHealth, available_cores
 from latscope.load.runner import Assignment, StepWorker, WorkerCounters, WorkerResult
+from latscope.load.servermetrics import GaugeSampler
 from latscope.load.slo import Slo
 from latscope.load.storage import (
     iter_event_batches,
@@ -169,7 +170,9 @@ async def bench_async(
     run_dir.mkdir(parents=True, exist_ok=True)
     started = _dt.datetime.now(_dt.UTC)
     records: list[StepRecord] = []
+    gauges = _sampler(config)
     for step, arrival in enumerate(config.steps):
+        gauges.mark(arrival.label)
 
         def progress(counters: WorkerCounters, step: int = step) -> None:
             if on_progress is not None:
@@ -187,7 +190,7 @@ async def bench_async(
             records.append(StepRecord(step, arrival.label, 1, [result], interrupted=True))
             break
         records.append(StepRecord(step, arrival.label, 1, [result]))
-    return finish_run(config, model, run_dir, records, started)
+    return finish_run(config, model, run_dir, records, started, server_gauges=gauges.stop())
 
 
 def run_bench(
@@ -219,7 +222,9 @@ def run_bench(
     run_dir.mkdir(parents=True, exist_ok=True)
     started = _dt.datetime.now(_dt.UTC)
     records: list[StepRecord] = []
+    gauges = _sampler(config)
     for step, arrival in enumerate(config.steps):
+        gauges.mark(arrival.label)
         workers = _step_workers(config, step)
         if on_step is not None:
             on_step(step, arrival.label, workers)
@@ -233,7 +238,26 @@ def run_bench(
         records.append(StepRecord(step, arrival.label, workers, results, interrupted=procs.interrupted))
         if procs.interrupted:
             break
-    return finish_run(config, model, run_dir, records, started)
+    return finish_run(config, model, run_dir, records, started, server_gauges=gauges.stop())
+
+
+def _sampler(config: BenchConfig) -> GaugeSampler | _NoSampler:
+    """The target's gauges, scraped from now until the run ends (unless ``config.server_metrics`` is off)."""
+    if not config.server_metrics:
+        return _NoSampler()
+    sampler = GaugeSampler(config.url, headers=config.headers, verify=config.verify, ca_file=config.ca_file)
+    sampler.start()
+    return sampler
+
+
+class _NoSampler:
+    """Stands in for :class:`GaugeSampler` when the run scrapes no metrics."""
+
+    def mark(self, label: str) -> None:
+        """Nothing to mark."""
+
+    def stop(self) -> None:
+        """Nothing was scraped."""
 
 
 def finish_run(
@@ -242,8 +266,11 @@ def finish_run(
     run_dir: Path,
     records: list[StepRecord],
     started: _dt.datetime,
+    *,
+    server_gauges: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Merge the workers' part files, summarise every step that ran, write ``run.json``."""
+    """Merge the workers' part files, summarise every step that ran, write ``run.json`` (with the target's gauges
+    over the run, :mod:`latscope.load.servermetrics`, when sampled)."""
     n_requests, n_events = merge_parts(run_dir)
     steps_meta = [(r.step, r.label, config.steps[r.step].to_dict()) for r in records]
     clients = {r.step: r.health for r in records if r.results}
@@ -281,6 +308,8 @@ def finish_run(
             for r, s in zip(records, summaries, strict=True)
         ],
     }
+    if server_gauges is not None:
+        data["server_gauges"] = server_gauges
     write_run_json(run_dir, data)
     return RunResult(run_dir=run_dir, model=model, steps=summaries, interrupted=interrupted, data=data)
 

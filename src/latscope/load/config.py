@@ -70,6 +70,7 @@ class BenchConfig:
     total_timeout_s: float | None = None
     spin_us: int = 1500  #: the pacing spin before each arrival (latscope.load.pacing), µs; 0 disables it
     busy_poll: bool = False  #: keep the event loop polling instead of sleeping (one core per worker, lower latency)
+    server_metrics: bool = True  #: scrape the target's /metrics gauges every second during the run
 
     def __post_init__(self) -> None:
         if not self.steps:
@@ -126,6 +127,7 @@ class BenchConfig:
             "total_timeout_s": self.total_timeout_s,
             "spin_us": self.spin_us,
             "busy_poll": self.busy_poll,
+            "server_metrics": self.server_metrics,
         }
 
     @classmethod
@@ -156,6 +158,7 @@ class BenchConfig:
             total_timeout_s=data.get("total_timeout_s"),
             spin_us=int(data.get("spin_us", 1500)),
             busy_poll=bool(data.get("busy_poll", False)),
+            server_metrics=bool(data.get("server_metrics", True)),
         )
 
 

@@ -43,15 +43,20 @@ def _row(points: Sequence[tuple[float, float]], end_s: float, width: int) -> tup
 
 
 def batch_heatmap(
-    series: Sequence[Sequence[float | None]], level_starts: Sequence[Sequence[float]], *, width: int = WIDTH
+    series: Sequence[Sequence[float | None]],
+    level_starts: Sequence[Sequence[object]],
+    *,
+    width: int = WIDTH,
+    title: str = "Batch size over time (the server's gauges while the concurrency sweep ran)",
 ) -> RenderableType | None:
-    """The running (and waiting) gauges over time with the load's steps marked below; None without points."""
+    """The running (and waiting) gauges over time with the load's steps (``(label, seconds)``) marked below; None
+    without points."""
     running = [(float(p[0] or 0.0), float(p[1])) for p in series if len(p) > 1 and p[1] is not None]
     if len(running) < 2:
         return None
     waiting = [(float(p[0] or 0.0), float(p[2])) for p in series if len(p) > 2 and p[2] is not None]
     end = max(at for at, _ in running)
-    rows = [Text("Batch size over time (the server's gauges while the concurrency sweep ran)", style="bold")]
+    rows = [Text(title, style="bold")]
     for name, points in (("running", running), ("waiting", waiting)):
         if not points:
             continue
@@ -65,9 +70,10 @@ def batch_heatmap(
     for start in level_starts:
         if len(start) < 2:
             continue
-        index = min(width - 1, max(0, int(float(start[1]) / end * width))) if end > 0 else 0
+        at = float(str(start[1]))
+        index = min(width - 1, max(0, int(at / end * width))) if end > 0 else 0
         marks[index] = "|"
-        labels.append(f"{int(start[0])}@{float(start[1]):.1f}s")
+        labels.append(f"{start[0]}@{at:.1f}s")
     rows.append(Text(f"{'load':>8} " + "".join(marks), style="dim"))
-    rows.append(Text(f"{'':>8} concurrency@time: " + ", ".join(labels) + f"; {end:.1f} s in all", style="dim"))
+    rows.append(Text(f"{'':>8} step@time: " + ", ".join(labels) + f"; {end:.1f} s in all", style="dim"))
     return Group(*rows)

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from latscope.load.stats import Dist
 from latscope.load.summary import GroupSummary, StepSummary
+from latscope.report.batchsize import batch_heatmap
 
 #: Metric rows of the latency table, in request order: (metric key, label, note).
 LATENCY_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -238,6 +239,14 @@ def render_run(console: Console, data: dict[str, Any], steps: list[StepSummary],
         console.print(sweep_table(steps))
     for s in steps:
         console.print(step_renderable(s))
+    gauges = data.get("server_gauges") or {}
+    heatmap = batch_heatmap(
+        gauges.get("points", []), gauges.get("steps", []), title="Batch size over time (the server's gauges)"
+    )
+    if heatmap is not None:
+        console.print(heatmap)
+    elif gauges.get("why"):
+        console.print(Text(f"server gauges: none ({gauges.get('url')}: {gauges['why']})", style="dim"))
     if run_dir is not None:
         console.print(
             Text(f"saved {run_dir}/run.json, requests.parquet, events.parquet  ·  latscope report {run_dir}", "dim")

@@ -1,8 +1,9 @@
 """The KV-cache experiment: long streams one at a time, then :data:`CONCURRENCY` of them at once.
 
-Each stream is a :data:`PROMPT_TOKENS`-token prompt generating :data:`MAX_TOKENS` tokens (quickack on, so the
-client's ACKs cannot hold a token back): together they need more KV cache than a small or nearly full cache keeps,
-and they grow while they decode, which is when an engine out of blocks preempts one. The control streams run first,
+Each stream is a :data:`PROMPT_TOKENS`-token prompt generating :data:`MAX_TOKENS` tokens (:data:`MAX_TOKENS_QUICK`
+in a quick run; quickack on, so the client's ACKs cannot hold a token back): together they need more KV cache than
+a small or nearly full cache keeps, and they grow while they decode, which is when an engine out of blocks preempts
+one. The control streams run first,
 one at a time, in the same run. The target's metrics are scraped during the burst (:mod:`latscope.diagnose.metrics`)
 for its preemption counter and KV-usage gauge. A prompt the server refuses for its length is halved (a context
 shorter than the experiment's) down to :data:`MIN_PROMPT_TOKENS`. A target so slow that the burst, served one
@@ -22,6 +23,8 @@ from latscope.signals import NotAvailable
 PROMPT_TOKENS = 768
 MIN_PROMPT_TOKENS = 96
 MAX_TOKENS = 256
+#: Quick runs stream half as long.
+MAX_TOKENS_QUICK = 128
 CONCURRENCY = 8
 ALONE = 2
 ALONE_QUICK = 1
@@ -38,10 +41,11 @@ def planned_requests(quick: bool) -> int:
 async def run(ctx: Context, prior: Prior) -> KvEvidence:
     """Run the KV-cache experiment (see the module docstring)."""
     tokens = PROMPT_TOKENS
+    length = MAX_TOKENS_QUICK if ctx.quick else MAX_TOKENS
     alone: list[RequestSample] = []
     async with ctx.client(quickack=True) as client:
         while len(alone) < (ALONE_QUICK if ctx.quick else ALONE):
-            sample = await ctx.send(client, ctx.spec(tokens, MAX_TOKENS), label=f"long stream alone {len(alone) + 1}")
+            sample = await ctx.send(client, ctx.spec(tokens, length), label=f"long stream alone {len(alone) + 1}")
             if sample.refused and tokens // 2 >= MIN_PROMPT_TOKENS:
                 tokens //= 2
                 continue
@@ -49,34 +53,34 @@ async def run(ctx: Context, prior: Prior) -> KvEvidence:
             if not sample.ok:
                 break
     if not any(s.ok for s in alone):
-        return KvEvidence(tokens, MAX_TOKENS, CONCURRENCY, alone=tuple(alone))
+        return KvEvidence(tokens, length, CONCURRENCY, alone=tuple(alone))
     e2e_ms = min(s.e2e_after_setup_ms for s in alone if s.ok and s.e2e_after_setup_ms is not None)
     if CONCURRENCY * e2e_ms / 1000.0 > BURST_BUDGET_S:
         return KvEvidence(
             tokens,
-            MAX_TOKENS,
+            length,
             CONCURRENCY,
             alone=tuple(alone),
             skipped=(
-                f"one stream of {tokens} + {MAX_TOKENS} tokens takes {e2e_ms / 1000.0:.1f} s here: {CONCURRENCY} of "
+                f"one stream of {tokens} + {length} tokens takes {e2e_ms / 1000.0:.1f} s here: {CONCURRENCY} of "
                 f"them could take {CONCURRENCY * e2e_ms / 1000.0:.0f} s, over the experiment's {BURST_BUDGET_S:g} s"
             ),
         )
     async with scraping(ctx) as scrape, ctx.client(quickack=True, max_connections_per_origin=CONCURRENCY) as client:
         burst = await asyncio.gather(
             *(
-                ctx.send(client, ctx.spec(tokens, MAX_TOKENS), label=f"long stream {n + 1}/{CONCURRENCY} at once")
+                ctx.send(client, ctx.spec(tokens, length), label=f"long stream {n + 1}/{CONCURRENCY} at once")
                 for n in range(CONCURRENCY)
             )
         )
     window = scrape.result
     if isinstance(window, NotAvailable) or window.stats is None:
         why = window.why if isinstance(window, NotAvailable) else f"metrics at {window.url} of no known server family"
-        return KvEvidence(tokens, MAX_TOKENS, CONCURRENCY, tuple(alone), tuple(burst), metrics=f"no metrics: {why}")
+        return KvEvidence(tokens, length, CONCURRENCY, tuple(alone), tuple(burst), metrics=f"no metrics: {why}")
     stats = window.stats
     return KvEvidence(
         tokens,
-        MAX_TOKENS,
+        length,
         CONCURRENCY,
         tuple(alone),
         tuple(burst),

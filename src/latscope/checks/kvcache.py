@@ -65,7 +65,11 @@ def check_kv_cache_pressure(ev: KvEvidence, reference: Reference | None) -> Outc
     if not alone or len(burst) < MIN_STALLED:
         reason = failures.summarise(samples) or "too few streams completed"
         return NotTested(KV_ID, f"the KV-cache experiment could not measure: {reason}")
-    prefill = min((s.ttft_after_setup_ms for s in alone if s.ttft_after_setup_ms is not None), default=0.0)
+    # the control's TTFT less the round trip it paid: the prefill alone, on a remote target too
+    prefill = min(
+        (max(0.0, s.ttft_after_setup_ms - (s.rtt_ms or 0.0)) for s in alone if s.ttft_after_setup_ms is not None),
+        default=0.0,
+    )
     threshold = max(MIN_STALL_MS, ev.concurrency * prefill)
     control = [stall_ms(s, threshold) for s in alone]
     stalls = [stall_ms(s, threshold) for s in burst]
@@ -88,17 +92,19 @@ def check_kv_cache_pressure(ev: KvEvidence, reference: Reference | None) -> Outc
     }
     preempted = ev.preemptions is not None and ev.preemptions > 0
     full = ev.kv_usage_max is not None and ev.kv_usage_max >= FULL_USAGE
+    if ev.kv_usage_max is not None and not full and not preempted:
+        # the situation the experiment sets up never happened: whatever stalled, it was not a full cache
+        seen = f"; {len(stalled)} stream(s) stalled for other reasons" if stalled else ""
+        return NotTested(
+            KV_ID,
+            f"{load} never came near filling the KV cache (usage peaked at {ev.kv_usage_max:.0%}, no preemption): "
+            f"this load does not test it{seen}",
+        )
     if any(v > 0 for v in control):
         return Inconclusive(KV_ID, "streams stalled even one at a time: the stalls are not the cache's", evidence)
     # one stalled stream is enough when the server says it preempted; without that, one could be a host stall
     needed = 1 if preempted else MIN_STALLED
     if len(stalled) < needed:
-        if ev.kv_usage_max is not None and not full and not preempted:
-            return NotTested(
-                KV_ID,
-                f"{load} never came near filling the KV cache (usage peaked at {ev.kv_usage_max:.0%}): this load does "
-                "not test it",
-            )
         if full or preempted:
             what = f"{ev.preemptions:g} preemption(s)" if preempted else f"usage peaked at {ev.kv_usage_max:.0%}"
             stalls_seen = f"only {len(stalled)} stream stalled" if stalled else "no stream stalled"

@@ -30,7 +30,7 @@ ALONE = 2
 ALONE_QUICK = 1
 #: The burst is sent only when this many streams one after another (what a server with one slot makes of it) would
 #: take at most this long (s), from the control streams' end-to-end time: the experiment stays bounded.
-BURST_BUDGET_S = 30.0
+BURST_BUDGET_S = 12.0
 
 
 def planned_requests(quick: bool) -> int:

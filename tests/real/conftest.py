@@ -103,13 +103,18 @@ def running_llama_server(
         _wait_ready(server, time.monotonic() + STARTUP_TIMEOUT_S)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        print(f"llama-cpp-python log ({log_path}):\n{server.log_tail(15)}")
+        stop(server, "llama-cpp-python")
+
+
+def stop(server: LlamaServer, name: str) -> None:
+    """Terminate the server's process (kill it after 10 s) and print the end of its log."""
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+    print(f"{name} log ({server.log_path}):\n{server.log_tail(15)}")
 
 
 def require_llama_python() -> str:

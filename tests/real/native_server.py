@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real.conftest import STARTUP_TIMEOUT_S, LlamaServer, free_port
+from tests.real.conftest import STARTUP_TIMEOUT_S, LlamaServer, free_port, stop
 from tests.support.tiny_llama import write_tiny_llama
 
 #: Context tokens per slot: every slot holds the short prompts of the concurrency sweep and the typical request.
@@ -72,10 +72,4 @@ def running_native_server(
         _wait_ready(server, time.monotonic() + STARTUP_TIMEOUT_S)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        print(f"llama-server log ({log_path}):\n{server.log_tail(15)}")
+        stop(server, "llama-server")

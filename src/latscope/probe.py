@@ -25,7 +25,7 @@ from latscope import callable_module
 from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.dialects.base import Dialect
 from latscope.signals.join import TtftSplit, join_server_signals, ttft_split
-from latscope.signals.scrape import Fetch, MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
+from latscope.signals.scrape import MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
 from latscope.timeline import metrics
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.serialize import timeline_to_dict
@@ -312,7 +312,7 @@ async def probe(
             trace_context=False,
         )
         # before and after only: a periodic GET would run beside the measured requests and disturb them
-        scraper = MetricsScraper(_fetcher(metrics_client), url, interval_s=None)
+        scraper = MetricsScraper(metrics_client.fetch, url, interval_s=None)
     try:
         if scraper is not None:
             await scraper.start()
@@ -349,17 +349,6 @@ async def probe(
 def _origin(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     return parts.scheme.lower(), parts.netloc.lower()
-
-
-def _fetcher(client: Client) -> Fetch:
-    """The scraper's fetch: a GET on ``client`` (its WireError, naming the failed phase, becomes the NotAvailable's
-    reason)."""
-
-    async def fetch(url: str) -> tuple[int, bytes]:
-        response = await client.get(url)
-        return response.status, response.body
-
-    return fetch
 
 
 callable_module(__name__, probe)

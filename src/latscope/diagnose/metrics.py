@@ -14,10 +14,12 @@ from contextlib import asynccontextmanager
 
 from latscope.diagnose.context import Context
 from latscope.signals import MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
+from latscope.signals.scrape import MIN_INTERVAL_S
 from latscope.wire import Client
 
-#: Time between scrapes while an experiment runs, s: a burst of short requests lasts a few hundred ms.
-INTERVAL_S = 0.1
+#: Time between scrapes while an experiment runs, s: the scraper's shortest. A burst of short requests lasts a few
+#: hundred ms, and the queue behind a fast engine's slots only tens of ms; the scrapes last seconds in all.
+INTERVAL_S = MIN_INTERVAL_S
 #: Periodic scrapes kept at most (bounds a slow experiment).
 MAX_DURING = 600
 
@@ -36,12 +38,7 @@ async def scraping(ctx: Context, *, interval_s: float = INTERVAL_S) -> AsyncIter
     url = metrics_url_for(ctx.base_url)
     slot = Scrape(url)
     async with Client(**ctx.client_options()) as client:
-
-        async def fetch(target: str) -> tuple[int, bytes]:
-            response = await client.get(target)
-            return response.status, response.body
-
-        scraper = MetricsScraper(fetch, url, interval_s=interval_s, max_during=MAX_DURING)
+        scraper = MetricsScraper(client.fetch, url, interval_s=interval_s, max_during=MAX_DURING)
         await scraper.start()
         try:
             yield slot

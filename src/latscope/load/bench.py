@@ -190,7 +190,8 @@ async def bench_async(
             records.append(StepRecord(step, arrival.label, 1, [result], interrupted=True))
             break
         records.append(StepRecord(step, arrival.label, 1, [result]))
-    return finish_run(config, model, run_dir, records, started, server_gauges=gauges.stop())
+    # the last scrape may need this loop (a target served in-process): wait for it off the loop
+    return finish_run(config, model, run_dir, records, started, server_gauges=await asyncio.to_thread(gauges.stop))
 
 
 def run_bench(

@@ -251,3 +251,13 @@ def stats_from_names(names: EngineMetrics, window: Snapshot, gauges: Sequence[Sn
         prefix_cache_hit_ratio=found.get("prefix_cache_hit_ratio"),
         sources=sources,
     )
+
+
+def gauge_series(stats: ServerWindowStats, origin_s: float) -> list[tuple[float, float, float | None, float | None]]:
+    """The window's gauges over time, one row per scrape that had the running-requests gauge: ``(seconds since
+    origin_s, running, waiting, kv_usage)`` (None where that scrape had no such gauge; empty without running)."""
+    if stats.running is None:
+        return []
+    waiting = {} if stats.waiting is None else dict(stats.waiting.points)
+    kv = {} if stats.kv_usage is None else dict(stats.kv_usage.points)
+    return [(round(at - origin_s, 3), running, waiting.get(at), kv.get(at)) for at, running in stats.running.points]

@@ -270,6 +270,12 @@ class Client:
             raise WireError.from_timeline(t)
         return Response(t.status, exchange.response_header_list, exchange.body_bytes_kept, t)
 
+    async def fetch(self, url: str) -> tuple[int, bytes]:
+        """:meth:`get` as ``(status, body)``: what a metrics scraper (:data:`latscope.signals.Fetch`) calls; its
+        :class:`~latscope.wire.errors.WireError`, naming the failed phase, becomes the scrape's reason."""
+        response = await self.get(url)
+        return response.status, response.body
+
     async def list_models(self, base_url: str, dialect: Dialect) -> tuple[list[str], Timeline]:
         """The model ids the server lists at ``base_url`` + the dialect's ``models_path`` (OpenAI's ``/models``,
         Ollama's ``/api/tags``), in order, and that request's timeline. Raises

@@ -409,10 +409,10 @@ class Exchange:
 
     def _empty_stream_error(self) -> WireError:
         """A 2xx stream that ended without a token: say what it did carry."""
-        kinds = sorted({str(e.kind) for e in self.events})
         if not self.events:
             what = "an empty body" if not self.body_bytes else f"{self.body_bytes} bytes and not one event"
         else:
+            kinds = sorted({str(e.kind) for e in self.events})
             what = f"{len(self.events)} events ({', '.join(kinds)}) and no token"
         return make_error(f"the stream ended without a token: {what}", phase=Phase.STREAM, kind=ErrorKind.EMPTY)
 

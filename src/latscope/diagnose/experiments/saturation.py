@@ -20,6 +20,7 @@ from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.diagnose.metrics import scraping
 from latscope.signals import NotAvailable
+from latscope.signals.windowstats import gauge_series
 from latscope.timeline.model import Timeline
 from latscope.wire import Client
 
@@ -54,12 +55,7 @@ async def run(ctx: Context, prior: Prior) -> SaturationEvidence:
         return SaturationEvidence(
             PROMPT_TOKENS, MAX_TOKENS, tuple(levels), metrics=f"metrics at {window.url} of no known server family"
         )
-    waiting = {} if stats.waiting is None else dict(stats.waiting.points)
-    series = (
-        ()
-        if stats.running is None
-        else tuple((round(at - began, 3), running, waiting.get(at)) for at, running in stats.running.points)
-    )
+    series = tuple((at, running, waiting) for at, running, waiting, _ in gauge_series(stats, began))
     return SaturationEvidence(
         PROMPT_TOKENS,
         MAX_TOKENS,

@@ -61,6 +61,23 @@ def test_nagle_finding_through_forced_delayed_acks_when_connections_are_not_reus
     assert "masked today" in out.cost_basis
 
 
+def test_nagle_delayed_ack_streams_are_judged_against_quickack_on_new_connections() -> None:
+    # a new connection's first request costs 25 ms more here, whatever the ACKs do: against the reused quickack
+    # control that looks like a hold, against quickack on new connections it is nothing
+    not_reused = (stream(4.2, reused=False), stream(4.0, reused=False))
+    delayed = (stream(29.0, reused=False, first_read=2), stream(29.5, reused=False, first_read=2))
+    fresh_quick = (stream(29.2, reused=False), stream(29.1, reused=False))
+    unmatched = check_nagle(ev(reused=not_reused, delayed_ack=delayed), REF)
+    assert not isinstance(unmatched, Clear)
+    out = check_nagle(ev(reused=not_reused, delayed_ack=delayed, quickack_fresh=fresh_quick), REF)
+    assert isinstance(out, Clear), out
+    assert out.evidence["control"] == "quickack_fresh" and out.evidence["ttft_quickack_ms_p50"] == 29.15
+    # a real hold still stands out against the matched control
+    held = (stream(71.0, reused=False, first_read=4), stream(70.0, reused=False, first_read=4))
+    found = check_nagle(ev(reused=not_reused, delayed_ack=held, quickack_fresh=fresh_quick), REF)
+    assert isinstance(found, Finding) and found.cost_ms == 41.35
+
+
 def test_nagle_clear_when_delayed_acks_change_nothing() -> None:
     out = check_nagle(ev(reused=(stream(4.2), stream(4.5)), delayed_ack=(stream(4.4, reused=False),)), REF)
     assert isinstance(out, Clear) and "nothing waited" in out.reason

@@ -12,13 +12,11 @@ from typing import NamedTuple
 from latscope.diagnose import Diagnosis, diagnose
 from latscope.findings import Finding, Severity
 from latscope.lab.app import Lab
-from latscope.lab.costmodel import CostModel
 from tests.diagnose import truth
 from tests.support.distances import FULL, FULL_PATHS, Path
 from tests.support.netpath import NetworkPath
 
-#: As the loopback fault matrix (tests/diagnose/test_fault_matrix.py).
-TEST_COST = CostModel.default().with_overrides(prefill_per_token_ms=0.02, decode_base_ms=6.0)
+TEST_COST = truth.TEST_COST
 REL_TOLERANCE = 0.25
 #: Connection setup costs vary by a few ms from one connection to the next on this shared host (as on loopback).
 SETUP_FLOOR_MS = 3.0

@@ -16,12 +16,9 @@ import pytest
 from latscope.diagnose import Diagnosis, diagnose
 from latscope.findings import Finding, NotTested, Severity
 from latscope.lab.app import Lab
-from latscope.lab.costmodel import CostModel
 from tests.diagnose import truth
 
-#: Prefill 20 µs per token (an 8k-token prompt ≈ 180 ms), a token every 6 ms: every fault's cost stands out from
-#: noise and a quick diagnosis takes a few seconds.
-TEST_COST = CostModel.default().with_overrides(prefill_per_token_ms=0.02, decode_base_ms=6.0)
+TEST_COST = truth.TEST_COST
 #: The ±25 % the brief asks of every measured cost …
 REL_TOLERANCE = 0.25
 #: … with a floor for costs that are a loopback connection's setup: a TCP connect takes a fraction of a millisecond

@@ -14,15 +14,13 @@ import pytest
 
 from latscope.diagnose import Diagnosis, diagnose
 from latscope.findings import Severity
-from latscope.lab.costmodel import CostModel
 from latscope.lab.edge.lab import EdgeLab
+from tests.diagnose.truth import TEST_COST
 from tests.edge.support import needs_nginx
 from tests.support.diagnosis import explain
 
 pytestmark = needs_nginx
 
-#: The lab fault matrix's costs (tests/diagnose): prefill 20 µs per token, a token every 6 ms — short, measurable.
-TEST_COST = CostModel.default().with_overrides(prefill_per_token_ms=0.02, decode_base_ms=6.0)
 CONNECTION_IDS = ("no-connection-reuse", "tls-no-resumption", "http2-not-negotiated")
 STREAMING_IDS = ("stream-coalescing-nagle", "stream-proxy-buffering")
 

@@ -14,8 +14,8 @@ import pytest
 
 from latscope.diagnose import Diagnosis, diagnose
 from latscope.findings import Severity
-from latscope.lab.costmodel import CostModel
 from latscope.lab.edge.lab import EdgeLab
+from tests.diagnose.truth import TEST_COST
 from tests.edge.support import needs_nginx
 from tests.support.diagnosis import explain
 from tests.support.distances import PATHS, Path
@@ -24,7 +24,6 @@ from tests.support.netpath import network_path
 pytestmark = [needs_nginx, pytest.mark.timeout(180)]
 
 #: As tests/edge/test_diagnose_edge.py.
-TEST_COST = CostModel.default().with_overrides(prefill_per_token_ms=0.02, decode_base_ms=6.0)
 over_each_path = pytest.mark.parametrize("path", PATHS, ids=str)
 CONNECTION_IDS = ("no-connection-reuse", "tls-no-resumption", "http2-not-negotiated")
 

@@ -18,7 +18,7 @@ import pytest
 
 from latscope.diagnose import diagnose
 from latscope.lab.app import Lab
-from latscope.lab.costmodel import CostModel
+from tests.diagnose.truth import TEST_COST
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -147,7 +147,7 @@ def test_ctrl_c_in_diagnose_exits_130_and_writes_what_was_measured(tmp_path: Pat
 
 
 async def test_diagnose_keeps_to_its_budget() -> None:
-    cost = CostModel.default().with_overrides(prefill_per_token_ms=0.02, decode_base_ms=6.0)
+    cost = TEST_COST
     async with Lab(cost=cost) as lab:
         result = await diagnose(lab.url, quick=True, budget_s=3.0)
     assert result.duration_s < 3.0 + 30.0  # the experiment running at the deadline is cut off, not waited out

@@ -375,6 +375,9 @@ class StreamEvidence:
         quickack: the client ACKs every read at once (TCP_QUICKACK 1 before each read), one pool after a warm-up:
             the control, with Nagle's wait for an ACK removed.
         quickack_short: quickack, ``max_tokens`` 1: TTFT when there is nothing to hold back.
+        quickack_fresh: quickack on new connections, sent alternately with ``delayed_ack``: its control. A
+            connection's first request pays for things its later ones do not (the server's first read of the
+            connection, an HTTP/2 preface and settings, TLS session tickets), several ms on a busy host.
         quickack_http11 / quickack_short_http11: the same two on a client that offers only HTTP/1.1, when the
             target negotiated HTTP/2 (a proxy may buffer one protocol and not the other); empty otherwise.
     """
@@ -385,6 +388,7 @@ class StreamEvidence:
     delayed_ack: tuple[RequestSample, ...] = ()
     quickack: tuple[RequestSample, ...] = ()
     quickack_short: tuple[RequestSample, ...] = ()
+    quickack_fresh: tuple[RequestSample, ...] = ()
     quickack_http11: tuple[RequestSample, ...] = ()
     quickack_short_http11: tuple[RequestSample, ...] = ()
     delayed_ack_supported: bool = True

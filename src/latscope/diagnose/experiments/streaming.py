@@ -7,7 +7,9 @@ Per-read analysis (events per read, burst sizes, gaps) comes with every sample; 
 - ``delayed_ack``: new connections kept in delayed-ACK mode from before the request on (``Client(delayed_ack=True)``,
   Linux ``TCP_QUICKACK`` 0), the same ACK state without relying on the server keeping connections alive;
 - ``quickack``: the client ACKs every read at once (``Client(quickack=True)``): the control, where Nagle's algorithm
-  has nothing to wait for; also measured with ``max_tokens`` 1 (``quickack_short``) for the buffering comparison;
+  has nothing to wait for; also measured with ``max_tokens`` 1 (``quickack_short``) for the buffering comparison,
+  and on new connections (``quickack_fresh``, alternating with ``delayed_ack``: the control that pays a new
+  connection's first request too);
 - ``quickack_http11`` (only when the target negotiated HTTP/2): the quickack pair again on a client that offers only
   HTTP/1.1. A proxy may hold one protocol's stream and forward the other's (nginx 1.22 with proxy buffering bursts
   HTTP/1.1 over TLS by 16 KB and forwards HTTP/2 writes as they come), and most clients speak only HTTP/1.1 (httpx
@@ -31,7 +33,7 @@ def planned_requests(quick: bool, tls: bool = False) -> int:
     """Requests this experiment sends at most (over TLS, HTTP/2 may add the HTTP/1.1 pair)."""
     n = STREAM_REQUESTS_QUICK if quick else STREAM_REQUESTS
     http11 = 1 + 2 * n if tls else 0
-    return 2 + n * (4 if quick else 5) + http11
+    return 2 + n * (5 if quick else 6) + http11
 
 
 async def run(ctx: Context, prior: Prior) -> StreamEvidence:
@@ -42,10 +44,18 @@ async def run(ctx: Context, prior: Prior) -> StreamEvidence:
         await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label="warm-up")
         reused = await ctx.send_series(client, n, PROMPT_TOKENS, max_tokens, "reused")
     delayed: list[RequestSample] = []
+    quick_fresh: list[RequestSample] = []
     delayed_ok = delayed_ack_supported()
     if delayed_ok:
-        async with ctx.client(delayed_ack=True) as client:
-            delayed = await ctx.send_series(client, n, PROMPT_TOKENS, max_tokens, "delayed-ack", new_connection=True)
+        async with ctx.client(delayed_ack=True) as slow_acks, ctx.client(quickack=True) as quick_acks:
+            for i in range(n):
+                # alternately, so both pay a new connection's first request under the same host load
+                for client, label, samples in (
+                    (slow_acks, "delayed-ack", delayed),
+                    (quick_acks, "quickack new connection", quick_fresh),
+                ):
+                    spec = ctx.spec(PROMPT_TOKENS, max_tokens)
+                    samples.append(await ctx.send(client, spec, label=f"{label} {i + 1}/{n}", new_connection=True))
     quick_long: list[RequestSample] = []
     quick_short: list[RequestSample] = []
     await _quickack_pairs(ctx, max_tokens, n, quick_long, quick_short, http2=True)
@@ -64,6 +74,7 @@ async def run(ctx: Context, prior: Prior) -> StreamEvidence:
         delayed_ack=tuple(delayed),
         quickack=tuple(quick_long),
         quickack_short=tuple(quick_short),
+        quickack_fresh=tuple(quick_fresh),
         quickack_http11=tuple(long_http11),
         quickack_short_http11=tuple(short_http11),
         delayed_ack_supported=delayed_ok,

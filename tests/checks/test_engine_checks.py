@@ -149,14 +149,19 @@ def test_a_lone_request_with_no_stream_to_wait_for_is_not_tested() -> None:
     assert isinstance(out, NotTested) and "too little service time" in out.reason
 
 
-def test_slow_first_tokens_that_came_before_any_request_ended_did_not_wait_for_a_slot() -> None:
-    # a busy host delays every first token of the burst past the threshold, but none came after another's end
+def test_slow_first_tokens_that_came_together_did_not_wait_for_a_slot() -> None:
+    # a busy host delays every first token of the burst past the TTFT threshold, but alike: none came a good part of
+    # a stream after the burst's first one
     lone = SaturationLevel(1, ((_request(5.0, 105.0),) * 3,))
     slow = tuple(_request(70.0 + i) for i in range(8))
-    level = SaturationLevel(8, (slow, slow), ((False,) * 8, (False,) * 8))
+    together = (-1.0, *(float(i) for i in range(1, 8)))
+    level = SaturationLevel(8, (slow, slow), (together, together))
     out = check_capacity_saturation(SaturationEvidence(16, 16, (lone, level)), REF)
     assert isinstance(out, Clear)
-    waiting = SaturationLevel(8, (slow, slow), ((False,) * 4 + (True,) * 4,) * 2)
+    # half of them got their first token a whole stream after the first ones: they waited, whatever the TTFTs say
+    # about the order in which the earlier streams were delivered
+    apart = (0.0, 0.0, 0.0, 0.0, 100.0, 100.0, 100.0, 100.0)
+    waiting = SaturationLevel(8, (slow, slow), (apart, apart))
     found = check_capacity_saturation(SaturationEvidence(16, 16, (lone, _level(4, 4), waiting)), REF)
     assert isinstance(found, Finding) and found.evidence["capacity"] == 4
 

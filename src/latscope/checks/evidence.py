@@ -475,13 +475,14 @@ class PrefillEvidence:
 class SaturationLevel:
     """One step of the concurrency sweep: ``concurrency`` short requests sent at once, in each of a few rounds.
 
-    ``after_an_end`` (aligned with ``rounds``; empty when not known) says of each request whether its first token
-    came after another request of the same burst had its last token: what a request that waited for a slot shows.
+    ``first_token_lags_ms`` (aligned with ``rounds``; empty when not known) gives of each request the ms from the
+    earliest first token of the others in its burst to its own (None where either is missing): a request that
+    waited for a slot got its first token about a whole stream after the first ones of its burst.
     """
 
     concurrency: int
     rounds: tuple[tuple[RequestSample, ...], ...]
-    after_an_end: tuple[tuple[bool, ...], ...] = ()
+    first_token_lags_ms: tuple[tuple[float | None, ...], ...] = ()
 
     @property
     def samples(self) -> tuple[RequestSample, ...]:

@@ -4,11 +4,16 @@ Mechanism: the concurrency sweep sends ``c`` identical short requests at once, f
 room for all of them (continuous batching within its batch and KV budget) starts each at once: TTFT grows only by
 the few prompt tokens the others add to the prefill step, a small fraction of one request's whole service time.
 An engine out of slots makes the extra requests wait until earlier ones *finish*: their TTFT grows by a good part
-of a whole request's service time, and get their first token only after another request of their burst ended. So a
-request waited when both hold (its TTFT beyond the lone TTFT by :data:`WAIT_SHARE` of a lone request's stream), a
-level waits when every burst had such requests; the knee is the last level that did not wait, and that
-concurrency is the endpoint's capacity here. Requests are all alike and short, so one long prompt holding others
-up (``queue-head-of-line``) cannot be what is seen.
+of a whole request's service time, and their first token comes that long after the first tokens of their burst. So
+a request waited when both hold (its TTFT beyond the lone TTFT, and its first token beyond the burst's first one,
+each by :data:`WAIT_SHARE` of a lone request's stream), a level waits when every burst had such requests; the knee
+is the last level that did not wait, and that concurrency is the endpoint's capacity here. Requests are all alike
+and short, so one long prompt holding others up (``queue-head-of-line``) cannot be what is seen.
+
+The mark is the burst's first token, not the end of another's stream: what the client sees is delivery, and a
+server that queues its output between the engine and the socket (llama-cpp-python runs up to ten chunks ahead of
+its writer) delivers an earlier request's last tokens after the next one's first, though the next one waited for
+the whole generation. A host stall that delays every first token of a burst alike moves none of them apart.
 """
 
 from __future__ import annotations
@@ -44,15 +49,19 @@ def _mean(values: list[float]) -> float:
 
 
 def waiters(level: SaturationLevel, index: int, lone_ttft_ms: float, lone_e2e_ms: float) -> int:
-    """Requests of the level's burst ``index`` that waited for a slot: TTFT beyond the lone TTFT by more than
-    :data:`WAIT_SHARE` of a lone request's stream, and (where known) first token after another request had ended."""
-    limit = lone_ttft_ms + WAIT_SHARE * (lone_e2e_ms - lone_ttft_ms)
+    """Requests of the level's burst ``index`` that waited for a slot: TTFT beyond the lone TTFT, and (where known)
+    first token beyond the burst's first, each by more than :data:`WAIT_SHARE` of a lone request's stream."""
+    wait = WAIT_SHARE * (lone_e2e_ms - lone_ttft_ms)
     burst = level.rounds[index]
-    ended = level.after_an_end[index] if index < len(level.after_an_end) else (True,) * len(burst)
+    known = index < len(level.first_token_lags_ms)
+    lags = level.first_token_lags_ms[index] if known else (None,) * len(burst)
     return sum(
         1
-        for s, after in zip(burst, ended, strict=True)
-        if after and s.ok and s.ttft_after_setup_ms is not None and s.ttft_after_setup_ms > limit
+        for s, lag in zip(burst, lags, strict=True)
+        if s.ok
+        and s.ttft_after_setup_ms is not None
+        and s.ttft_after_setup_ms > lone_ttft_ms + wait
+        and (lag is None or lag > wait)
     )
 
 

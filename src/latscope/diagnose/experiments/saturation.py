@@ -22,6 +22,7 @@ from latscope.diagnose.metrics import scraping
 from latscope.signals import NotAvailable
 from latscope.signals.windowstats import gauge_series
 from latscope.timeline.model import Timeline
+from latscope.units import NS_PER_MS
 from latscope.wire import Client
 
 PROMPT_TOKENS = 16
@@ -83,13 +84,13 @@ async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[
         started(concurrency)
         begun = time.monotonic()
         bursts: list[tuple[RequestSample, ...]] = []
-        after_an_end: list[tuple[bool, ...]] = []
+        lags: list[tuple[float | None, ...]] = []
         async with ctx.client(quickack=True, max_connections_per_origin=concurrency) as client:
             for round_index in range(ROUNDS):
-                samples, after = await _burst(ctx, client, concurrency, round_index)
+                samples, burst_lags = await _burst(ctx, client, concurrency, round_index)
                 bursts.append(samples)
-                after_an_end.append(after)
-        level = SaturationLevel(concurrency, tuple(bursts), tuple(after_an_end))
+                lags.append(burst_lags)
+        level = SaturationLevel(concurrency, tuple(bursts), tuple(lags))
         levels.append(level)
         if level_waited(level, lone_ttft, lone_e2e) or time.monotonic() - begun > LEVEL_BUDGET_S:
             break
@@ -99,9 +100,9 @@ async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[
 
 async def _burst(
     ctx: Context, client: Client, concurrency: int, round_index: int
-) -> tuple[tuple[RequestSample, ...], tuple[bool, ...]]:
-    """``concurrency`` requests at once: their samples, and whether each one's first token came after another of
-    them had its last token."""
+) -> tuple[tuple[RequestSample, ...], tuple[float | None, ...]]:
+    """``concurrency`` requests at once: their samples, and how long after the earliest first token of the others
+    each one's first token came, ms (None where either is missing)."""
     label = f"concurrency {concurrency} round {round_index + 1}"
     timelines = [Timeline() for _ in range(concurrency)]
     samples = await asyncio.gather(
@@ -110,13 +111,12 @@ async def _burst(
             for n in range(concurrency)
         )
     )
-    after: list[bool] = []
+    lags: list[float | None] = []
     for n, t in enumerate(timelines):
-        # a slot frees when a request's last token is generated: its stream's end (usage, [DONE], the chunked
-        # terminator) may be written later
-        ends = [o.last_token_ns for m, o in enumerate(timelines) if m != n and o.last_token_ns is not None]
-        after.append(t.first_token_ns is not None and bool(ends) and t.first_token_ns > min(ends))
-    return tuple(samples), tuple(after)
+        firsts = [o.first_token_ns for m, o in enumerate(timelines) if m != n and o.first_token_ns is not None]
+        mine = t.first_token_ns
+        lags.append(None if mine is None or not firsts else (mine - min(firsts)) / NS_PER_MS)
+    return tuple(samples), tuple(lags)
 
 
 EXPERIMENT = Experiment(

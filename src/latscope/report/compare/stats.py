@@ -60,11 +60,14 @@ class Difference:
     confidence: float  #: the interval's confidence, e.g. 0.95
     n_a: int  #: samples in A
     n_b: int  #: samples in B
+    #: the smallest change called significant, in the statistic's unit (0: any change whose interval excludes 0)
+    min_change: float = 0.0
 
     @property
     def significant(self) -> bool:
-        """True when the interval excludes 0 (the change is unlikely to be noise at this confidence)."""
-        return self.low > 0.0 or self.high < 0.0
+        """True when the interval excludes 0 (the change is unlikely to be sampling noise at this confidence) and
+        the change is at least :attr:`min_change`."""
+        return (self.low > 0.0 or self.high < 0.0) and abs(self.delta) >= self.min_change
 
     @property
     def relative(self) -> float | None:
@@ -83,6 +86,7 @@ class Difference:
             "significant": self.significant,
             "n_a": self.n_a,
             "n_b": self.n_b,
+            "min_change": self.min_change,
         }
 
 
@@ -127,9 +131,11 @@ def percentile_difference(
     seed: int = 0,
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
+    min_change_share: float = 0.0,
 ) -> Difference | None:
     """The change of the ``q``-quantile (0…1) from sample ``a`` to sample ``b`` (NaN ignored), with its bootstrap
-    interval; None when either sample is empty. ``seed`` makes the interval reproducible."""
+    interval; None when either sample is empty. ``seed`` makes the interval reproducible; a change smaller than
+    ``min_change_share`` of A's value is not called significant."""
     xa, xb = _clean(a), _clean(b)
     if xa.size == 0 or xb.size == 0:
         return None
@@ -137,7 +143,9 @@ def percentile_difference(
     draws = bootstrap_percentile(xb, q, rng, resamples) - bootstrap_percentile(xa, q, rng, resamples)
     pa, pb = float(np.quantile(xa, q)), float(np.quantile(xb, q))
     low, high = np.quantile(draws, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return Difference(pa, pb, pb - pa, float(low), float(high), confidence, int(xa.size), int(xb.size))
+    return Difference(
+        pa, pb, pb - pa, float(low), float(high), confidence, int(xa.size), int(xb.size), min_change_share * abs(pa)
+    )
 
 
 def proportion_difference(

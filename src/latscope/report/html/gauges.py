@@ -1,0 +1,88 @@
+"""The server's batch over time, from its metrics: the running-requests gauge (the batch an engine steps over), the
+waiting one (what queued behind it) and KV-cache usage, as lines over the run's seconds with each load step's start
+marked; and the same as a heatmap strip (one cell per scrape interval, colour = the gauge's value scaled to its
+maximum), where a batch that fills and a queue that builds read at a glance.
+
+The points are what ``run.json`` keeps in ``server_gauges`` (``[seconds, running, waiting, kv_usage]``, a scrape
+about once a second) or what a diagnosis keeps in its saturation evidence (``batch_series``: ``[seconds, running,
+waiting]``, and ``level_starts``: ``[label, seconds]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from bokeh.models import ColumnDataSource, FactorRange, HoverTool, LinearColorMapper, Span
+from bokeh.palettes import Viridis256
+
+from latscope.report.html.charts import new_figure
+
+#: Gauges by their position in a point, with a colour each.
+GAUGES: tuple[tuple[int, str, str], ...] = ((1, "running", "#1f77b4"), (2, "waiting", "#d62728"),
+                                           (3, "kv usage", "#2ca02c"))
+
+
+def _column(points: Sequence[Sequence[float | None]], index: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    return np.asarray(
+        [np.nan if len(p) <= index or p[index] is None else float(p[index]) for p in points], dtype=np.float64  # type: ignore[arg-type]
+    )
+
+
+def gauge_figures(points: Sequence[Sequence[float | None]], starts: Sequence[Sequence[object]]) -> list[Any]:
+    """The series chart and the heatmap strip; empty without at least two points."""
+    if len(points) < 2:
+        return []
+    at = _column(points, 0)
+    series = new_figure(
+        "the server's batch over time (its gauges)", height=280, x_axis_label="s since the run started",
+        y_axis_label="requests",
+    )
+    hover_renderers = []
+    present = []
+    for index, name, color in GAUGES:
+        values = _column(points, index)
+        if np.all(np.isnan(values)):
+            continue
+        present.append((name, values))
+        if name == "kv usage":
+            continue  # a share 0…1: drawn in the heatmap only, where each row has its own scale
+        source = ColumnDataSource({"at": at, "v": values, "name": [name] * at.size})
+        hover_renderers.append(
+            series.step(x="at", y="v", source=source, mode="after", color=color, line_width=2, legend_label=name)
+        )
+    series.add_tools(HoverTool(renderers=hover_renderers, tooltips=[("", "@name"), ("at", "@at{0.0} s"),
+                                                                    ("value", "@v")], mode="vline"))
+    for start in starts:
+        if len(start) >= 2:
+            series.add_layout(Span(location=float(str(start[1])), dimension="height", line_dash="dashed",
+                                   line_color="#6e7781"))
+    series.legend.location = "top_left"
+    labels = ", ".join(f"{s[0]} at {float(str(s[1])):.1f} s" for s in starts if len(s) >= 2)
+    if labels:
+        series.title.text += f" — dashed: load steps ({labels})"
+
+    rows = [name for name, _ in present]
+    cells: dict[str, list[Any]] = {"x": [], "w": [], "y": [], "v": [], "scaled": [], "at": []}
+    for name, values in present:
+        top = np.nanmax(values) if np.any(~np.isnan(values)) else 0.0
+        for i in range(at.size):
+            if np.isnan(values[i]):
+                continue
+            width = (at[i + 1] - at[i]) if i + 1 < at.size else (at[i] - at[i - 1])
+            cells["x"].append(at[i] + width / 2)
+            cells["w"].append(width)
+            cells["y"].append(name)
+            cells["v"].append(float(values[i]))
+            cells["scaled"].append(float(values[i] / top) if top > 0 else 0.0)
+            cells["at"].append(float(at[i]))
+    heat = new_figure("heatmap (colour: the gauge's value over its maximum)", height=60 + 34 * len(rows),
+                      y_range=FactorRange(*reversed(rows)), x_axis_label="s since the run started")
+    heat.x_range = series.x_range
+    mapper = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0)
+    rects = heat.rect(x="x", y="y", width="w", height=0.95, source=ColumnDataSource(cells),
+                      fill_color={"field": "scaled", "transform": mapper}, line_color=None)
+    heat.add_tools(HoverTool(renderers=[rects], tooltips=[("", "@y"), ("at", "@at{0.0} s"), ("value", "@v")]))
+    heat.ygrid.grid_line_color = None
+    return [series, heat]

@@ -50,8 +50,10 @@ def _bench(profile: str, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("runs")
-    return {name: _bench(profile, base / name) for name, profile in (("naive", "naive"), ("tuned", "tuned"),
-                                                                        ("tuned2", "tuned"))}
+    return {
+        name: _bench(profile, base / name)
+        for name, profile in (("naive", "naive"), ("tuned", "tuned"), ("tuned2", "tuned"))
+    }
 
 
 def test_naive_to_tuned_shows_a_significant_ttft_improvement_in_the_phases_the_lab_changed(

@@ -52,7 +52,10 @@ def _refuse(differences: list[str]) -> None:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write a self-contained HTML report.")
 @click.option("--slo", help="Goodput objectives for both runs, e.g. ttft=300ms (default: A's, else B's).")
 @click.option(
-    "--confidence", type=click.FloatRange(0.5, 0.999), default=DEFAULT_CONFIDENCE, show_default=True,
+    "--confidence",
+    type=click.FloatRange(0.5, 0.999),
+    default=DEFAULT_CONFIDENCE,
+    show_default=True,
     help="Confidence of the intervals.",
 )
 @click.option("--resamples", type=click.IntRange(200, 100_000), default=DEFAULT_RESAMPLES, show_default=True)

@@ -237,7 +237,14 @@ def compare_runs(
         for index, (sa, sb) in enumerate(zip(a.steps, b.steps, strict=False))
     ]
     return RunComparison(
-        a.path, b.path, steps, workload_differences or [], forced, confidence, resamples, a.slo or b.slo,
+        a.path,
+        b.path,
+        steps,
+        workload_differences or [],
+        forced,
+        confidence,
+        resamples,
+        a.slo or b.slo,
         min_change_share,
     )
 
@@ -314,9 +321,7 @@ class DiagnosisComparison:
             parts.append(f"{len(new)} new ({', '.join(f.id for f in new)}; {fmt_ms_abs(cost)})")
         if moved:
             parts.append(
-                ", ".join(
-                    f"{f.id} {fmt_signed_ms((f.cost_b_ms or 0.0) - (f.cost_a_ms or 0.0))}" for f in moved
-                )
+                ", ".join(f"{f.id} {fmt_signed_ms((f.cost_b_ms or 0.0) - (f.cost_a_ms or 0.0))}" for f in moved)
             )
         ttft = next((p for p in self.phases if p[0] == "ttft"), None)
         if ttft is not None and ttft[1] is not None and ttft[2] is not None:

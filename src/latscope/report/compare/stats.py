@@ -110,10 +110,8 @@ def bootstrap_percentile(
     frac = position - lower
     m = lower + 1  # its 1-based rank
     u_low = rng.beta(m, n - m + 1, size=resamples)
-    if m < n:
-        u_high = u_low + (1.0 - u_low) * rng.beta(1, n - m, size=resamples)
-    else:
-        u_high = u_low
+    # the next order statistic: the smallest of the n − m uniforms above U₍ₘ₎
+    u_high = u_low + (1.0 - u_low) * rng.beta(1, n - m, size=resamples) if m < n else u_low
 
     def inverse_cdf(u: FloatArray) -> FloatArray:
         index = np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)

@@ -39,7 +39,9 @@ def changes_table(step: StepComparison) -> Table:
         table.add_column(col, justify="right")
     for change in step.changes:
         d = change.diff
-        style = ("red" if d.delta > 0 else "green") if change.metric != "goodput" else ("green" if d.delta > 0 else "red")
+        style = (
+            ("red" if d.delta > 0 else "green") if change.metric != "goodput" else ("green" if d.delta > 0 else "red")
+        )
         mark = Text("significant", style=f"bold {style}") if d.significant else Text("–", style="dim")
         table.add_row(
             change.label,
@@ -94,9 +96,7 @@ def run_comparison_renderable(result: RunComparison) -> RenderableType:
     head.append(result.a)
     head.append("   B ", style="bold")
     head.append(result.b)
-    head.append(
-        f"   {result.confidence:.0%} bootstrap intervals of B − A, {result.resamples:,} draws", style="dim"
-    )
+    head.append(f"   {result.confidence:.0%} bootstrap intervals of B − A, {result.resamples:,} draws", style="dim")
     parts.append(head)
     if result.forced and result.workload_differences:
         parts.append(Text("compared despite: " + "; ".join(result.workload_differences), style="yellow"))

@@ -25,10 +25,18 @@ from latscope.report.html.run import run_html
 def diagnosis_html(data: dict[str, Any]) -> str:
     """The self-contained page of a diagnosis (its ``latscope.diagnosis/1`` dict)."""
     target = data.get("target") or {}
-    facts = [("target", target.get("url")), ("model", target.get("model")), ("HTTP", target.get("http_version")),
-             ("took", f"{data.get('duration_s', 0):.1f} s" + (" (quick)" if data.get("quick") else ""))]
-    return render_page("latscope diagnose", "Where the time goes, and which bottleneck is responsible.",
-                       diagnosis_sections(data), facts=facts)
+    facts = [
+        ("target", target.get("url")),
+        ("model", target.get("model")),
+        ("HTTP", target.get("http_version")),
+        ("took", f"{data.get('duration_s', 0):.1f} s" + (" (quick)" if data.get("quick") else "")),
+    ]
+    return render_page(
+        "latscope diagnose",
+        "Where the time goes, and which bottleneck is responsible.",
+        diagnosis_sections(data),
+        facts=facts,
+    )
 
 
 __all__ = ["diagnosis_html", "probe_html", "run_html"]

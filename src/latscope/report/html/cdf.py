@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
+from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models.annotations import Legend, LegendItem
 
 from latscope.report.html.charts import new_figure, step_color
 from latscope.report.html.page import table
@@ -58,8 +59,11 @@ def cdf_figure(title: str, series: Sequence[tuple[str, FloatArray]], *, log_x: b
         source = ColumnDataSource({"x": x, "p": p * 100, "name": [name] * x.size, "n": [int(np.size(values))] * x.size})
         line = fig.line(x="x", y="p", source=source, color=step_color(index), line_width=2)
         fig.add_tools(
-            HoverTool(renderers=[line], tooltips=[("", "@name"), ("latency", "@x{0.000} ms"), ("percentile", "@p{0.0}"),
-                                                  ("samples", "@n")], mode="vline")
+            HoverTool(
+                renderers=[line],
+                tooltips=[("", "@name"), ("latency", "@x{0.000} ms"), ("percentile", "@p{0.0}"), ("samples", "@n")],
+                mode="vline",
+            )
         )
         items.append(LegendItem(label=name, renderers=[line]))
     if items:

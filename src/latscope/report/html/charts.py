@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bokeh.models.annotations import Title
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
@@ -57,6 +58,7 @@ def new_figure(title: str, *, height: int = 320, **kwargs: Any) -> Any:
         toolbar_location="above",
         **kwargs,
     )
-    fig.title.text_font_size = "13px"
+    if isinstance(fig.title, Title):
+        fig.title.text_font_size = "13px"
     fig.min_border_left = 60
     return fig

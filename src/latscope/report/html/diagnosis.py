@@ -33,8 +33,11 @@ def typical_request_row(data: dict[str, Any]) -> WaterfallRow | None:
             at += float(ms)
     if not segments:
         return None
-    extra = {k.upper().removesuffix("_MS"): float(v) for k, v in summary.items() if k in ("ttft_ms", "e2e_ms")
-             and isinstance(v, int | float)}
+    extra = {
+        k.upper().removesuffix("_MS"): float(v)
+        for k, v in summary.items()
+        if k in ("ttft_ms", "e2e_ms") and isinstance(v, int | float)
+    }
     return WaterfallRow("typical request", tuple(segments), facts="median of the baseline's phases", extra=extra)
 
 
@@ -76,8 +79,12 @@ def cost_figure(findings: list[dict[str, Any]]) -> Any:
             "color": [SEVERITY_COLORS.get(str(f.get("severity")), "#8c959f") for f in findings],
         }
     )
-    fig = new_figure("findings by measured cost", height=70 + 30 * len(ids), y_range=FactorRange(*reversed(ids)),
-                     x_axis_label="ms")
+    fig = new_figure(
+        "findings by measured cost",
+        height=70 + 30 * len(ids),
+        y_range=FactorRange(factors=list(reversed(ids))),
+        x_axis_label="ms",
+    )
     bars = fig.hbar(y="id", right="cost", height=0.7, color="color", source=source)
     fig.add_tools(HoverTool(renderers=[bars], tooltips=[("", "@id"), ("cost", "@cost{0.0} ms"), ("per", "@basis")]))
     fig.x_range.start = 0
@@ -98,16 +105,23 @@ def diagnosis_sections(data: dict[str, Any]) -> list[Section]:
     row = typical_request_row(data)
     if row is not None:
         sections.append(
-            Section("waterfall", "Where a typical request's time goes",
-                    "The median of each phase over the baseline's requests, end to end; hover for the values.",
-                    [waterfall_figure([row], "typical request (median phases)")])
+            Section(
+                "waterfall",
+                "Where a typical request's time goes",
+                "The median of each phase over the baseline's requests, end to end; hover for the values.",
+                [waterfall_figure([row], "typical request (median phases)")],
+            )
         )
     findings = sorted(data.get("findings") or [], key=lambda f: -float(f.get("cost_ms") or 0.0))
     cards = "".join(finding_card(f) for f in findings) or "<p>No finding: nothing tested crossed its rule.</p>"
     sections.append(
-        Section("findings", f"Findings ({len(findings)})",
-                "Ranked by measured cost; each names the rule it crossed, the evidence and the fix.",
-                [cost_figure(findings)] if findings else [], cards)
+        Section(
+            "findings",
+            f"Findings ({len(findings)})",
+            "Ranked by measured cost; each names the rule it crossed, the evidence and the fix.",
+            [cost_figure(findings)] if findings else [],
+            cards,
+        )
     )
     lists = (
         _outcome_list("Inconclusive", data.get("inconclusive") or [])
@@ -120,8 +134,14 @@ def diagnosis_sections(data: dict[str, Any]) -> list[Section]:
         if evidence.get("batch_series"):
             charts = gauge_figures(evidence["batch_series"], evidence.get("level_starts") or [])
             if charts:
-                sections.append(Section("batch", "The server's batch during the concurrency sweep",
-                                        f"From {outcome.get('id')}'s experiment: the target's gauges scraped while "
-                                        "the load stepped up.", charts))
+                sections.append(
+                    Section(
+                        "batch",
+                        "The server's batch during the concurrency sweep",
+                        f"From {outcome.get('id')}'s experiment: the target's gauges scraped while "
+                        "the load stepped up.",
+                        charts,
+                    )
+                )
             break
     return sections

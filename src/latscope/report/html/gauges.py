@@ -14,20 +14,23 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from bokeh.models import ColumnDataSource, FactorRange, HoverTool, LinearColorMapper, Span
+from bokeh.models import ColumnDataSource, FactorRange, HoverTool, LinearColorMapper
+from bokeh.models.annotations import Span
 from bokeh.palettes import Viridis256
 
 from latscope.report.html.charts import new_figure
 
 #: Gauges by their position in a point, with a colour each.
-GAUGES: tuple[tuple[int, str, str], ...] = ((1, "running", "#1f77b4"), (2, "waiting", "#d62728"),
-                                           (3, "kv usage", "#2ca02c"))
+GAUGES: tuple[tuple[int, str, str], ...] = (
+    (1, "running", "#1f77b4"),
+    (2, "waiting", "#d62728"),
+    (3, "kv usage", "#2ca02c"),
+)
 
 
 def _column(points: Sequence[Sequence[float | None]], index: int) -> np.ndarray[Any, np.dtype[np.float64]]:
-    return np.asarray(
-        [np.nan if len(p) <= index or p[index] is None else float(p[index]) for p in points], dtype=np.float64  # type: ignore[arg-type]
-    )
+    values = [p[index] if len(p) > index else None for p in points]
+    return np.asarray([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
 def gauge_figures(points: Sequence[Sequence[float | None]], starts: Sequence[Sequence[object]]) -> list[Any]:
@@ -36,7 +39,9 @@ def gauge_figures(points: Sequence[Sequence[float | None]], starts: Sequence[Seq
         return []
     at = _column(points, 0)
     series = new_figure(
-        "the server's batch over time (its gauges)", height=280, x_axis_label="s since the run started",
+        "the server's batch over time (its gauges)",
+        height=280,
+        x_axis_label="s since the run started",
         y_axis_label="requests",
     )
     hover_renderers = []
@@ -52,12 +57,16 @@ def gauge_figures(points: Sequence[Sequence[float | None]], starts: Sequence[Seq
         hover_renderers.append(
             series.step(x="at", y="v", source=source, mode="after", color=color, line_width=2, legend_label=name)
         )
-    series.add_tools(HoverTool(renderers=hover_renderers, tooltips=[("", "@name"), ("at", "@at{0.0} s"),
-                                                                    ("value", "@v")], mode="vline"))
+    series.add_tools(
+        HoverTool(
+            renderers=hover_renderers, tooltips=[("", "@name"), ("at", "@at{0.0} s"), ("value", "@v")], mode="vline"
+        )
+    )
     for start in starts:
         if len(start) >= 2:
-            series.add_layout(Span(location=float(str(start[1])), dimension="height", line_dash="dashed",
-                                   line_color="#6e7781"))
+            series.add_layout(
+                Span(location=float(str(start[1])), dimension="height", line_dash="dashed", line_color="#6e7781")
+            )
     series.legend.location = "top_left"
     labels = ", ".join(f"{s[0]} at {float(str(s[1])):.1f} s" for s in starts if len(s) >= 2)
     if labels:
@@ -77,12 +86,23 @@ def gauge_figures(points: Sequence[Sequence[float | None]], starts: Sequence[Seq
             cells["v"].append(float(values[i]))
             cells["scaled"].append(float(values[i] / top) if top > 0 else 0.0)
             cells["at"].append(float(at[i]))
-    heat = new_figure("heatmap (colour: the gauge's value over its maximum)", height=60 + 34 * len(rows),
-                      y_range=FactorRange(*reversed(rows)), x_axis_label="s since the run started")
+    heat = new_figure(
+        "heatmap (colour: the gauge's value over its maximum)",
+        height=60 + 34 * len(rows),
+        y_range=FactorRange(factors=list(reversed(rows))),
+        x_axis_label="s since the run started",
+    )
     heat.x_range = series.x_range
     mapper = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0)
-    rects = heat.rect(x="x", y="y", width="w", height=0.95, source=ColumnDataSource(cells),
-                      fill_color={"field": "scaled", "transform": mapper}, line_color=None)
+    rects = heat.rect(
+        x="x",
+        y="y",
+        width="w",
+        height=0.95,
+        source=ColumnDataSource(cells),
+        fill_color={"field": "scaled", "transform": mapper},
+        line_color=None,
+    )
     heat.add_tools(HoverTool(renderers=[rects], tooltips=[("", "@y"), ("at", "@at{0.0} s"), ("value", "@v")]))
     heat.ygrid.grid_line_color = None
     return [series, heat]

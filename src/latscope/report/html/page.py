@@ -107,7 +107,9 @@ class Markup(str):
     __slots__ = ()
 
 
-def render_page(title: str, subtitle: str, sections: Sequence[Section], *, facts: Sequence[tuple[str, Any]] = ()) -> str:
+def render_page(
+    title: str, subtitle: str, sections: Sequence[Section], *, facts: Sequence[tuple[str, Any]] = ()
+) -> str:
     """The whole page: title, facts (label, value), a navigation line, then each section."""
     models = [chart for section in sections for chart in section.charts]
     script, divs = components(models) if models else ("", ())
@@ -129,7 +131,8 @@ def render_page(title: str, subtitle: str, sections: Sequence[Section], *, facts
     if facts:
         parts.append(table(("", ""), ((k, v) for k, v in facts), css="data facts"))
     parts.append(
-        "<nav>" + "".join(f'<a href="#view={esc(s.view)}">{esc(s.title)}</a>' for s in sections)
+        "<nav>"
+        + "".join(f'<a href="#view={esc(s.view)}">{esc(s.title)}</a>' for s in sections)
         + '<a href="#">all</a></nav>'
     )
     for section in sections:

@@ -20,7 +20,8 @@ def probe_sections(timelines: Sequence[Timeline]) -> list[Section]:
     rows = [row_from_timeline(t, f"#{i}") for i, t in enumerate(timelines, start=1)]
     sections = [
         Section(
-            "waterfall", "Requests as waterfalls",
+            "waterfall",
+            "Requests as waterfalls",
             "Each request's phases (pool wait, dns, connect, tls, send, wait, first token, stream) at their start, "
             "and under it the phases the server reported, laid end to end from the end of sending. Hover a bar for "
             "its exact start and duration; a red × marks a failure or a stale connection's retry.",
@@ -29,8 +30,9 @@ def probe_sections(timelines: Sequence[Timeline]) -> list[Section]:
     ]
     traces = [trace_from_timeline(t, f"#{i}") for i, t in enumerate(timelines, start=1)]
     if any(tr.at_ms.size for tr in traces):
-        sections.append(Section("streams", "Token arrivals", "Every token event of each stream.",
-                                stream_figures(traces)))
+        sections.append(
+            Section("streams", "Token arrivals", "Every token event of each stream.", stream_figures(traces))
+        )
     ok = [t for t in timelines if t.ok]
     series = {
         "TTFT": [v for t in ok if (v := metrics.ttft_ms(t)) is not None],
@@ -42,14 +44,21 @@ def probe_sections(timelines: Sequence[Timeline]) -> list[Section]:
 
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in series.items()}
         figs = [cdf_figure(k, [("probe", v)], log_x=False) for k, v in arrays.items()]
-        sections.append(Section("cdf", "Latency distributions", "Over the successful requests.",
-                                [bokeh_row(*figs, sizing_mode="stretch_width")],
-                                percentile_table([(k, "probe", v) for k, v in arrays.items()])))
+        sections.append(
+            Section(
+                "cdf",
+                "Latency distributions",
+                "Over the successful requests.",
+                [bokeh_row(*figs, sizing_mode="stretch_width")],
+                percentile_table([(k, "probe", v) for k, v in arrays.items()]),
+            )
+        )
     return sections
 
 
 def probe_html(timelines: Sequence[Timeline], *, target: str = "", model: str = "", dialect: str = "") -> str:
     """The self-contained page of a probe's requests."""
     facts = [("target", target), ("model", model), ("dialect", dialect), ("requests", len(timelines))]
-    return render_page("latscope probe", "Each request's timeline, from DNS to the last token.",
-                       probe_sections(timelines), facts=facts)
+    return render_page(
+        "latscope probe", "Each request's timeline, from DNS to the last token.", probe_sections(timelines), facts=facts
+    )

@@ -43,14 +43,34 @@ def summary_table(data: dict[str, Any]) -> str:
             d = o.metrics.get(key)
             return fmt_ms(None if d is None else float(getattr(d, q)))
 
-        rows.append((
-            s.label, f"{o.requests:,}", f"{o.errors:,}", fmt_rate(o.throughput_rps, ""),
-            fmt_rate(o.output_tokens_per_s, ""), p("ttft_ms", "p50"), p("ttft_ms", "p99"), p("itl_ms", "p99"),
-            p("tpot_ms", "p50"), p("e2e_ms", "p99"),
-            "–" if o.goodput_fraction is None else f"{o.goodput_fraction:.1%}",
-        ))
-    headers = ("step", "requests", "errors", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "ITL p99", "TPOT p50",
-               "E2E p99", "goodput")
+        rows.append(
+            (
+                s.label,
+                f"{o.requests:,}",
+                f"{o.errors:,}",
+                fmt_rate(o.throughput_rps, ""),
+                fmt_rate(o.output_tokens_per_s, ""),
+                p("ttft_ms", "p50"),
+                p("ttft_ms", "p99"),
+                p("itl_ms", "p99"),
+                p("tpot_ms", "p50"),
+                p("e2e_ms", "p99"),
+                "–" if o.goodput_fraction is None else f"{o.goodput_fraction:.1%}",
+            )
+        )
+    headers = (
+        "step",
+        "requests",
+        "errors",
+        "req/s",
+        "out tok/s",
+        "TTFT p50",
+        "TTFT p99",
+        "ITL p99",
+        "TPOT p50",
+        "E2E p99",
+        "goodput",
+    )
     return table(headers, rows)
 
 
@@ -63,10 +83,12 @@ def cdf_section(samples: RunSamples, title: str = "Latency distributions") -> Se
         figs.append(cdf_figure(label, series, log_x=False))
         rows += [(label, name, values) for name, values in series]
     return Section(
-        "cdf", title,
+        "cdf",
+        title,
         "Share of successful measured requests (ITL: of every inter-token gap) at or under each latency; the table "
         "gives the exact percentiles from all samples.",
-        [bokeh_row(*figs, sizing_mode="stretch_width")], percentile_table(rows),
+        [bokeh_row(*figs, sizing_mode="stretch_width")],
+        percentile_table(rows),
     )
 
 
@@ -91,8 +113,15 @@ def run_sections(run_dir: Path) -> tuple[dict[str, Any], list[Section]]:
     measured = requests.filter(pa.array(~warm))
     steps = [s.step for s in samples.steps]
     labels = {s.step: s.label for s in samples.steps}
-    sections = [Section("summary", "Summary", "Per step: measured requests, throughput and the headline percentiles "
-                        "(ms).", [], summary_table(data))]
+    sections = [
+        Section(
+            "summary",
+            "Summary",
+            "Per step: measured requests, throughput and the headline percentiles (ms).",
+            [],
+            summary_table(data),
+        )
+    ]
     picks = _picks(measured, steps)
     picked_rows = measured.take(pa.array([i for i, _ in picks], type=pa.int64())).to_pylist() if picks else []
     rows = []
@@ -102,22 +131,25 @@ def run_sections(run_dir: Path) -> tuple[dict[str, Any], list[Section]]:
     if rows:
         sections.append(
             Section(
-                "waterfall", "Requests as waterfalls",
+                "waterfall",
+                "Requests as waterfalls",
                 f"{len(rows)} requests picked along the TTFT distribution of each step (fastest to slowest) and the "
                 "first failures: the client's phases, and under each the phases the server reported, laid end to end "
                 "from the end of sending. Hover a bar for its start and duration.",
                 [waterfall_figure(rows, "request phases (ms since each request started)")],
             )
         )
-    ok_picks = [(r["step"], r["request_id"], label.label) for r, label in zip(picked_rows, rows, strict=True)
-                if r["ok"]]
+    ok_picks = [
+        (r["step"], r["request_id"], label.label) for r, label in zip(picked_rows, rows, strict=True) if r["ok"]
+    ]
     if ok_picks:
         chosen = [ok_picks[int(i)] for i in np.unique(np.linspace(0, len(ok_picks) - 1, MAX_STREAMS).astype(int))]
         traces = traces_from_run(run_dir, chosen)
         if traces:
             sections.append(
                 Section(
-                    "streams", "Token arrivals",
+                    "streams",
+                    "Token arrivals",
                     f"{len(traces)} of those streams, token by token (thinned to a few hundred points each; every "
                     "coalesced event and the largest gaps kept).",
                     stream_figures(traces),
@@ -127,8 +159,14 @@ def run_sections(run_dir: Path) -> tuple[dict[str, Any], list[Section]]:
     gauges = data.get("server_gauges") or {}
     charts = gauge_figures(gauges.get("points") or [], gauges.get("steps") or [])
     if charts:
-        sections.append(Section("batch", "The server's batch over the run",
-                                f"Scraped from {gauges.get('url', 'the target')} during the run.", charts))
+        sections.append(
+            Section(
+                "batch",
+                "The server's batch over the run",
+                f"Scraped from {gauges.get('url', 'the target')} during the run.",
+                charts,
+            )
+        )
     return data, sections
 
 
@@ -136,9 +174,13 @@ def run_html(run_dir: Path) -> str:
     """The self-contained HTML page of the bench run in ``run_dir``."""
     data, sections = run_sections(run_dir)
     cfg = data.get("config", {})
-    facts = [("target", cfg.get("url")), ("model", data.get("model")), ("created", data.get("created")),
-             ("steps", ", ".join(str(s.get("label")) for s in data.get("steps", []))),
-             ("run directory", str(run_dir))]
+    facts = [
+        ("target", cfg.get("url")),
+        ("model", data.get("model")),
+        ("created", data.get("created")),
+        ("steps", ", ".join(str(s.get("label")) for s in data.get("steps", []))),
+        ("run directory", str(run_dir)),
+    ]
     if data.get("interrupted"):
         facts.append(("status", "interrupted: results cover what ran"))
     return render_page("latscope bench", "A load test's timelines and latency distributions.", sections, facts=facts)

@@ -167,8 +167,13 @@ def stream_figures(traces: Sequence[StreamTrace]) -> list[Any]:
             )
             cumulative.scatter(x="at", y="tokens", source=marks, marker="diamond", size=9, color="#cf222e")
             gaps.scatter(x="at", y="gap", source=marks, marker="diamond", size=9, color="#cf222e")
-    tooltips = [("stream", "@stream"), ("arrived", "@at{0.000} ms"), ("tokens so far", "@tokens"),
-                ("gap", "@gap{0.000} ms"), ("coalesced", "@coalesced")]
+    tooltips = [
+        ("stream", "@stream"),
+        ("arrived", "@at{0.000} ms"),
+        ("tokens so far", "@tokens"),
+        ("gap", "@gap{0.000} ms"),
+        ("coalesced", "@coalesced"),
+    ]
     cumulative.add_tools(HoverTool(renderers=renderers_c, tooltips=tooltips))
     gaps.add_tools(HoverTool(renderers=renderers_g, tooltips=tooltips))
     return [cumulative, gaps]

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from bokeh.models import ColumnDataSource, FactorRange, HoverTool, LabelSet, Legend, LegendItem
+from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+from bokeh.models.annotations import LabelSet, Legend, LegendItem
 
 from latscope.report.html.charts import new_figure, phase_color
 from latscope.report.waterfall import phase_spans
@@ -230,22 +231,34 @@ def waterfall_figure(rows: Sequence[WaterfallRow], title: str) -> Any:
     fig = new_figure(
         title,
         height=80 + ROW_PX * len(factors),
-        y_range=FactorRange(*reversed(factors)),
+        y_range=FactorRange(factors=list(reversed(factors))),
         x_axis_label="ms since the request started",
     )
-    renderer = fig.hbar(y="y", left="left", right="right", height="height", color="color", line_color="white",
-                        source=source)
+    renderer = fig.hbar(
+        y="y", left="left", right="right", height="height", color="color", line_color="white", source=source
+    )
     fig.add_layout(
         LabelSet(
-            x="mid", y="y", text="text", source=source, text_align="center", text_baseline="middle",
-            text_font_size="10px", text_color="ink",
+            x="mid",
+            y="y",
+            text="text",
+            source=source,
+            text_align="center",
+            text_baseline="middle",
+            text_font_size="10px",
+            text_color="ink",
         )
     )
     fig.add_tools(
         HoverTool(
             renderers=[renderer],
-            tooltips=[("request", "@req"), ("phase", "@phase"), ("starts at", "@start{0.000} ms"),
-                      ("takes", "@ms{0.000} ms"), ("", "@info")],
+            tooltips=[
+                ("request", "@req"),
+                ("phase", "@phase"),
+                ("starts at", "@start{0.000} ms"),
+                ("takes", "@ms{0.000} ms"),
+                ("", "@info"),
+            ],
         )
     )
     marks: dict[str, list[Any]] = {"x": [], "y": [], "what": []}
@@ -266,8 +279,9 @@ def waterfall_figure(rows: Sequence[WaterfallRow], title: str) -> Any:
     # one legend entry per phase present, in request order
     seen = list(dict.fromkeys(bars["phase"]))
     items = [LegendItem(label=p, renderers=[renderer], index=bars["phase"].index(p)) for p in seen]
-    fig.add_layout(Legend(items=items, location="top_left", orientation="vertical", label_text_font_size="11px"),
-                   "right")
+    fig.add_layout(
+        Legend(items=items, location="top_left", orientation="vertical", label_text_font_size="11px"), "right"
+    )
     fig.ygrid.grid_line_color = None
     fig.x_range.start = 0
     return fig

@@ -31,6 +31,10 @@ def _delta(metric: str, value: float) -> str:
     return fmt_signed_ms(value, unit=False)
 
 
+#: Phases whose share of every percentile's change is under this (ms) are left out of the table (the JSON keeps them).
+SHOWN_PHASE_MS = 0.005
+
+
 def changes_table(step: StepComparison) -> Table:
     """metric | A | B | change | interval | significant."""
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
@@ -70,7 +74,11 @@ def attribution_table(step: StepComparison) -> Table | None:
     table.add_column("phase")
     for metric, q in keys:
         table.add_column(f"{LABELS[metric]} {q_label(q)}", justify="right")
-    phases = list(dict.fromkeys(name for key in keys for name, _ in step.attributions[key].phases))
+    phases = [
+        name
+        for name in dict.fromkeys(name for key in keys for name, _ in step.attributions[key].phases)
+        if any(abs(dict(step.attributions[k].phases).get(name, 0.0)) >= SHOWN_PHASE_MS for k in keys)
+    ]
     for name in phases:
         cells: list[Text] = []
         for key in keys:

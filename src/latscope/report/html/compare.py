@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from bokeh.layouts import row as bokeh_row
-from bokeh.models import ColumnDataSource, FactorRange, HoverTool
+from bokeh.models import ColumnDataSource, FactorRange, HoverTool, Range1d
 from bokeh.models.annotations import Span, Whisker
 from bokeh.transform import dodge
 
@@ -31,6 +31,10 @@ from latscope.report.html.charts import new_figure, phase_color
 from latscope.report.html.page import Markup, Section, esc, render_page, table
 from latscope.report.run import fmt_ms
 
+#: A phase whose share of every percentile's change is under this (ms) is left out of the charts (the JSON keeps it).
+SHOWN_PHASE_MS = 0.005
+#: p50, p95, p99 bars.
+QUANTILE_COLORS = ("#1f77b4", "#ff7f0e", "#d62728")
 #: How a check's change is coloured: a finding gone is good news.
 CHANGE_CLASSES = {"disappeared": "sig-better", "appeared": "sig-worse", "cost changed": "warn"}
 
@@ -106,6 +110,10 @@ def interval_figure(step: StepComparison) -> Any:
     fig.add_layout(
         Whisker(base="label", lower="low", upper="high", source=source, dimension="width", line_color="color")
     )
+    ends = [v for c in latency for v in (c.diff.low / c.diff.a * 100, c.diff.high / c.diff.a * 100)]
+    if ends:
+        pad = 0.05 * (max(ends) - min(ends) or 1.0)
+        fig.x_range = Range1d(min(min(ends), 0.0) - pad, max(max(ends), 0.0) + pad)
     points = fig.scatter(x="rel", y="label", source=source, size=9, color="color")
     fig.add_layout(Span(location=0, dimension="height", line_color="#1f2328", line_width=1))
     fig.add_tools(
@@ -115,32 +123,46 @@ def interval_figure(step: StepComparison) -> Any:
     return fig
 
 
+def shown_phases(step: StepComparison, keys: list[tuple[str, float]]) -> list[str]:
+    """The phases of the attributions ``keys`` that changed by at least :data:`SHOWN_PHASE_MS` in one of them."""
+    names = dict.fromkeys(name for k in keys for name, _ in step.attributions[k].phases)
+    return [n for n in names if any(abs(dict(step.attributions[k].phases).get(n, 0.0)) >= SHOWN_PHASE_MS for k in keys)]
+
+
 def attribution_figure(step: StepComparison, metric: str) -> Any | None:
-    """Where ``metric``'s change lives: a bar per phase and percentile (ms)."""
+    """Where ``metric``'s change lives: per phase a bar for each percentile (ms, B − A)."""
     keys = [(metric, q) for q in QUANTILES if (metric, q) in step.attributions]
-    if not keys:
+    phases = shown_phases(step, keys) if keys else []
+    if not phases:
         return None
-    phases = list(dict.fromkeys(name for k in keys for name, _ in step.attributions[k].phases))
-    factors = [(name, q_label(q)) for name in phases for _, q in keys]
-    values = [dict(step.attributions[(metric, q)].phases).get(name, 0.0) for name in phases for _, q in keys]
-    source = ColumnDataSource(
-        {
-            "f": factors,
-            "v": values,
-            "color": [phase_color(n) for n, _ in factors],
-            "label": [f"{n} {q}" for n, q in factors],
-        }
-    )
     fig = new_figure(
         f"where {LABELS[metric]}'s change lives (ms, B − A, requests around each percentile)",
-        height=60 + 16 * len(factors),
-        y_range=FactorRange(factors=list(reversed(factors))),
+        height=90 + 30 * len(phases),
+        y_range=FactorRange(factors=list(reversed(phases))),
         x_axis_label="ms",
     )
-    bars = fig.hbar(y="f", right="v", left=0, height=0.8, color="color", source=source)
-    fig.add_tools(HoverTool(renderers=[bars], tooltips=[("", "@label"), ("change", "@v{+0.000} ms")]))
+    renderers = []
+    for index, key in enumerate(keys):
+        changes = dict(step.attributions[key].phases)
+        source = ColumnDataSource(
+            {"phase": phases, "v": [changes.get(n, 0.0) for n in phases], "q": [q_label(key[1])] * len(phases)}
+        )
+        offset = (1 - index) * 0.27
+        renderers.append(
+            fig.hbar(
+                y=dodge("phase", offset, range=fig.y_range),
+                right="v",
+                left=0,
+                height=0.25,
+                color=QUANTILE_COLORS[index % len(QUANTILE_COLORS)],
+                source=source,
+                legend_label=q_label(key[1]),
+            )
+        )
+    fig.add_tools(HoverTool(renderers=renderers, tooltips=[("", "@phase @q"), ("change", "@v{+0.000} ms")]))
     fig.add_layout(Span(location=0, dimension="height", line_color="#1f2328", line_width=1))
     fig.ygrid.grid_line_color = None
+    fig.legend.location = "bottom_right"
     return fig
 
 

@@ -27,7 +27,7 @@ from latscope.report.compare.result import (
 )
 from latscope.report.compare.samples import RunSamples
 from latscope.report.html.cdf import cdf_figure
-from latscope.report.html.charts import new_figure, phase_color
+from latscope.report.html.charts import new_figure
 from latscope.report.html.page import Markup, Section, esc, render_page, table
 from latscope.report.run import fmt_ms
 
@@ -113,7 +113,7 @@ def interval_figure(step: StepComparison) -> Any:
     ends = [v for c in latency for v in (c.diff.low / c.diff.a * 100, c.diff.high / c.diff.a * 100)]
     if ends:
         pad = 0.05 * (max(ends) - min(ends) or 1.0)
-        fig.x_range = Range1d(min(min(ends), 0.0) - pad, max(max(ends), 0.0) + pad)
+        fig.x_range = Range1d(start=min(min(ends), 0.0) - pad, end=max(max(ends), 0.0) + pad)
     points = fig.scatter(x="rel", y="label", source=source, size=9, color="color")
     fig.add_layout(Span(location=0, dimension="height", line_color="#1f2328", line_width=1))
     fig.add_tools(

@@ -20,6 +20,8 @@ from bokeh.palettes import Viridis256
 
 from latscope.report.html.charts import new_figure
 
+#: Most heatmap cells per gauge: a long run's scrapes are binned (the peak of each bin) to about the chart's pixels.
+MAX_HEAT_CELLS = 400
 #: Gauges by their position in a point, with a colour each.
 GAUGES: tuple[tuple[int, str, str], ...] = (
     (1, "running", "#1f77b4"),
@@ -31,6 +33,14 @@ GAUGES: tuple[tuple[int, str, str], ...] = (
 def _column(points: Sequence[Sequence[float | None]], index: int) -> np.ndarray[Any, np.dtype[np.float64]]:
     values = [p[index] if len(p) > index else None for p in points]
     return np.asarray([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def _bins(at: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """Cell edges (s): one cell per scrape, or :data:`MAX_HEAT_CELLS` equal cells over a long run."""
+    if at.size <= MAX_HEAT_CELLS:
+        last = at[-1] + (at[-1] - at[-2])
+        return np.append(at, last)
+    return np.linspace(float(at[0]), float(at[-1]), MAX_HEAT_CELLS + 1)
 
 
 def gauge_figures(points: Sequence[Sequence[float | None]], starts: Sequence[Sequence[object]]) -> list[Any]:
@@ -73,19 +83,22 @@ def gauge_figures(points: Sequence[Sequence[float | None]], starts: Sequence[Seq
         series.title.text += f" — dashed: load steps ({labels})"
 
     rows = [name for name, _ in present]
+    edges = _bins(at)
     cells: dict[str, list[Any]] = {"x": [], "w": [], "y": [], "v": [], "scaled": [], "at": []}
     for name, values in present:
-        top = np.nanmax(values) if np.any(~np.isnan(values)) else 0.0
-        for i in range(at.size):
-            if np.isnan(values[i]):
+        top = float(np.nanmax(values))
+        index = np.clip(np.searchsorted(edges, at, side="right") - 1, 0, edges.size - 2)
+        for b in range(edges.size - 1):
+            in_bin = values[(index == b) & ~np.isnan(values)]
+            if in_bin.size == 0:
                 continue
-            width = (at[i + 1] - at[i]) if i + 1 < at.size else (at[i] - at[i - 1])
-            cells["x"].append(at[i] + width / 2)
-            cells["w"].append(width)
+            peak = float(in_bin.max())  # the highest value the gauge had in the cell, as the terminal heatmap
+            cells["x"].append((edges[b] + edges[b + 1]) / 2)
+            cells["w"].append(edges[b + 1] - edges[b])
             cells["y"].append(name)
-            cells["v"].append(float(values[i]))
-            cells["scaled"].append(float(values[i] / top) if top > 0 else 0.0)
-            cells["at"].append(float(at[i]))
+            cells["v"].append(peak)
+            cells["scaled"].append(peak / top if top > 0 else 0.0)
+            cells["at"].append(float(edges[b]))
     heat = new_figure(
         "heatmap (colour: the gauge's value over its maximum)",
         height=60 + 34 * len(rows),
@@ -99,7 +112,7 @@ def gauge_figures(points: Sequence[Sequence[float | None]], starts: Sequence[Seq
         y="y",
         width="w",
         height=0.95,
-        source=ColumnDataSource(cells),
+        source=ColumnDataSource({k: v if k == "y" else np.asarray(v, dtype=np.float64) for k, v in cells.items()}),
         fill_color={"field": "scaled", "transform": mapper},
         line_color=None,
     )

@@ -128,7 +128,9 @@ def thin(trace: StreamTrace, limit: int = MAX_POINTS_PER_STREAM) -> StreamTrace:
 
 
 def stream_figures(traces: Sequence[StreamTrace]) -> list[Any]:
-    """Two charts: tokens received over time (a line per stream), and each gap against its arrival time."""
+    """Two charts: tokens received over time (a line per stream), and each gap against its arrival time. All
+    streams share one data source per glyph (a few renderers whatever the number of streams: the page stays quick
+    to build and to draw)."""
     cumulative = new_figure(
         "tokens received over time (red ◆: arrived in the same read as the previous event)",
         height=360,
@@ -142,31 +144,37 @@ def stream_figures(traces: Sequence[StreamTrace]) -> list[Any]:
         y_axis_label="gap to the previous token (ms)",
     )
     gaps.x_range = cumulative.x_range
-    renderers_c, renderers_g = [], []
-    for index, raw in enumerate(traces):
-        t = thin(raw)
-        if t.at_ms.size == 0:
-            continue
-        source = ColumnDataSource(
-            {
-                "at": t.at_ms,
-                "tokens": t.tokens,
-                "gap": np.nan_to_num(t.gap_ms, nan=0.0),
-                "coalesced": np.where(t.coalesced, "yes", "no"),
-                "stream": [t.label] * t.at_ms.size,
-            }
-        )
-        color = step_color(index)
-        cumulative.step(x="at", y="tokens", source=source, color=color, mode="after", alpha=0.8)
-        renderers_c.append(cumulative.scatter(x="at", y="tokens", source=source, color=color, size=3))
-        renderers_g.append(gaps.scatter(x="at", y="gap", source=source, color=color, size=4, alpha=0.7))
-        merged = np.flatnonzero(t.coalesced)
-        if merged.size:
-            marks = ColumnDataSource(
-                {"at": t.at_ms[merged], "tokens": t.tokens[merged], "gap": np.nan_to_num(t.gap_ms[merged])}
-            )
-            cumulative.scatter(x="at", y="tokens", source=marks, marker="diamond", size=9, color="#cf222e")
-            gaps.scatter(x="at", y="gap", source=marks, marker="diamond", size=9, color="#cf222e")
+    thinned = [thin(t) for t in traces if t.at_ms.size]
+    if not thinned:
+        return [cumulative, gaps]
+    colors = [step_color(i) for i in range(len(thinned))]
+    # a staircase per stream: the count holds until the next arrival
+    xs = [np.repeat(t.at_ms, 2)[1:] for t in thinned]
+    ys = [np.repeat(t.tokens, 2)[:-1] for t in thinned]
+    cumulative.multi_line(
+        xs="xs", ys="ys", source=ColumnDataSource({"xs": xs, "ys": ys, "color": colors}), color="color", alpha=0.8
+    )
+    points = ColumnDataSource(
+        {
+            "at": np.concatenate([t.at_ms for t in thinned]),
+            "tokens": np.concatenate([t.tokens for t in thinned]),
+            "gap": np.nan_to_num(np.concatenate([t.gap_ms for t in thinned]), nan=0.0),
+            "coalesced": np.concatenate([np.where(t.coalesced, "yes", "no") for t in thinned]),
+            "stream": np.concatenate([np.full(t.at_ms.size, t.label) for t in thinned]),
+            "color": np.concatenate([np.full(t.at_ms.size, c) for t, c in zip(thinned, colors, strict=True)]),
+        }
+    )
+    on_cumulative = cumulative.scatter(x="at", y="tokens", source=points, color="color", size=3)
+    on_gaps = gaps.scatter(x="at", y="gap", source=points, color="color", size=4, alpha=0.7)
+    merged = {
+        "at": np.concatenate([t.at_ms[t.coalesced] for t in thinned]),
+        "tokens": np.concatenate([t.tokens[t.coalesced] for t in thinned]),
+        "gap": np.nan_to_num(np.concatenate([t.gap_ms[t.coalesced] for t in thinned])),
+    }
+    if merged["at"].size:
+        marks = ColumnDataSource(merged)
+        cumulative.scatter(x="at", y="tokens", source=marks, marker="diamond", size=9, color="#cf222e")
+        gaps.scatter(x="at", y="gap", source=marks, marker="diamond", size=9, color="#cf222e")
     tooltips = [
         ("stream", "@stream"),
         ("arrived", "@at{0.000} ms"),
@@ -174,6 +182,6 @@ def stream_figures(traces: Sequence[StreamTrace]) -> list[Any]:
         ("gap", "@gap{0.000} ms"),
         ("coalesced", "@coalesced"),
     ]
-    cumulative.add_tools(HoverTool(renderers=renderers_c, tooltips=tooltips))
-    gaps.add_tools(HoverTool(renderers=renderers_g, tooltips=tooltips))
+    cumulative.add_tools(HoverTool(renderers=[on_cumulative], tooltips=tooltips))
+    gaps.add_tools(HoverTool(renderers=[on_gaps], tooltips=tooltips))
     return [cumulative, gaps]

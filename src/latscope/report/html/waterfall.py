@@ -227,7 +227,8 @@ def waterfall_figure(rows: Sequence[WaterfallRow], title: str) -> Any:
     bars["mid"] = [(a + b) / 2 for a, b in zip(bars["left"], bars["right"], strict=True)]
     bars["ink"] = [text_color(c) for c in bars["color"]]
     bars["height"] = [0.5 if p.startswith("server ") else 0.8 for p in bars["phase"]]
-    source = ColumnDataSource(bars)
+    numeric = ("left", "right", "start", "ms", "mid", "height")
+    source = ColumnDataSource({k: np.asarray(v, dtype=np.float64) if k in numeric else v for k, v in bars.items()})
     fig = new_figure(
         title,
         height=80 + ROW_PX * len(factors),

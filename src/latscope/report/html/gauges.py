@@ -85,11 +85,11 @@ def gauge_figures(points: Sequence[Sequence[float | None]], starts: Sequence[Seq
     rows = [name for name, _ in present]
     edges = _bins(at)
     cells: dict[str, list[Any]] = {"x": [], "w": [], "y": [], "v": [], "scaled": [], "at": []}
+    cell_of = np.clip(np.searchsorted(edges, at, side="right") - 1, 0, edges.size - 2)
     for name, values in present:
         top = float(np.nanmax(values))
-        index = np.clip(np.searchsorted(edges, at, side="right") - 1, 0, edges.size - 2)
         for b in range(edges.size - 1):
-            in_bin = values[(index == b) & ~np.isnan(values)]
+            in_bin = values[(cell_of == b) & ~np.isnan(values)]
             if in_bin.size == 0:
                 continue
             peak = float(in_bin.max())  # the highest value the gauge had in the cell, as the terminal heatmap

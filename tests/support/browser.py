@@ -2,7 +2,8 @@
 a proxy on a closed port, so a page that fetched anything would log the failure), run once per page to read the DOM
 after the scripts ran and the console messages, and once per view for a screenshot (``#view=NAME``).
 
-Without chromium a test skips, except under CI (``CI`` set), where it fails: CI installs it (``.ci/run``).
+Without chromium a test skips, except under CI (``CI`` or ``LATSCOPE_REQUIRE_CHROMIUM`` set), where it fails: CI
+installs it (``.ci/run``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def chromium() -> str:
         if path is not None:
             return path
     message = "chromium is not installed (Debian: apt-get install chromium)"
-    if os.environ.get("CI"):
+    if os.environ.get("CI") or os.environ.get("LATSCOPE_REQUIRE_CHROMIUM"):
         pytest.fail(message + "; CI must have it (.ci/run installs it)")
     pytest.skip(message)
 

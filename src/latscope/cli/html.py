@@ -17,9 +17,15 @@ MISSING_HTML = (
 
 
 def require_html(path: str | None) -> None:
-    """Fail early (before a long run) when ``--html`` was asked for and bokeh is missing."""
-    if path is not None and importlib.util.find_spec("bokeh") is None:
+    """Fail early (before a long run) when ``--html`` was asked for and bokeh is missing, or the file's directory
+    does not exist."""
+    if path is None:
+        return
+    if importlib.util.find_spec("bokeh") is None:
         raise click.UsageError(MISSING_HTML)
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise click.UsageError(f"--html {path}: the directory {folder} does not exist")
 
 
 def write_html(console: Console, path: str, build: Callable[[], str]) -> None:

@@ -111,3 +111,36 @@ def test_html_without_bokeh_says_how_to_install_it(monkeypatch: pytest.MonkeyPat
     assert result.exit_code == 2
     assert "pip install 'latscope[html]'" in result.output
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_stale_connection_retry_and_a_failure_are_marked_on_the_waterfall() -> None:
+    from latscope.report.html.waterfall import row_from_timeline, waterfall_figure
+    from latscope.timeline.model import ErrorKind, Phase, RequestError, ServerMeasure, Timeline
+
+    ms = 1_000_000
+    t = Timeline(
+        started_ns=0,
+        connect_start_ns=3 * ms,
+        connect_end_ns=4 * ms,
+        connection_ready_ns=4 * ms,
+        send_start_ns=4 * ms,
+        send_end_ns=5 * ms,
+        first_byte_ns=30 * ms,
+        first_token_ns=31 * ms,
+        ended_ns=80 * ms,
+        server=[
+            ServerMeasure("queue", 5.0, "header:server-timing:queue"),
+            ServerMeasure("prefill", 20.0, "header:server-timing:prefill"),
+        ],
+    )
+    t.stale_retry_error = RequestError(Phase.HEADERS, ErrorKind.CLOSED, "the server closed the connection", 2 * ms)
+    row = row_from_timeline(t, "#1")
+    assert [s.phase for s in row.client] == ["pool", "connect", "send", "wait", "first token", "stream"]
+    assert row.retried == "the server closed the connection"
+    assert [(s.phase, s.start_ms) for s in row.server] == [("server queue", 5.0), ("server prefill", 10.0)]
+    failed = Timeline(started_ns=0, connect_start_ns=0)
+    failed.error = RequestError(Phase.CONNECT, ErrorKind.REFUSED, "connection refused", 1 * ms)
+    fig = waterfall_figure([row, row_from_timeline(failed, "#2")], "t")
+    marks = [r for r in fig.renderers if "what" in r.data_source.data]
+    [source] = [m.data_source.data for m in marks]
+    assert any("sent again" in w for w in source["what"]) and any("connection refused" in w for w in source["what"])

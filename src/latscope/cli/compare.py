@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from latscope.cli.html import require_html, write_html
-from latscope.load.slo import SloSpecError, parse_slo
+from latscope.load.slo import Slo, SloSpecError, parse_slo
 from latscope.load.storage import RUN_JSON, RunFormatError
 from latscope.report.compare.result import DEFAULT_MIN_CHANGE_SHARE
 from latscope.report.compare.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
@@ -48,7 +48,12 @@ def _refuse(differences: list[str]) -> None:
 @click.argument("a", type=click.Path(exists=True))
 @click.argument("b", type=click.Path(exists=True))
 @click.option("--force", is_flag=True, help="Compare even when the workloads differ (they are listed).")
-@click.option("--json", "json_path", help="Write the comparison as JSON (latscope.compare/1) to FILE ('-': stdout).")
+@click.option(
+    "--json",
+    "json_path",
+    metavar="FILE",
+    help="Write the comparison as JSON (latscope.compare/1) to FILE ('-': stdout).",
+)
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write a self-contained HTML report.")
 @click.option("--slo", help="Goodput objectives for both runs, e.g. ttft=300ms (default: A's, else B's).")
 @click.option(
@@ -58,7 +63,13 @@ def _refuse(differences: list[str]) -> None:
     show_default=True,
     help="Confidence of the intervals.",
 )
-@click.option("--resamples", type=click.IntRange(200, 100_000), default=DEFAULT_RESAMPLES, show_default=True)
+@click.option(
+    "--resamples",
+    type=click.IntRange(200, 100_000),
+    default=DEFAULT_RESAMPLES,
+    show_default=True,
+    help="Bootstrap draws per interval.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap draws.")
 @click.option(
     "--min-change",
@@ -171,7 +182,6 @@ def command(
             console.print(Text(f"wrote {json_path}", style="dim"))
 
 
-def _run_slo(slo: dict[str, float] | None) -> Any:
-    from latscope.load.slo import Slo
-
+def _run_slo(slo: dict[str, float] | None) -> Slo | None:
+    """A's objectives, for B's goodput."""
     return None if slo is None else Slo.from_dict(slo)

@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from latscope.report.compare.samples import CLIENT_PHASES, RunSamples, StepSamples
 from latscope.report.compare.stats import (
     DEFAULT_CONFIDENCE,
@@ -386,8 +384,3 @@ def compare_diagnoses(
     ta, tb = _typical(a), _typical(b)
     phases = [(name, ta.get(name), tb.get(name)) for name in dict.fromkeys([*ta, *tb])]
     return DiagnosisComparison(path_a, path_b, changes, phases, workload_differences or [], forced)
-
-
-def rate_text(value: float) -> str:
-    """A rate 0…1 as a percentage."""
-    return "–" if np.isnan(value) else f"{value:.1%}"

@@ -43,19 +43,14 @@ def cdf_points(values: npt.ArrayLike, max_points: int = MAX_POINTS) -> tuple[Flo
     return np.quantile(x, probs), probs
 
 
-def cdf_figure(title: str, series: Sequence[tuple[str, FloatArray]], *, log_x: bool = False) -> Any:
-    """One CDF chart: a line per ``(name, samples)``."""
-    fig = new_figure(
-        title, height=300, x_axis_label="ms", y_axis_label="share at or under", x_axis_type="log" if log_x else "linear"
-    )
+def cdf_figure(title: str, series: Sequence[tuple[str, FloatArray]]) -> Any:
+    """One CDF chart: a line per ``(name, samples)`` (ms on a linear axis, so 0 ms gaps of coalesced events show)."""
+    fig = new_figure(title, height=300, x_axis_label="ms", y_axis_label="share at or under")
     items = []
     for index, (name, values) in enumerate(series):
         x, p = cdf_points(values)
         if x.size == 0:
             continue
-        if log_x:
-            keep = x > 0
-            x, p = x[keep], p[keep]
         source = ColumnDataSource({"x": x, "p": p * 100, "name": [name] * x.size, "n": [int(np.size(values))] * x.size})
         line = fig.line(x="x", y="p", source=source, color=step_color(index), line_width=2)
         fig.add_tools(

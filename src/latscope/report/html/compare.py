@@ -185,7 +185,7 @@ def compare_runs_html(result: RunComparison, a: RunSamples, b: RunSamples) -> st
         for sa, sb in zip(a.steps, b.steps, strict=False):
             suffix = f" · {sa.label}" if len(a.steps) > 1 else ""
             series += [(f"A{suffix}", sa.metric(metric)), (f"B{suffix}", sb.metric(metric))]
-        cdfs.append(cdf_figure(label, series, log_x=False))
+        cdfs.append(cdf_figure(label, series))
     sections.append(
         Section(
             "cdf",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from bokeh.layouts import row as bokeh_row
 
 from latscope.report.html.cdf import cdf_figure, percentile_table
@@ -40,10 +41,8 @@ def probe_sections(timelines: Sequence[Timeline]) -> list[Section]:
         "E2E": [v for t in ok if (v := metrics.e2e_ms(t)) is not None],
     }
     if series["TTFT"]:
-        import numpy as np
-
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in series.items()}
-        figs = [cdf_figure(k, [("probe", v)], log_x=False) for k, v in arrays.items()]
+        figs = [cdf_figure(k, [("probe", v)]) for k, v in arrays.items()]
         sections.append(
             Section(
                 "cdf",

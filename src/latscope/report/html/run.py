@@ -80,7 +80,7 @@ def cdf_section(samples: RunSamples, title: str = "Latency distributions") -> Se
     rows = []
     for metric, label in CDF_METRICS:
         series = [(s.label, s.metric(metric)) for s in samples.steps]
-        figs.append(cdf_figure(label, series, log_x=False))
+        figs.append(cdf_figure(label, series))
         rows += [(label, name, values) for name, values in series]
     return Section(
         "cdf",

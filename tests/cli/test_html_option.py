@@ -1,4 +1,4 @@
-"""``--html FILE`` on ``bench``: the run's page is written beside the run directory, without the credentials."""
+"""``--html FILE`` on ``bench`` and ``diagnose``: the page is written, without the credentials."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from latscope.cli.bench import command as bench_command
+from latscope.cli.main import cli
+from tests.diagnose.flaky_server import flaky_handler
 from tests.support.load_sse_server import Script, ThreadedServer
+from tests.support.stream_server import ServerThread
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,3 +53,19 @@ def test_an_html_path_that_cannot_be_written_fails_before_the_run(tmp_path: Path
         bench_command, ["http://127.0.0.1:9/v1", "-n", "1", "--html", str(tmp_path / "missing" / "x.html")]
     )
     assert result.exit_code == 2 and "--html" in result.output
+
+
+def test_diagnose_writes_the_html_report_of_its_diagnosis(tmp_path: Path) -> None:
+    page = tmp_path / "diagnosis.html"
+    with ServerThread(flaky_handler(every_429=0, every_reset=0)) as server:
+        result = CliRunner().invoke(
+            cli,
+            ["diagnose", server.base_url, "--quick", "--only", "no-connection-reuse", "--html", str(page)],
+            env={"OPENAI_API_KEY": "sk-not-in-the-diagnosis-page"},
+        )
+    assert result.exit_code == 0, result.output
+    text = page.read_text(encoding="utf-8")
+    assert "sk-not-in-the-diagnosis-page" not in text
+    for view in ("waterfall", "findings", "outcomes"):
+        assert f'data-view="{view}"' in text
+    assert "no-connection-reuse" in text  # ruled out here, with its reason

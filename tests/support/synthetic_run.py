@@ -131,7 +131,7 @@ def write_synthetic_run(
             "server_window_wait_ms": np.zeros(n),
             "server_queue_ms": queue,
             "server_prefill_ms": prefill,
-            "server_decode_ms": stream,
+            "server_decode_ms": np.where(ok, stream, np.nan),
             "started_ns": (started * 1e6).astype(np.int64),
         }
         for name in REQUEST_SCHEMA.names:

@@ -162,7 +162,11 @@ def row_from_request(row: dict[str, Any], label: str) -> WaterfallRow:
         server=_server_segments(measures, send_end if send_end is not None else at),
         facts=", ".join(facts),
         error=error,
-        error_at_ms=e2e if error else None,
+        error_at_ms=None
+        if error is None
+        else e2e
+        if e2e is not None
+        else max((c.start_ms + c.ms for c in client), default=0.0),
         extra=extra,
     )
 
@@ -235,6 +239,12 @@ def waterfall_figure(rows: Sequence[WaterfallRow], title: str) -> Any:
         y_range=FactorRange(factors=list(reversed(factors))),
         x_axis_label="ms since the request started",
     )
+    # every other request on a light band, so a request's client row and server row read as one
+    banded = [
+        key for i, row in enumerate(rows) if i % 2 for key in (row.label, f"{row.label} · server") if key in factors
+    ]
+    if banded:
+        fig.hbar(y=banded, left=0, right=span * 1.02, height=1.0, color="#f3f4f6", line_color=None, level="underlay")
     renderer = fig.hbar(
         y="y", left="left", right="right", height="height", color="color", line_color="white", source=source
     )

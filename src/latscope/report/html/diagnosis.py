@@ -9,7 +9,7 @@ from typing import Any
 
 from bokeh.models import ColumnDataSource, FactorRange, HoverTool
 
-from latscope.report.diagnosis import SUMMARY_PHASES, _value
+from latscope.report.diagnosis import SUMMARY_PHASES
 from latscope.report.html.charts import new_figure
 from latscope.report.html.gauges import gauge_figures
 from latscope.report.html.page import Section, esc
@@ -41,12 +41,28 @@ def typical_request_row(data: dict[str, Any]) -> WaterfallRow | None:
     return WaterfallRow("typical request", tuple(segments), facts="median of the baseline's phases", extra=extra)
 
 
+#: Items of a list shown in a card.
+EVIDENCE_LIST_ITEMS = 12
+
+
+def evidence_text(value: Any) -> str:
+    """An evidence value as short text: floats to 3 significant digits, long lists cut."""
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    if isinstance(value, list):
+        shown = ", ".join(evidence_text(v) for v in value[:EVIDENCE_LIST_ITEMS])
+        return f"[{shown}{', …' if len(value) > EVIDENCE_LIST_ITEMS else ''}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {evidence_text(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
 def _evidence(evidence: dict[str, Any]) -> str:
     items = []
     for key, value in evidence.items():
         if key in ("batch_series", "level_starts"):
             continue
-        text = _value(value)
+        text = evidence_text(value)
         if len(text) > EVIDENCE_CHARS:
             text = text[:EVIDENCE_CHARS] + " …"
         items.append(f"<dt>{esc(key)}</dt><dd>{esc(text)}</dd>")

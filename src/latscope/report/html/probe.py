@@ -14,6 +14,7 @@ from latscope.report.html.streams import stream_figures, trace_from_timeline
 from latscope.report.html.waterfall import row_from_timeline, waterfall_figure
 from latscope.timeline import metrics
 from latscope.timeline.model import Timeline
+from latscope.timeline.redact import redact_url
 
 
 def probe_sections(timelines: Sequence[Timeline]) -> list[Section]:
@@ -57,7 +58,7 @@ def probe_sections(timelines: Sequence[Timeline]) -> list[Section]:
 
 def probe_html(timelines: Sequence[Timeline], *, target: str = "", model: str = "", dialect: str = "") -> str:
     """The self-contained page of a probe's requests."""
-    facts = [("target", target), ("model", model), ("dialect", dialect), ("requests", len(timelines))]
+    facts = [("target", redact_url(target)), ("model", model), ("dialect", dialect), ("requests", len(timelines))]
     return render_page(
         "latscope probe", "Each request's timeline, from DNS to the last token.", probe_sections(timelines), facts=facts
     )

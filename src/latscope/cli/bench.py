@@ -10,6 +10,7 @@ import click
 import orjson
 from rich.console import Console
 
+from latscope.cli.html import require_html, write_html
 from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
 from latscope.load.arrivals import ArrivalSpecError, ClosedLoop, InterArrival, OpenLoop, parse_numbers
 from latscope.load.config import (
@@ -190,6 +191,12 @@ def build_config(
 @click.option("--inline", is_flag=True, help="Run in this process (one worker, no live display).")
 @click.option("--no-progress", is_flag=True, help="No live display.")
 @click.option("--json", "as_json", is_flag=True, help="Print run.json to stdout instead of the tables.")
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    help="Also write a self-contained HTML report of the run to FILE (as `latscope report RUN --html FILE`).",
+)
 def command(
     url: str,
     workers: str,
@@ -199,6 +206,7 @@ def command(
     inline: bool,
     no_progress: bool,
     as_json: bool,
+    html_path: str | None,
     **options: Any,
 ) -> None:
     """Load-test URL (an OpenAI-style base URL such as http://127.0.0.1:8000/v1).
@@ -222,6 +230,7 @@ def command(
     from latscope.report.progress import LiveProgress
     from latscope.report.run import render_run
 
+    require_html(html_path)
     if workers != "auto" and not workers.isdigit():
         raise click.BadParameter("a number or 'auto'", param_hint="--workers")
     if inline and workers not in ("auto", "1"):
@@ -253,6 +262,14 @@ def command(
         sys.stdout.buffer.write(orjson.dumps(scrub_data(result.data), option=orjson.OPT_INDENT_2) + b"\n")
     else:
         render_run(console, result.data, load_summaries(result.data), str(run_dir))
+    if html_path is not None:
+
+        def build() -> str:
+            from latscope.report.html import run_html
+
+            return run_html(run_dir)
+
+        write_html(console, html_path, build)
     if result.interrupted:
         sys.exit(130)
     summaries = load_summaries(result.data)

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from latscope.cli.html import require_html, write_html
 from latscope.cli.options import dialect_option, parse_headers, target_options
 from latscope.diagnose import DiagnoseError, Diagnosis, ProgressEvent, UnknownFindingError, diagnose
 from latscope.diagnose.context import REQUEST_TIMEOUTS
@@ -108,6 +109,12 @@ def _compare_hint(console: Console, profile: str) -> None:
 )
 @click.option("--quick", is_flag=True, help="Smaller experiments: fewer sizes and samples (about a third of the time).")
 @click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    help="Write a self-contained HTML report (typical request, findings by cost, other outcomes) to FILE.",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, allow_dash=True),
@@ -152,6 +159,7 @@ def command(
     only: str | None,
     quick: bool,
     json_path: str | None,
+    html_path: str | None,
     lab_profile: str,
     timeout: float | None,
     max_time: float | None,
@@ -173,6 +181,7 @@ def command(
 
     Findings are ranked by measured cost; what could not be tested or decided is listed with the reason.
     """
+    require_html(html_path)
     to_stdout = json_path == "-"
     console = Console(stderr=to_stdout)
     headers = parse_headers(header)
@@ -231,6 +240,14 @@ def command(
             with open(json_path, "wb") as fh:
                 fh.write(payload)
             console.print(Text(f"wrote {json_path}", style="dim"))
+    if html_path is not None:
+
+        def build() -> str:
+            from latscope.report.html import diagnosis_html
+
+            return diagnosis_html(data)
+
+        write_html(console, html_path, build)
     if result.interrupted:
         console.print(Text("interrupted: the report above is what was measured before Ctrl-C", style="yellow"))
         sys.exit(EXIT_INTERRUPTED)

@@ -13,7 +13,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "lab": ("latscope.cli.lab", "Run the reference OpenAI-compatible server with faults switched on or off."),
     "diagnose": ("latscope.cli.diagnose", "Run the experiment battery against an endpoint and name the bottlenecks."),
     "bench": ("latscope.cli.bench", "Load-test an endpoint: concurrency or arrival rates, percentiles, goodput."),
-    "report": ("latscope.cli.report", "Print the summary of a saved bench run again."),
+    "report": ("latscope.cli.report", "Print the summary of a saved bench run again (or write it as HTML)."),
+    "compare": ("latscope.cli.compare", "Compare two bench runs or two diagnoses: what changed, how sure, and where."),
 }
 
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.status import Status
 from rich.text import Text
 
+from latscope.cli.html import require_html, write_html
 from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
 from latscope.dialects import get_dialect
 from latscope.probe import SCHEMA as PROBE_SCHEMA
@@ -192,6 +193,12 @@ def _print_result(console: Console, result: ProbeResult) -> None:
     type=click.Path(dir_okay=False, allow_dash=True),
     help="Write the timelines and derived metrics as JSON to FILE ('-': stdout; the report then goes to stderr).",
 )
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    help="Write a self-contained HTML report (waterfalls, token arrivals, CDFs) to FILE; it opens offline.",
+)
 def command(
     url: str,
     model: str | None,
@@ -213,6 +220,7 @@ def command(
     no_metrics: bool,
     no_trace_context: bool,
     json_path: str | None,
+    html_path: str | None,
 ) -> None:
     """Send a few streamed requests to URL and draw each one's timeline as a waterfall.
 
@@ -245,6 +253,7 @@ def command(
         raise click.UsageError("give --prompt or --prompt-tokens, not both")
     if metrics_url is not None and no_metrics:
         raise click.UsageError("give --metrics-url or --no-metrics, not both")
+    require_html(html_path)
     headers = parse_headers(header)
     to_stdout = json_path == "-"
     console = Console(stderr=to_stdout, highlight=False)
@@ -297,6 +306,14 @@ def command(
         sys.exit(EXIT_INTERRUPTED)
     _print_result(console, result)
     _write_json(console, json_path, result.to_dict())
+    if html_path is not None and result.timelines:
+
+        def build() -> str:
+            from latscope.report.html import probe_html
+
+            return probe_html(result.timelines, target=result.base_url, model=result.model, dialect=result.dialect)
+
+        write_html(console, html_path, build)
     if result.interrupted:
         console.print(Text(f"interrupted after {len(result.timelines)} request(s)", style="yellow"))
         sys.exit(EXIT_INTERRUPTED)

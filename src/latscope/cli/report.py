@@ -9,6 +9,7 @@ import click
 import orjson
 from rich.console import Console
 
+from latscope.cli.html import require_html, write_html
 from latscope.load.bench import load_summaries, summarize_dir
 from latscope.load.slo import SloSpecError, parse_slo
 from latscope.load.storage import RunFormatError, read_run_json
@@ -19,10 +20,18 @@ from latscope.load.storage import RunFormatError, read_run_json
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (run.json, or the recomputed steps).")
 @click.option("--slo", help="Recompute goodput from the saved tables against these objectives, e.g. ttft=300ms.")
 @click.option("--recompute", is_flag=True, help="Recompute every summary from requests.parquet and events.parquet.")
-def command(run: str, as_json: bool, slo: str | None, recompute: bool) -> None:
-    """Print the summary of the bench run saved in RUN (a directory written by `latscope bench`)."""
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    help="Write a self-contained HTML report (waterfalls, token arrivals, CDFs per step, the server's batch) to FILE.",
+)
+def command(run: str, as_json: bool, slo: str | None, recompute: bool, html_path: str | None) -> None:
+    """Print the summary of the bench run saved in RUN (a directory written by `latscope bench`); --html writes it
+    as one HTML file that opens offline."""
     from latscope.report.run import render_run
 
+    require_html(html_path)
     run_dir = Path(run)
     if run_dir.is_file():
         run_dir = run_dir.parent
@@ -43,5 +52,13 @@ def command(run: str, as_json: bool, slo: str | None, recompute: bool) -> None:
         raise click.ClickException(f"cannot read the run in {run_dir}: {exc}") from None
     if as_json:
         sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
-        return
-    render_run(Console(), data, steps, str(run_dir))
+    else:
+        render_run(Console(), data, steps, str(run_dir))
+    if html_path is not None:
+
+        def build() -> str:
+            from latscope.report.html import run_html
+
+            return run_html(run_dir)
+
+        write_html(Console(stderr=as_json), html_path, build)

@@ -178,7 +178,7 @@ class ProbeResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (schema ``latscope.probe/1``): target facts, per request its serialised timeline
-        (``latscope.timeline/1``) with the derived metrics (ms) and its TTFT split (``ttft_split``: ``ttft_ms`` and
+        (``latscope.timeline/2``) with the derived metrics (ms) and its TTFT split (``ttft_split``: ``ttft_ms`` and
         ``parts`` with ``name``, ``ms``, ``source``, ``side``; null without a first token), and ``server_metrics``
         (``url``, ``available``, ``why`` or the window's ``stats``; null when scraping was off)."""
         return {

@@ -36,8 +36,8 @@ class Chunk(NamedTuple):
     """One decoded stream event. ``kind`` is the primary meaning; the optional fields carry what came with it.
 
     A single event may carry several things (a finish chunk with ``usage`` attached, a content chunk with
-    ``timings``): ``kind`` is the most token-relevant one (content > reasoning > finish > usage > role) and the other
-    fields are filled regardless.
+    ``timings``): ``kind`` is the most token-relevant one (content > reasoning > tool call > finish > usage > role)
+    and the other fields are filled regardless.
     """
 
     kind: EventKind
@@ -49,6 +49,7 @@ class Chunk(NamedTuple):
     error: ApiError | None = None
     server_sent_ns: int | None = None  #: lab ``--truth`` send stamp (``latscope.sent_ns``), when present
     extra: dict[str, Any] | None = None  #: other server-reported fields worth keeping (lab ``latscope`` object …)
+    choice: int = 0  #: the choice (``n > 1``) or output item the event belongs to; 0 for a single answer
 
 
 class StreamDecoder(Protocol):

@@ -11,6 +11,7 @@ import orjson
 from rich.console import Console
 
 from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
+from latscope.dialects import get_dialect
 from latscope.load.arrivals import ArrivalSpecError, ClosedLoop, InterArrival, OpenLoop, parse_numbers
 from latscope.load.config import (
     BenchConfig,
@@ -29,10 +30,11 @@ EXIT_ALL_FAILED = 2
 _SPEC_ERRORS = (ArrivalSpecError, BenchConfigError, LengthSpecError, SloSpecError, WorkloadSpecError)
 
 
-def _headers(values: tuple[str, ...], api_key: str | None) -> tuple[tuple[str, str], ...]:
+def _headers(values: tuple[str, ...], api_key: str | None, dialect: str) -> tuple[tuple[str, str], ...]:
+    """The ``--header`` values, and the key where ``dialect`` takes it (``Authorization: Bearer``, ``x-api-key``)."""
     out = parse_headers(values)
     if api_key:
-        out.append(("Authorization", f"Bearer {api_key}"))
+        out.extend(get_dialect(dialect).credential_headers(api_key))
     return tuple(out)
 
 
@@ -227,7 +229,9 @@ def command(
     if inline and workers not in ("auto", "1"):
         raise click.UsageError("--inline runs one worker in this process; drop --workers or --inline")
     try:
-        config = build_config(url, workers=workers, headers=_headers(header, api_key), **options)
+        api = options.get("api")
+        speaks = pick_dialect(options["dialect"], None if api is None else f"openai.{api}", "--api")
+        config = build_config(url, workers=workers, headers=_headers(header, api_key, speaks), **options)
     except _SPEC_ERRORS as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -39,6 +39,7 @@ from latscope.dialects.base import (
     Chunk,
     DecodedResponse,
     Dialect,
+    EventDecodeError,
     Framing,
     GenerationOptions,
     Prompt,
@@ -87,8 +88,8 @@ _Template = tuple[str, str, int, int, EventKind, str | None, int]
 
 Servers write every text chunk of a stream with the same fields (id, model, created, index ...) and only the text
 changing, so an event whose data is ``prefix + text + suffix`` decodes to ``Chunk(kind, text, 1, finish_reason)``
-(of that choice) without parsing JSON, provided ``text`` is non-empty and needs no escaping in JSON (no ``"``, no ``\\``, no control
-character: ``str.isprintable`` is stricter, which only sends more events the parsing way).
+(of that choice) without parsing JSON, provided ``text`` is non-empty and needs no escaping in JSON (no ``"``, no
+``\\``, no control character: ``str.isprintable`` is stricter, which only sends more events the parsing way).
 
 Why that is exact: a template is learnt from an event whose text (itself needing no escaping) stood verbatim between
 ``prefix`` and ``suffix`` as a string value, not an object key, and is confirmed by decoding ``prefix + _PROBE +
@@ -175,24 +176,14 @@ def _request(
 # -- streams -----------------------------------------------------------------------------------------------------
 
 
-class EventDecodeError(StreamDecodeError):
-    """An event of the stream could not be decoded (invalid JSON). ``chunks`` are the events of the same feed that
-    were decoded before it, in order: they arrived intact, so the caller records them before failing the stream
-    (the wire client's ``Exchange`` does)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.chunks: list[Chunk] = []  #: set by the decoder's ``feed`` on the way out
-
-
 class OpenAIStreamDecoder:
     """Decodes an OpenAI-style event stream into one :class:`Chunk` per SSE event (a :class:`StreamDecoder`).
 
     ``mode`` is ``"chat"`` (text in ``choices[0].delta.content``) or ``"completions"`` (``choices[0].text``).
     Kinds: a role-only delta → ROLE; non-empty text → CONTENT (tokens=1); ``delta.reasoning_content`` /
     ``delta.reasoning`` → REASONING (tokens=1); ``delta.tool_calls`` with a function name or argument text →
-    TOOL_CALL (tokens=1, the argument text as its text); ``finish_reason`` without text → FINISH (a text chunk that carries
-    it keeps CONTENT and has ``finish_reason`` set); ``usage`` or ``timings`` with nothing more token-relevant →
+    TOOL_CALL (tokens=1, the argument text as its text); ``finish_reason`` without text → FINISH (a text chunk that
+    carries it keeps CONTENT and has ``finish_reason`` set); ``usage`` or ``timings`` with nothing more token-relevant →
     USAGE; an explicitly empty text (``"content": ""`` / ``"text": ""``) with none of those and no role → CONTENT
     with no text (tokens=1: llama-cpp-python sends one per generated token whose text is not printable yet); an
     error object → ERROR; ``[DONE]`` → DONE; a known shape carrying nothing (an empty delta, ``choices: []`` alone)

@@ -175,6 +175,12 @@ def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
         kind, text = EventKind.ROLE, ""
     else:
         kind, text = EventKind.OTHER, ""
+    sent_ns = None
+    lab = obj.get("latscope")  # the lab's own fields (``--truth``: its send stamp, monotonic ns)
+    if isinstance(lab, dict):
+        extra = {**(extra or {}), "latscope": lab}
+        stamp = lab.get("sent_ns")
+        sent_ns = stamp if stamp.__class__ is int else None
     return Chunk(
         kind,
         text=text,
@@ -182,6 +188,7 @@ def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
         finish_reason=finish_reason,
         usage=usage,
         extra=extra or None,
+        server_sent_ns=sent_ns,
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from latscope.lab import tokenizer
+from latscope.lab.apis import ApiFields, ErrorStyle, read_messages, read_ollama, read_responses, read_tgi
 from latscope.lab.errors import ErrorResponse, invalid_request, model_not_found, unauthorized
 from latscope.lab.slowparse import naive_inspect, naive_parse
 
@@ -46,6 +47,37 @@ class Endpoint(StrEnum):
 
     CHAT = "chat.completions"  #: POST /v1/chat/completions
     COMPLETIONS = "completions"  #: POST /v1/completions
+    RESPONSES = "responses"  #: POST /v1/responses (OpenAI Responses)
+    MESSAGES = "messages"  #: POST /v1/messages (Anthropic Messages)
+    TGI_STREAM = "generate_stream"  #: POST /generate_stream (TGI native, streamed)
+    TGI_GENERATE = "generate"  #: POST /generate (TGI native, one answer)
+    OLLAMA_CHAT = "api.chat"  #: POST /api/chat (Ollama native, NDJSON)
+    OLLAMA_GENERATE = "api.generate"  #: POST /api/generate (Ollama native, NDJSON)
+
+    @property
+    def error_style(self) -> ErrorStyle:
+        """The shape this API gives its errors."""
+        return _ERROR_STYLES.get(self, ErrorStyle.OPENAI)
+
+
+_ERROR_STYLES = {
+    Endpoint.MESSAGES: ErrorStyle.ANTHROPIC,
+    Endpoint.TGI_STREAM: ErrorStyle.TGI,
+    Endpoint.TGI_GENERATE: ErrorStyle.TGI,
+    Endpoint.OLLAMA_CHAT: ErrorStyle.OLLAMA,
+    Endpoint.OLLAMA_GENERATE: ErrorStyle.OLLAMA,
+}
+
+
+def _read_api(endpoint: Endpoint, document: Mapping[str, Any]) -> ApiFields:
+    """The fields of a request of one of the APIs of :mod:`latscope.lab.apis`."""
+    if endpoint is Endpoint.RESPONSES:
+        return read_responses(document)
+    if endpoint is Endpoint.MESSAGES:
+        return read_messages(document)
+    if endpoint is Endpoint.TGI_STREAM or endpoint is Endpoint.TGI_GENERATE:
+        return read_tgi(document, stream=endpoint is Endpoint.TGI_STREAM)
+    return read_ollama(document, chat=endpoint is Endpoint.OLLAMA_CHAT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +122,14 @@ class Gateway:
         self.max_context_tokens = max_context_tokens
         self._expected_auth = f"Bearer {api_key}".encode() if api_key is not None else None
 
-    def authorize(self, authorization: bytes | None) -> None:
-        """Check ``Authorization: Bearer KEY`` when the lab has a key; raise a 401 :class:`ErrorResponse` if wrong."""
+    def authorize(self, authorization: bytes | None, api_key: bytes | None = None) -> None:
+        """Check ``Authorization: Bearer KEY`` (or Anthropic's ``x-api-key: KEY``, given as ``api_key``) when the lab
+        has a key; raise a 401 :class:`ErrorResponse` if wrong."""
         expected = self._expected_auth
         if expected is None:
             return
+        if authorization is None and api_key is not None:
+            authorization = b"Bearer " + api_key.strip()
         if authorization is None or not authorization.startswith(b"Bearer "):
             raise unauthorized(provided=False)
         if not hmac.compare_digest(authorization.strip(), expected):  # constant time: no key oracle
@@ -124,6 +159,8 @@ class Gateway:
     def _validate(self, endpoint: Endpoint, document: Any) -> dict[str, Any]:
         if not isinstance(document, dict):
             raise _invalid_type("the request body", "an object", document, with_param=False)
+        if endpoint is not Endpoint.CHAT and endpoint is not Endpoint.COMPLETIONS:
+            return self._validate_api(endpoint, document)
         model = _required(document, "model", str, "a string", "You must provide a model parameter.")
         if model != self.model:
             raise model_not_found(model)
@@ -175,6 +212,31 @@ class Gateway:
             "include_usage": include_usage,
             "seed": seed,
             "sampled": host_sampled(document),
+        }
+
+    def _validate_api(self, endpoint: Endpoint, document: Mapping[str, Any]) -> dict[str, Any]:
+        """The accepted fields of a request of another API than OpenAI chat / completions (one engine for all)."""
+        fields = _read_api(endpoint, document)
+        if fields.model is not None and fields.model != self.model:
+            raise model_not_found(fields.model)
+        if fields.prompt_tokens + fields.max_tokens > self.max_context_tokens:
+            raise invalid_request(
+                f"This model's maximum context length is {self.max_context_tokens} tokens. However, you requested "
+                f"{fields.prompt_tokens + fields.max_tokens} tokens ({fields.prompt_tokens} in the prompt, "
+                f"{fields.max_tokens} for the completion). Please reduce the prompt or the completion length.",
+                param=fields.param,
+                code="context_length_exceeded",
+            )
+        nested = document.get("parameters") or document.get("options")  # TGI's and Ollama's sampling settings
+        settings = {**document, **nested} if isinstance(nested, dict) else document
+        return {
+            "model": fields.model or self.model,
+            "prompt_tokens": fields.prompt_tokens,
+            "max_tokens": fields.max_tokens,
+            "stream": fields.stream,
+            "include_usage": True,  # every one of these APIs reports usage at the end of a stream
+            "seed": fields.seed,
+            "sampled": host_sampled(settings),
         }
 
     @staticmethod

@@ -203,7 +203,8 @@ def command(
     as_json: bool,
     **options: Any,
 ) -> None:
-    """Load-test URL (an OpenAI-style base URL such as http://127.0.0.1:8000/v1).
+    """Load-test URL (an OpenAI-style base URL such as http://127.0.0.1:8000/v1, or with --dialect the base URL
+    that API wants: …/v1 for anthropic.messages and openai.responses, the server root for tgi.generate and Ollama's).
 
     Closed loop (--concurrency) or open loop (--rate, Poisson/constant/gamma), sweeps, workload mixes; per-request
     TTFT, every inter-token gap, TPOT, E2E, client queue time; goodput under --slo. Saves run.json,

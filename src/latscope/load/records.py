@@ -56,7 +56,8 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("send_ms", pa.float64()),
         pa.field("wait_ms", pa.float64()),
         pa.field("ttfb_ms", pa.float64()),
-        pa.field("ttft_ms", pa.float64()),
+        pa.field("ttft_ms", pa.float64()),  # to the first token of any kind (text, reasoning, tool-call arguments)
+        pa.field("ttft_text_ms", pa.float64()),  # to the first visible-text token (NULL when no text came)
         pa.field("tpot_ms", pa.float64()),
         pa.field("e2e_ms", pa.float64()),
         pa.field("itl_count", pa.int32(), nullable=False),  # inter-token gaps; every one is a row in ``events``
@@ -192,6 +193,7 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         metrics.wait_ms(t),
         metrics.ttfb_ms(t),
         metrics.ttft_ms(t),
+        metrics.ttft_text_ms(t),
         metrics.e2e_ms(t),
         prompt_tokens,
         prompt_source,
@@ -218,7 +220,7 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
 _SCALAR_COLUMNS = (
     "step", "request_id", "worker", "class", "warmup", "ok", "scheduled_at_ms", "started_at_ms", "ended_at_ms",
     "schedule_lag_ms", "client_queue_ms", "setup_ms", "pool_ms", "dns_ms", "connect_ms", "tls_ms", "send_ms",
-    "wait_ms", "ttfb_ms", "ttft_ms", "e2e_ms", "prompt_tokens", "prompt_tokens_source", "_usage_output_tokens",
+    "wait_ms", "ttfb_ms", "ttft_ms", "ttft_text_ms", "e2e_ms", "prompt_tokens", "prompt_tokens_source", "_usage_output_tokens",
     "max_tokens", "events", "reads", "connection_id", "reused", "http_version", "status", "finish_reason",
     "error_phase", "error_kind", "error_status", "error_message",
     *(f"server_{phase}_ms" for phase in SERVER_COLUMNS),

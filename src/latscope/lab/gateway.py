@@ -51,6 +51,7 @@ class Endpoint(StrEnum):
     MESSAGES = "messages"  #: POST /v1/messages (Anthropic Messages)
     TGI_STREAM = "generate_stream"  #: POST /generate_stream (TGI native, streamed)
     TGI_GENERATE = "generate"  #: POST /generate (TGI native, one answer)
+    TGI_COMPAT = "compat_generate"  #: POST / (TGI native; the body's ``stream`` decides; what its client calls)
     OLLAMA_CHAT = "api.chat"  #: POST /api/chat (Ollama native, NDJSON)
     OLLAMA_GENERATE = "api.generate"  #: POST /api/generate (Ollama native, NDJSON)
 
@@ -64,6 +65,7 @@ _ERROR_STYLES = {
     Endpoint.MESSAGES: ErrorStyle.ANTHROPIC,
     Endpoint.TGI_STREAM: ErrorStyle.TGI,
     Endpoint.TGI_GENERATE: ErrorStyle.TGI,
+    Endpoint.TGI_COMPAT: ErrorStyle.TGI,
     Endpoint.OLLAMA_CHAT: ErrorStyle.OLLAMA,
     Endpoint.OLLAMA_GENERATE: ErrorStyle.OLLAMA,
 }
@@ -77,6 +79,8 @@ def _read_api(endpoint: Endpoint, document: Mapping[str, Any]) -> ApiFields:
         return read_messages(document)
     if endpoint is Endpoint.TGI_STREAM or endpoint is Endpoint.TGI_GENERATE:
         return read_tgi(document, stream=endpoint is Endpoint.TGI_STREAM)
+    if endpoint is Endpoint.TGI_COMPAT:
+        return read_tgi(document, stream=document.get("stream") is True)
     return read_ollama(document, chat=endpoint is Endpoint.OLLAMA_CHAT)
 
 

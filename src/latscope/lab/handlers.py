@@ -5,7 +5,8 @@
 ``/v1/completions``         POST    legacy completions, streamed or not
 ``/v1/responses``           POST    OpenAI Responses, streamed (typed SSE events) or not
 ``/v1/messages``            POST    Anthropic Messages, streamed (typed SSE events) or not
-``/generate_stream``        POST    TGI native, streamed; ``/generate`` the same answer whole; ``/info`` the model
+``/generate_stream``        POST    TGI native, streamed; ``/generate`` the same answer whole; ``/`` either, as the
+                                    body's ``stream`` says (TGI's client posts there); ``/info`` the model
 ``/api/chat``               POST    Ollama native chat, streamed (NDJSON, the default) or not
 ``/api/generate``           POST    Ollama native generate; ``/api/tags`` lists the model
 ``/v1/models``              GET     the one served model (``/v1/models/{id}`` too)
@@ -75,6 +76,7 @@ _ERROR_STYLES = {
     "/v1/messages": ErrorStyle.ANTHROPIC,
     "/generate": ErrorStyle.TGI,
     "/generate_stream": ErrorStyle.TGI,
+    "/": ErrorStyle.TGI,
     "/info": ErrorStyle.TGI,
 }
 #: Paths open without the API key.
@@ -190,6 +192,7 @@ class LabService:
             "/v1/messages": {"POST": self._api(Endpoint.MESSAGES)},
             "/generate_stream": {"POST": self._api(Endpoint.TGI_STREAM)},
             "/generate": {"POST": self._api(Endpoint.TGI_GENERATE)},
+            "/": {"POST": self._api(Endpoint.TGI_COMPAT)},
             "/api/chat": {"POST": self._api(Endpoint.OLLAMA_CHAT)},
             "/api/generate": {"POST": self._api(Endpoint.OLLAMA_GENERATE)},
             "/info": {"GET": self._info},
@@ -444,7 +447,7 @@ class LabService:
             return AnthropicFormat(request_id, self.model, parsed.prompt_tokens, final)
         if endpoint is Endpoint.RESPONSES:
             return ResponsesFormat(request_id, self.model, int(time.time()), final)
-        if endpoint is Endpoint.TGI_STREAM:
+        if endpoint is Endpoint.TGI_STREAM or endpoint is Endpoint.TGI_COMPAT:
             return TgiFormat(parsed.prompt_tokens, parsed.seed, final)
         return OllamaFormat(
             self.model,
@@ -527,7 +530,7 @@ class LabService:
                 ],
                 "usage": responses_usage(parsed.prompt_tokens, len(texts)),
             }
-        elif endpoint is Endpoint.TGI_GENERATE:
+        elif endpoint is Endpoint.TGI_GENERATE or endpoint is Endpoint.TGI_COMPAT:
             body = {
                 "generated_text": text,
                 "details": {
@@ -546,6 +549,7 @@ class LabService:
                 body["response"] = text
             body.update({"done": True, "done_reason": reason, **ollama_durations(stats, request.received_ns)})
         body["latscope"] = lab
+        answer: Any = [body] if endpoint is Endpoint.TGI_COMPAT else body  # TGI's / answers a list of one
         channel.respond(
             200,
             [
@@ -554,5 +558,5 @@ class LabService:
                 (b"x-request-id", request_id.encode()),
                 (b"server-timing", server_timing(parsed, stats, decode=True)),
             ],
-            orjson.dumps(body),
+            orjson.dumps(answer),
         )

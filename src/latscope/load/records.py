@@ -220,9 +220,9 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
 _SCALAR_COLUMNS = (
     "step", "request_id", "worker", "class", "warmup", "ok", "scheduled_at_ms", "started_at_ms", "ended_at_ms",
     "schedule_lag_ms", "client_queue_ms", "setup_ms", "pool_ms", "dns_ms", "connect_ms", "tls_ms", "send_ms",
-    "wait_ms", "ttfb_ms", "ttft_ms", "ttft_text_ms", "e2e_ms", "prompt_tokens", "prompt_tokens_source", "_usage_output_tokens",
-    "max_tokens", "events", "reads", "connection_id", "reused", "http_version", "status", "finish_reason",
-    "error_phase", "error_kind", "error_status", "error_message",
+    "wait_ms", "ttfb_ms", "ttft_ms", "ttft_text_ms", "e2e_ms", "prompt_tokens", "prompt_tokens_source",
+    "_usage_output_tokens", "max_tokens", "events", "reads", "connection_id", "reused", "http_version", "status",
+    "finish_reason", "error_phase", "error_kind", "error_status", "error_message",
     *(f"server_{phase}_ms" for phase in SERVER_COLUMNS),
     "started_ns", "_first_token_ns", "_last_token_ns",
 )  # fmt: skip

@@ -45,7 +45,8 @@ async def test_openai_chat_streamed_and_not(lab: Lab) -> None:
         stream=True,
         stream_options={"include_usage": True},
     )
-    texts = [chunk.choices[0].delta.content async for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
+    chunks = [chunk async for chunk in stream]
+    texts = [chunk.choices[0].delta.content for chunk in chunks if chunk.choices and chunk.choices[0].delta.content]
     assert len(texts) == 4
     await client.close()
 
@@ -110,6 +111,34 @@ async def test_anthropic_messages_streamed(lab: Lab) -> None:
     await client.close()
 
 
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+}
+
+
+async def test_anthropic_tool_use_streamed_and_not(lab: Lab) -> None:
+    client = anthropic.AsyncAnthropic(base_url=lab.origin, api_key=KEY)
+    forced = {"type": "tool", "name": "get_weather"}
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    message = await client.messages.create(
+        model=MODEL, max_tokens=5, messages=messages, tools=[WEATHER], tool_choice=forced
+    )
+    assert message.stop_reason == "tool_use"
+    assert message.content[0].type == "tool_use" and message.content[0].name == "get_weather"
+    async with client.messages.stream(
+        model=MODEL, max_tokens=5, messages=messages, tools=[WEATHER], tool_choice=forced
+    ) as stream:
+        pieces = [event.partial_json async for event in stream if event.type == "input_json"]
+        final = await stream.get_final_message()
+    assert len(pieces) == 5
+    block = final.content[0]
+    assert block.type == "tool_use" and isinstance(block.input, dict)
+    assert block.input["text"]  # the streamed pieces made one valid JSON object
+    await client.close()
+
+
 async def test_anthropic_errors_have_the_sdks_types(lab: Lab) -> None:
     client = anthropic.AsyncAnthropic(base_url=lab.origin, api_key=KEY, max_retries=0)
     with pytest.raises(anthropic.BadRequestError) as bad:
@@ -134,7 +163,8 @@ async def test_ollama_chat_and_generate_streamed_and_not(lab: Lab) -> None:
     )
     assert answer.message.content and answer.done and answer.eval_count == 3
     assert answer.prompt_eval_duration is not None and answer.eval_duration is not None
-    parts = [part async for part in await client.generate(model=MODEL, prompt="Once", options={"num_predict": 4}, stream=True)]
+    streamed = await client.generate(model=MODEL, prompt="Once", options={"num_predict": 4}, stream=True)
+    parts = [part async for part in streamed]
     assert parts[-1].done and parts[-1].done_reason == "length"
     assert len([part for part in parts if part.response]) == 4
     listed = await client.list()

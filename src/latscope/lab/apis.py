@@ -102,6 +102,7 @@ class ApiFields:
     stream: bool
     seed: int | None
     param: str  #: the field that holds the prompt, for a context-length error
+    tool: str | None = None  #: the tool the request makes the answer call (Anthropic ``tool_choice``), else None
 
 
 def _field(document: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str, where: str = "") -> Any:
@@ -184,7 +185,28 @@ def read_messages(document: Mapping[str, Any]) -> ApiFields:
         stream=bool(_field(document, "stream", bool, "a boolean")),
         seed=None,
         param="messages",
+        tool=_forced_tool(document),
     )
+
+
+def _forced_tool(document: Mapping[str, Any]) -> str | None:
+    """The tool an Anthropic request forces (``tool_choice`` ``{"type": "tool", "name"}``, or ``any``: the first
+    tool), else None: with ``auto`` the lab answers with text, as a model that chose not to call a tool."""
+    tools = _field(document, "tools", list, "an array of tools")
+    choice = _field(document, "tool_choice", dict, "an object")
+    if not tools or not choice:
+        return None
+    names = [tool.get("name") for tool in tools if isinstance(tool, dict)]
+    if not all(isinstance(name, str) and name for name in names):
+        raise invalid_request("tools: every tool needs a name", param="tools")
+    if choice.get("type") == "any":
+        return str(names[0])
+    if choice.get("type") == "tool":
+        name = choice.get("name")
+        if name not in names:
+            raise invalid_request(f"tool_choice: no tool named {name!r} in tools", param="tool_choice")
+        return str(name)
+    return None
 
 
 def read_tgi(document: Mapping[str, Any], *, stream: bool) -> ApiFields:

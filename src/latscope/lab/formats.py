@@ -122,6 +122,41 @@ class AnthropicFormat:
         return self.frame({"type": "error", "error": {"type": "api_error", "message": message}})
 
 
+class AnthropicToolFormat(AnthropicFormat):
+    """Anthropic Messages' stream of an answer that calls ``tool``: one ``tool_use`` block whose input is
+    ``{"text": <the generated tokens>}``, streamed one ``input_json_delta`` per token (the first opens the object, the
+    last closes it), ``stop_reason`` ``tool_use``."""
+
+    def __init__(self, message_id: str, model: str, prompt_tokens: int, final: FinalFields, tool: str) -> None:
+        super().__init__(message_id, model, prompt_tokens, final)
+        self.tool = tool
+        self.opened = False
+        self._head = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+            b'"delta":{"type":"input_json_delta","partial_json":'
+        )
+
+    def opening(self) -> list[dict[str, Any]]:
+        events = super().opening()
+        block = {"type": "tool_use", "id": "toolu_" + secrets.token_hex(12), "name": self.tool, "input": {}}
+        events[1] = {"type": "content_block_start", "index": 0, "content_block": block}
+        return events
+
+    def token_event(self, token: TokenOut, sent_ns: int | None) -> bytes:
+        piece = orjson.dumps(token.text)[1:-1].decode()  # the text as it sits inside a JSON string
+        if not self.opened:
+            self.opened = True
+            piece = '{"text": "' + piece
+        if token.finish_reason is not None:
+            piece += '"}'
+        return _stamped(self._head + orjson.dumps(piece) + b"}", sent_ns, b"}", b"\n\n")
+
+    def closing(self, reason: str, prompt_tokens: int, completion_tokens: int) -> list[dict[str, Any]]:
+        events = super().closing(reason, prompt_tokens, completion_tokens)
+        events[1]["delta"]["stop_reason"] = "tool_use"
+        return events
+
+
 class ResponsesFormat:
     """OpenAI Responses' event stream (one message item with one output_text part)."""
 

@@ -99,6 +99,9 @@ class CompletionRequest:
     sampled: bool  #: asks for more than greedy or plain-temperature sampling (:func:`host_sampled`)
     parse_ns: int  #: bytes → document
     validate_ns: int  #: document → this object (validation, safety filter on the naive path, tokenisation)
+    #: the tool the answer calls (Anthropic ``tool_choice`` ``tool`` / ``any``): its generated tokens become the
+    #: tool's input, streamed as ``input_json_delta`` pieces; None for a text answer
+    tool: str | None = None
 
 
 def host_sampled(document: Mapping[str, Any]) -> bool:
@@ -241,6 +244,7 @@ class Gateway:
             "include_usage": True,  # every one of these APIs reports usage at the end of a stream
             "seed": fields.seed,
             "sampled": host_sampled(settings),
+            "tool": fields.tool,
         }
 
     @staticmethod

@@ -38,6 +38,7 @@ from latscope.lab.apis import ErrorStyle, error_body, error_status, stream_error
 from latscope.lab.errors import ErrorResponse, invalid_request, method_not_allowed, model_not_found, not_found
 from latscope.lab.formats import (
     AnthropicFormat,
+    AnthropicToolFormat,
     OllamaFormat,
     ResponsesFormat,
     StreamFormat,
@@ -443,6 +444,8 @@ class LabService:
             return {"latscope": latscope_fields(request_id, parsed, stats)}
 
         endpoint = parsed.endpoint
+        if endpoint is Endpoint.MESSAGES and parsed.tool is not None:
+            return AnthropicToolFormat(request_id, self.model, parsed.prompt_tokens, final, parsed.tool)
         if endpoint is Endpoint.MESSAGES:
             return AnthropicFormat(request_id, self.model, parsed.prompt_tokens, final)
         if endpoint is Endpoint.RESPONSES:
@@ -514,6 +517,10 @@ class LabService:
                 "stop_sequence": None,
                 "usage": {"input_tokens": parsed.prompt_tokens, "output_tokens": len(texts)},
             }
+            if parsed.tool is not None:
+                call = {"type": "tool_use", "id": "toolu_" + secrets.token_hex(12), "name": parsed.tool}
+                body["content"] = [{**call, "input": {"text": text}}]
+                body["stop_reason"] = "tool_use"
         elif endpoint is Endpoint.RESPONSES:
             item_id = "msg_" + secrets.token_hex(12)
             part = {"type": "output_text", "text": text, "annotations": []}

@@ -86,9 +86,15 @@ def test_diagnose_speaks_ollama_chat() -> None:
     assert [c["id"] for c in data["clear"]] == ["no-connection-reuse"]
 
 
-def test_the_embedded_lab_is_refused_for_a_dialect_it_does_not_serve() -> None:
-    code, _, err = _invoke("diagnose", "--dialect", "ollama.chat")
-    assert code == 2 and "embedded lab" in err
+def test_the_embedded_lab_is_diagnosed_in_any_dialect() -> None:
+    # the lab serves Ollama's API at its root: diagnose without a URL speaks it there
+    code, out, err = _invoke(
+        "diagnose", "--dialect", "ollama.chat", "--only", "no-connection-reuse", "--quick", "--json", "-"
+    )
+    assert code == 0, err
+    data = orjson.loads(out)
+    assert not data["target"]["url"].endswith("/v1")
+    assert [f["id"] for f in data["findings"]] == ["no-connection-reuse"]  # the naive lab's short keep-alive
 
 
 async def test_a_streamed_ollama_request_answered_with_an_event_stream_names_what_was_expected() -> None:

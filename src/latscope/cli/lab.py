@@ -302,6 +302,10 @@ def command(
 ) -> None:
     """Run the reference OpenAI-compatible server, with any catalogued bottleneck switched on or off.
 
+    One engine serves every API latscope speaks, each on its usual path: OpenAI chat and completions, OpenAI
+    Responses (/v1/responses), Anthropic Messages (/v1/messages), TGI (/generate_stream, /generate, /) and Ollama
+    (/api/chat, /api/generate); every fault shows through each of them.
+
     \b
     Examples:
       latscope lab                                  tuned: what a well-configured server looks like

@@ -94,6 +94,12 @@ def test_lab_tool_stream_is_tool_call_tokens_whose_pieces_make_json() -> None:
     assert isinstance(orjson.loads("".join(c.text for c in calls)), dict)
 
 
+def test_lab_thinking_stream_is_reasoning_then_text() -> None:
+    chunks, decoder = decode(load_capture("anthropic.messages.thinking.stream.http", LAB).chunks)
+    assert [c.kind for c in chunks if c.tokens] == [RE] * 3 + [C] * 3
+    assert decoder.warnings == []
+
+
 def test_documented_thinking_and_tool_use_stream() -> None:
     # The shapes of Anthropic's "Streaming Messages" documentation: thinking, then text, then a tool call.
     stream = b"".join(

@@ -68,3 +68,15 @@ async def test_the_anthropic_key_goes_in_x_api_key_and_the_lab_checks_it() -> No
         bad = await client.request(spec, base, headers=dialect.credential_headers("wrong"))
     assert good.ok and good.request_headers.get("x-api-key") != "k-123"  # redacted in the record
     assert bad.error is not None and bad.error.status == 401
+
+
+async def test_anthropic_thinking_is_reasoning_and_the_text_comes_later() -> None:
+    dialect = get_dialect("anthropic.messages")
+    spec = dialect.build_request(MODEL, "Think", 8, extra={"thinking": {"type": "enabled", "budget_tokens": 5}})
+    async with Lab(model=MODEL, cost=QUICK) as lab, Client() as client:
+        t = await client.request(spec, lab.origin + dialect.base_path)
+    assert t.ok and [e.kind for e in t.events if e.tokens] == [EventKind.REASONING] * 5 + [EventKind.CONTENT] * 3
+    ttft, ttft_text = metrics.ttft_ms(t), metrics.ttft_text_ms(t)
+    assert ttft is not None and ttft_text is not None and ttft_text > ttft  # five tokens of thinking first
+    assert len(metrics.itl_ms(t, EventKind.REASONING)) == 4 and len(metrics.itl_ms(t, EventKind.CONTENT)) == 2
+    assert len(metrics.itl_ms(t)) == 6  # the switch from thinking to text is not an inter-token gap

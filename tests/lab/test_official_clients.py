@@ -139,6 +139,20 @@ async def test_anthropic_tool_use_streamed_and_not(lab: Lab) -> None:
     await client.close()
 
 
+async def test_anthropic_extended_thinking_streams_thinking_then_text(lab: Lab) -> None:
+    client = anthropic.AsyncAnthropic(base_url=lab.origin, api_key=KEY)
+    thinking = {"type": "enabled", "budget_tokens": 4}
+    messages = [{"role": "user", "content": "Think first."}]
+    async with client.messages.stream(model=MODEL, max_tokens=7, messages=messages, thinking=thinking) as stream:
+        kinds = [event.type async for event in stream if event.type in ("thinking", "text")]
+        final = await stream.get_final_message()
+    assert kinds == ["thinking"] * 4 + ["text"] * 3
+    assert [block.type for block in final.content] == ["thinking", "text"]
+    plain = await client.messages.create(model=MODEL, max_tokens=7, messages=messages, thinking=thinking)
+    assert [block.type for block in plain.content] == ["thinking", "text"]
+    await client.close()
+
+
 async def test_anthropic_errors_have_the_sdks_types(lab: Lab) -> None:
     client = anthropic.AsyncAnthropic(base_url=lab.origin, api_key=KEY, max_retries=0)
     with pytest.raises(anthropic.BadRequestError) as bad:

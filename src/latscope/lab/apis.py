@@ -103,6 +103,7 @@ class ApiFields:
     seed: int | None
     param: str  #: the field that holds the prompt, for a context-length error
     tool: str | None = None  #: the tool the request makes the answer call (Anthropic ``tool_choice``), else None
+    thinking_tokens: int = 0  #: how many of the tokens are thinking (Anthropic extended thinking), before the text
 
 
 def _field(document: Mapping[str, Any], name: str, kind: type | tuple[type, ...], what: str, where: str = "") -> Any:
@@ -173,6 +174,7 @@ def read_messages(document: Mapping[str, Any]) -> ApiFields:
     """An Anthropic Messages request (``max_tokens`` is required, as in the API)."""
     model = _model(document)
     messages = _messages(document)
+    max_tokens = _limit(document, "max_tokens", None)
     system = _field(document, "system", (str, list), "a string or an array of text blocks")
     prompt = tokenizer.count_message_tokens(messages)
     if system:
@@ -181,12 +183,23 @@ def read_messages(document: Mapping[str, Any]) -> ApiFields:
     return ApiFields(
         model=model,
         prompt_tokens=prompt,
-        max_tokens=_limit(document, "max_tokens", None),
+        max_tokens=max_tokens,
         stream=bool(_field(document, "stream", bool, "a boolean")),
         seed=None,
         param="messages",
         tool=_forced_tool(document),
+        thinking_tokens=_thinking_tokens(document, max_tokens),
     )
+
+
+def _thinking_tokens(document: Mapping[str, Any], max_tokens: int) -> int:
+    """How many tokens an Anthropic request with ``thinking: {"type": "enabled", "budget_tokens": N}`` spends
+    thinking: ``N``, leaving at least one token of text (the lab's model thinks as long as it may)."""
+    thinking = _field(document, "thinking", dict, "an object")
+    if not thinking or thinking.get("type") != "enabled":
+        return 0
+    budget = _limit(thinking, "budget_tokens", None, "thinking.")
+    return min(budget, max_tokens - 1)
 
 
 def _forced_tool(document: Mapping[str, Any]) -> str | None:

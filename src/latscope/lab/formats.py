@@ -157,6 +157,48 @@ class AnthropicToolFormat(AnthropicFormat):
         return events
 
 
+class AnthropicThinkingFormat(AnthropicFormat):
+    """Anthropic Messages' stream of an answer that thinks first (``thinking`` enabled): the first ``thinking``
+    tokens as ``thinking_delta`` events in block 0 (closed by a ``signature_delta``), the rest as ``text_delta``
+    events in block 1."""
+
+    def __init__(self, message_id: str, model: str, prompt_tokens: int, final: FinalFields, thinking: int) -> None:
+        super().__init__(message_id, model, prompt_tokens, final)
+        self.thinking = thinking
+        self._thinking_head = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+            b'"delta":{"type":"thinking_delta","thinking":'
+        )
+        self._head = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":1,'
+            b'"delta":{"type":"text_delta","text":'
+        )
+
+    def opening(self) -> list[dict[str, Any]]:
+        events = super().opening()
+        events[1] = {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}
+        return events
+
+    def token_event(self, token: TokenOut, sent_ns: int | None) -> bytes:
+        if token.index < self.thinking:
+            return _stamped(self._thinking_head + orjson.dumps(token.text) + b"}", sent_ns, b"}", b"\n\n")
+        event = super().token_event(token, sent_ns)
+        if token.index > self.thinking:
+            return event
+        # the first text token: the thinking block ends (signed) and the text block starts, in the same write
+        switch = [
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "lab"}},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        ]
+        return b"".join(map(self.frame, switch)) + event
+
+    def closing(self, reason: str, prompt_tokens: int, completion_tokens: int) -> list[dict[str, Any]]:
+        events = super().closing(reason, prompt_tokens, completion_tokens)
+        events[0]["index"] = 1
+        return events
+
+
 class ResponsesFormat:
     """OpenAI Responses' event stream (one message item with one output_text part)."""
 

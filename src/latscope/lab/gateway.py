@@ -102,6 +102,8 @@ class CompletionRequest:
     #: the tool the answer calls (Anthropic ``tool_choice`` ``tool`` / ``any``): its generated tokens become the
     #: tool's input, streamed as ``input_json_delta`` pieces; None for a text answer
     tool: str | None = None
+    #: the first tokens that are thinking (Anthropic extended thinking: a thinking block, then the text); 0 for none
+    thinking_tokens: int = 0
 
 
 def host_sampled(document: Mapping[str, Any]) -> bool:
@@ -245,6 +247,7 @@ class Gateway:
             "seed": fields.seed,
             "sampled": host_sampled(settings),
             "tool": fields.tool,
+            "thinking_tokens": fields.thinking_tokens,
         }
 
     @staticmethod

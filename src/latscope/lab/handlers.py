@@ -38,6 +38,7 @@ from latscope.lab.apis import ErrorStyle, error_body, error_status, stream_error
 from latscope.lab.errors import ErrorResponse, invalid_request, method_not_allowed, model_not_found, not_found
 from latscope.lab.formats import (
     AnthropicFormat,
+    AnthropicThinkingFormat,
     AnthropicToolFormat,
     OllamaFormat,
     ResponsesFormat,
@@ -444,6 +445,8 @@ class LabService:
             return {"latscope": latscope_fields(request_id, parsed, stats)}
 
         endpoint = parsed.endpoint
+        if endpoint is Endpoint.MESSAGES and parsed.thinking_tokens and parsed.tool is None:
+            return AnthropicThinkingFormat(request_id, self.model, parsed.prompt_tokens, final, parsed.thinking_tokens)
         if endpoint is Endpoint.MESSAGES and parsed.tool is not None:
             return AnthropicToolFormat(request_id, self.model, parsed.prompt_tokens, final, parsed.tool)
         if endpoint is Endpoint.MESSAGES:
@@ -517,6 +520,10 @@ class LabService:
                 "stop_sequence": None,
                 "usage": {"input_tokens": parsed.prompt_tokens, "output_tokens": len(texts)},
             }
+            if parsed.thinking_tokens and parsed.tool is None:
+                thought = {"type": "thinking", "thinking": "".join(texts[: parsed.thinking_tokens]), "signature": "lab"}
+                answer_text = {"type": "text", "text": "".join(texts[parsed.thinking_tokens :])}
+                body["content"] = [thought, answer_text]
             if parsed.tool is not None:
                 call = {"type": "tool_use", "id": "toolu_" + secrets.token_hex(12), "name": parsed.tool}
                 body["content"] = [{**call, "input": {"text": text}}]

@@ -105,3 +105,20 @@ def test_lab_body_and_error() -> None:
     capture = load_capture("openai.responses.badrequest.http", LAB)
     error = decode_error_body(capture.status, capture.body, capture.header("content-type"))
     assert capture.status == 400 and error.param == "input"
+
+
+def test_body_with_reasoning_and_a_refusal() -> None:
+    body = orjson.dumps(
+        {
+            "object": "response",
+            "status": "completed",
+            "error": None,
+            "output": [
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Considered"}]},
+                {"type": "message", "content": [{"type": "refusal", "refusal": "I can't help with that."}]},
+            ],
+            "usage": {"input_tokens": 3, "output_tokens": 9},
+        }
+    )
+    decoded = decode_response_body(body)
+    assert (decoded.text, decoded.reasoning, decoded.finish_reason) == ("I can't help with that.", "Considered", "stop")

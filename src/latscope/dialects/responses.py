@@ -191,8 +191,12 @@ def decode_response_body(body: bytes) -> DecodedResponse:
         if item.get("type") == "reasoning":
             parts = [*(item.get("content") or []), *(item.get("summary") or [])]
         for part in parts if isinstance(parts, list) else []:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                (texts if part.get("type") in ("output_text", "refusal") else reasoning).append(part["text"])
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+                texts.append(part["refusal"])  # what the user sees instead of an answer
+            elif isinstance(part.get("text"), str):
+                (texts if part.get("type") == "output_text" else reasoning).append(part["text"])
     return DecodedResponse(
         text="".join(texts),
         finish_reason=_finish_reason(obj),

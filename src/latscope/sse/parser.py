@@ -61,7 +61,7 @@ _isascii = str.isascii
 # A clean run of events, decoded: `data: v1<blank>data: v2<blank>...`, cut at each "<blank>data: " (LF / CRLF endings).
 _RUN_SEPARATOR = ("\n\ndata: ", "\r\n\r\ndata: ")
 _BLANK = (b"\n\n", b"\r\n\r\n")
-_NOT_SINGLE = object()  # _single_event's "not one event of those shapes"
+_NOT_SINGLE = (False, None)  # _single_event's "not one event of those shapes"
 
 
 def _other_run_at(chunk: bytes, at: int) -> bool:
@@ -215,9 +215,9 @@ class SSEParser:
             self._single_end = end
             return batch
         if self._plain and data[-2:] == b"\n\n" and _CR not in data:
-            single = self._single_event(data)
-            if single is not _NOT_SINGLE:
-                return single  # type: ignore[return-value]
+            taken, single = self._single_event(data)
+            if taken:
+                return single
         if self._closed:
             raise RuntimeError("SSEParser.feed() called after close()")
         batch = []
@@ -236,10 +236,10 @@ class SSEParser:
             return None
         return [item if item.__class__ is str else item[1] for item in batch]
 
-    def _single_event(self, data: bytes) -> list[str] | object | None:
+    def _single_event(self, data: bytes) -> tuple[bool, list[str] | None]:
         """The other shapes of one event read on its own, between events, with LF endings: ``event: TYPE`` then
         ``data: VALUE`` (Anthropic's and OpenAI Responses' typed events), or ``data:VALUE`` without the space (TGI).
-        Returns what :meth:`feed_values` returns for it, or :data:`_NOT_SINGLE` when ``data`` is anything else (or
+        Returns ``(True, what feed_values returns for it)``, or ``(False, None)`` when ``data`` is anything else (or
         not valid UTF-8: the general path records where)."""
         size = len(data)
         if data.startswith(b"event: "):
@@ -268,11 +268,11 @@ class SSEParser:
             batch: list[Any] = [value]
             self._batch = batch
             self._single_end = end
-            return batch
+            return True, batch
         self._batch = [_new_event(SSEEvent, (kind, value, self.last_event_id, self.retry_ms, end))]
         self._single_end = -1
         self._general = self._typed = True
-        return None
+        return True, None
 
     def last_events(self) -> list[SSEEvent]:
         """The events the last :meth:`feed` / :meth:`feed_values` call completed, as :class:`SSEEvent`."""

@@ -80,3 +80,14 @@ async def test_anthropic_thinking_is_reasoning_and_the_text_comes_later() -> Non
     assert ttft is not None and ttft_text is not None and ttft_text > ttft  # five tokens of thinking first
     assert len(metrics.itl_ms(t, EventKind.REASONING)) == 4 and len(metrics.itl_ms(t, EventKind.CONTENT)) == 2
     assert len(metrics.itl_ms(t)) == 6  # the switch from thinking to text is not an inter-token gap
+
+
+async def test_an_openai_chat_tool_call_streams_tool_call_tokens() -> None:
+    dialect = get_dialect("openai.chat")
+    tools = [{"type": "function", "function": {"name": "get_weather"}}]
+    spec = dialect.build_request(MODEL, "Weather?", 4, extra={"tools": tools, "tool_choice": "required"})
+    async with Lab(model=MODEL, cost=QUICK) as lab, Client() as client:
+        t = await client.request(spec, lab.origin + dialect.base_path)
+    assert t.ok and t.finish_reason == "tool_calls"
+    assert [e.kind for e in t.events if e.tokens] == [EventKind.TOOL_CALL] * 5  # named, then four argument pieces
+    assert t.first_text_ns is None and t.usage is not None and t.usage.completion_tokens == 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 
 from latscope.lab.app import Lab
@@ -48,6 +49,35 @@ async def test_openai_chat_streamed_and_not(lab: Lab) -> None:
     chunks = [chunk async for chunk in stream]
     texts = [chunk.choices[0].delta.content for chunk in chunks if chunk.choices and chunk.choices[0].delta.content]
     assert len(texts) == 4
+    await client.close()
+
+
+FUNCTION = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}},
+}
+
+
+async def test_openai_chat_tool_calls_streamed_and_not(lab: Lab) -> None:
+    client = openai.AsyncOpenAI(base_url=lab.origin + "/v1", api_key=KEY)
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    messages = [{"role": "user", "content": "Weather?"}]
+    answer = await client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=4, tools=[FUNCTION], tool_choice=forced
+    )
+    call = answer.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert answer.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+    assert orjson.loads(call.function.arguments)["text"]
+    stream = await client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=4, tools=[FUNCTION], tool_choice=forced, stream=True
+    )
+    pieces = [
+        chunk.choices[0].delta.tool_calls[0].function.arguments
+        async for chunk in stream
+        if chunk.choices and chunk.choices[0].delta.tool_calls
+    ]
+    assert pieces[0] == "" and len(pieces) == 5  # the call named, then one piece per token
+    assert orjson.loads("".join(p or "" for p in pieces))["text"]
     await client.close()
 
 

@@ -99,8 +99,9 @@ class CompletionRequest:
     sampled: bool  #: asks for more than greedy or plain-temperature sampling (:func:`host_sampled`)
     parse_ns: int  #: bytes → document
     validate_ns: int  #: document → this object (validation, safety filter on the naive path, tokenisation)
-    #: the tool the answer calls (Anthropic ``tool_choice`` ``tool`` / ``any``): its generated tokens become the
-    #: tool's input, streamed as ``input_json_delta`` pieces; None for a text answer
+    #: the tool the answer calls (Anthropic ``tool_choice`` ``tool`` / ``any``, OpenAI chat ``tool_choice`` naming a
+    #: function or ``required``): its generated tokens become the tool's input, streamed as ``input_json_delta`` /
+    #: ``tool_calls[].function.arguments`` pieces; None for a text answer
     tool: str | None = None
     #: the first tokens that are thinking (Anthropic extended thinking: a thinking block, then the text); 0 for none
     thinking_tokens: int = 0
@@ -213,6 +214,7 @@ class Gateway:
         user = document.get("user")
         if user is not None and not isinstance(user, str):
             raise _invalid_type("user", "a string", user)  # accepted at any length; never tokenised
+        tool = _forced_function(document) if endpoint is Endpoint.CHAT else None
         return {
             "model": model,
             "prompt_tokens": prompt_tokens,
@@ -221,6 +223,7 @@ class Gateway:
             "include_usage": include_usage,
             "seed": seed,
             "sampled": host_sampled(document),
+            "tool": tool,
         }
 
     def _validate_api(self, endpoint: Endpoint, document: Mapping[str, Any]) -> dict[str, Any]:
@@ -320,6 +323,26 @@ class Gateway:
             raise _invalid_type("prompt", "a string, an array of token ids, or an array of one of these", prompt)
         # A model always sees at least its begin-of-sequence token, so even an empty prompt is one token of prefill.
         return max(1, tokens)
+
+
+def _forced_function(document: Mapping[str, Any]) -> str | None:
+    """The function an OpenAI chat request forces (``tool_choice`` ``{"type": "function", "function": {"name"}}``,
+    or ``required``: the first tool), else None: with ``auto`` the lab answers with text."""
+    tools = document.get("tools")
+    choice = document.get("tool_choice")
+    if not tools or choice in (None, "auto", "none"):
+        return None
+    if not isinstance(tools, list):
+        raise _invalid_type("tools", "an array", tools)
+    names = [tool.get("function", {}).get("name") if isinstance(tool, dict) else None for tool in tools]
+    if not all(isinstance(name, str) and name for name in names):
+        raise invalid_request("Missing required parameter: 'tools[].function.name'.", param="tools")
+    if choice == "required":
+        return str(names[0])
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if name not in names:
+        raise invalid_request(f"Invalid 'tool_choice': no function named {name!r} in tools.", param="tool_choice")
+    return str(name)
 
 
 def _max_tokens(document: Mapping[str, Any], default: int) -> int:

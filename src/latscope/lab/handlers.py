@@ -64,7 +64,7 @@ from latscope.lab.scheduler import (
 )
 from latscope.lab.settings import LabSettings
 from latscope.lab.truth import latscope_fields, llama_timings, ms, server_timing, usage
-from latscope.lab.writer import DONE_EVENT, SYSTEM_FINGERPRINT, ChunkFormat, StreamWriter
+from latscope.lab.writer import DONE_EVENT, SYSTEM_FINGERPRINT, ChunkFormat, StreamWriter, ToolCallChunkFormat
 
 JSON = (b"content-type", b"application/json")
 SERVER = (b"server", b"latscope-lab")
@@ -368,7 +368,11 @@ class LabService:
         stream: RequestStream,
         request_id: str,
     ) -> None:
-        fmt = ChunkFormat(parsed.endpoint, request_id, int(time.time()), self.model)
+        fmt = (
+            ChunkFormat(parsed.endpoint, request_id, int(time.time()), self.model)
+            if parsed.tool is None
+            else ToolCallChunkFormat(request_id, int(time.time()), self.model, parsed.tool)
+        )
         writer = trace.writer = StreamWriter(channel, fmt, truth=self.truth, buffer_bytes=self.buffer_bytes)
         first = await anext(stream)
         stats = stream.stats
@@ -413,6 +417,15 @@ class LabService:
             if parsed.endpoint is Endpoint.CHAT
             else {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
         )
+        if parsed.tool is not None:
+            arguments = orjson.dumps({"text": text}).decode()
+            call = {
+                "id": "call_" + request_id[-12:],
+                "type": "function",
+                "function": {"name": parsed.tool, "arguments": arguments},
+            }
+            choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+            choice["finish_reason"] = "tool_calls"  # fmt: skip
         body = {
             "id": request_id,
             "object": "chat.completion" if parsed.endpoint is Endpoint.CHAT else "text_completion",

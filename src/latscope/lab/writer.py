@@ -102,6 +102,42 @@ class ChunkFormat:
         return {**self._base, "choices": [], "usage": usage}
 
 
+class ToolCallChunkFormat(ChunkFormat):
+    """A chat stream whose answer calls ``tool``: the role chunk names the call, each token adds a piece of its
+    ``arguments`` (``{"text": <the generated tokens>}``: the first piece opens the object, the last closes it), and
+    the finish reason is ``tool_calls``."""
+
+    def __init__(self, completion_id: str, created: int, model: str, tool: str) -> None:
+        super().__init__(Endpoint.CHAT, completion_id, created, model)
+        self.tool = tool
+        self.call_id = "call_" + completion_id[-12:]
+        self.opened = False
+        common = orjson.dumps(self._base)[:-1]
+        self._token_head = (
+            b"data: " + common + b',"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":'
+        )
+        self._token_tail = b'}}]},"logprobs":null,"finish_reason":null}]'
+
+    def token_event(self, token: TokenOut, sent_ns: int | None) -> bytes:
+        piece = orjson.dumps(token.text)[1:-1].decode()  # the text as it sits inside a JSON string
+        if not self.opened:
+            self.opened = True
+            piece = '{"text": "' + piece
+        if token.finish_reason is not None:
+            piece += '"}'
+        return self.token(piece) if sent_ns is None else self.token_stamped(piece, sent_ns)
+
+    def role(self) -> dict[str, Any]:
+        call = {"index": 0, "id": self.call_id, "type": "function", "function": {"name": self.tool, "arguments": ""}}
+        delta = {"role": "assistant", "content": None, "tool_calls": [call]}
+        return {**self._base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+
+    def finish(self, reason: str) -> dict[str, Any]:
+        chunk = super().finish(reason)
+        chunk["choices"][0]["finish_reason"] = "tool_calls"
+        return chunk
+
+
 class StreamWriter:
     """Writes one response's events to its channel, directly or through a proxy-like buffer."""
 

@@ -191,3 +191,17 @@ def test_lab_error_body_has_anthropics_shape() -> None:
     capture = load_capture("anthropic.messages.badrequest.http", LAB)
     error = decode_error_body(capture.status, capture.body, capture.header("content-type"))
     assert capture.status == 400 and error.type == "invalid_request_error" and "max_tokens" in error.message
+
+
+def test_token_events_decoded_by_the_template_equal_parsed_ones() -> None:
+    def delta(index: int, text: str) -> bytes:
+        return event({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}})
+
+    texts = [f" w{i}" for i in range(40)] + ['say "hi"', "back\\slash", " tab\tbed"]
+    stream = b"".join(delta(0, text) for text in texts) + delta(1, " other block") + delta(0, " again")
+    one_read, decoder = decode(stream)
+    per_event, _ = decode([delta(0, text) for text in texts] + [delta(1, " other block"), delta(0, " again")])
+    expected = [*texts, " other block", " again"]
+    assert [c.text for c in one_read] == [c.text for c in per_event] == expected
+    assert {c.kind for c in one_read} == {C} and all(c.tokens == 1 for c in one_read)
+    assert decoder._templated > 30  # most of them without parsing JSON

@@ -168,13 +168,11 @@ class JsonEventDecoder:
             chunk = self.decode_object(event_type, obj)
         except (UnknownShape, *_SHAPE_ERRORS):
             return self._unknown(value, index, batch_size)
-        if (
-            chunk[0] in _TOKEN_KINDS
-            and chunk[4:] == (None, None, None, None, None, 0)
-            and chunk[3] is None
-            and self._template_builds < TEMPLATE_TRIES + self._templated // EVENTS_PER_TEMPLATE_TRY
-        ):
-            self._learn_template(event_type, value, chunk)
+        if chunk[0] in _TOKEN_KINDS and chunk[3:] == (None, None, None, None, None, None, 0):
+            # a token event the template (if any) did not fit: it goes, and another is learnt while the budget lasts
+            self._template = None
+            if self._template_builds < TEMPLATE_TRIES + self._templated // EVENTS_PER_TEMPLATE_TRY:
+                self._learn_template(event_type, value, chunk)
         return chunk
 
     def _decode_run(self, values: list[str]) -> list[Chunk] | None:
@@ -195,7 +193,6 @@ class JsonEventDecoder:
     def _learn_template(self, event_type: str, value: str, chunk: Chunk) -> None:
         """Make ``value`` (just decoded into ``chunk``, one token with nothing else) the template, when its text
         stands in it verbatim once, as a string value, and a probe in its place decodes to the same chunk."""
-        self._template = None
         self._template_builds += 1
         text = chunk[1]
         if not text or '"' in text or "\\" in text or not text.isprintable() or _PROBE in value:

@@ -91,3 +91,13 @@ async def test_an_openai_chat_tool_call_streams_tool_call_tokens() -> None:
     assert t.ok and t.finish_reason == "tool_calls"
     assert [e.kind for e in t.events if e.tokens] == [EventKind.TOOL_CALL] * 5  # named, then four argument pieces
     assert t.first_text_ns is None and t.usage is not None and t.usage.completion_tokens == 4
+
+
+async def test_a_responses_function_call_streams_tool_call_tokens() -> None:
+    dialect = get_dialect("openai.responses")
+    tools = [{"type": "function", "name": "get_weather"}]
+    spec = dialect.build_request(MODEL, "Weather?", 4, extra={"tools": tools, "tool_choice": "required"})
+    async with Lab(model=MODEL, cost=QUICK) as lab, Client() as client:
+        t = await client.request(spec, lab.origin + dialect.base_path)
+    assert t.ok and [e.kind for e in t.events if e.tokens] == [EventKind.TOOL_CALL] * 4
+    assert t.first_text_ns is None and t.usage is not None and t.usage.completion_tokens == 4

@@ -102,6 +102,25 @@ async def test_openai_responses_streamed_and_not(lab: Lab) -> None:
     await client.close()
 
 
+async def test_openai_responses_function_call_streamed_and_not(lab: Lab) -> None:
+    client = openai.AsyncOpenAI(base_url=lab.origin + "/v1", api_key=KEY)
+    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    forced = {"type": "function", "name": "get_weather"}
+    answer = await client.responses.create(
+        model=MODEL, input="Weather?", max_output_tokens=4, tools=tools, tool_choice=forced
+    )
+    call = answer.output[0]
+    assert call.type == "function_call" and call.name == "get_weather" and orjson.loads(call.arguments)["text"]
+    stream = await client.responses.create(
+        model=MODEL, input="Weather?", max_output_tokens=4, tools=tools, tool_choice=forced, stream=True
+    )
+    events = [event async for event in stream]
+    pieces = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert len(pieces) == 4 and orjson.loads("".join(pieces))["text"]
+    assert events[-1].type == "response.completed"
+    await client.close()
+
+
 async def test_openai_errors_have_the_sdks_types(lab: Lab) -> None:
     client = openai.AsyncOpenAI(base_url=lab.origin + "/v1", api_key=KEY, max_retries=0)
     with pytest.raises(openai.NotFoundError):

@@ -167,7 +167,26 @@ def read_responses(document: Mapping[str, Any]) -> ApiFields:
         stream=bool(_field(document, "stream", bool, "a boolean")),
         seed=None,
         param="input",
+        tool=_forced_function(document),
     )
+
+
+def _forced_function(document: Mapping[str, Any]) -> str | None:
+    """The function a Responses request forces (``tool_choice`` ``{"type": "function", "name"}``, or ``required``:
+    the first function tool), else None: with ``auto`` the lab answers with text."""
+    tools = _field(document, "tools", list, "an array of tools")
+    choice = document.get("tool_choice")
+    if not tools or choice in (None, "auto", "none"):
+        return None
+    names = [tool.get("name") for tool in tools if isinstance(tool, dict) and tool.get("type") == "function"]
+    if not names or not all(isinstance(name, str) and name for name in names):
+        raise invalid_request("tools: every function tool needs a name", param="tools")
+    if choice == "required":
+        return str(names[0])
+    name = choice.get("name") if isinstance(choice, dict) else None
+    if name not in names:
+        raise invalid_request(f"tool_choice: no function named {name!r} in tools", param="tool_choice")
+    return str(name)
 
 
 def read_messages(document: Mapping[str, Any]) -> ApiFields:

@@ -282,6 +282,68 @@ class ResponsesFormat:
         return self.frame({"type": "error", "code": "server_error", "message": message, "param": None})
 
 
+class ResponsesToolFormat(ResponsesFormat):
+    """OpenAI Responses' stream of an answer that calls ``tool``: one ``function_call`` item whose ``arguments``
+    (``{"text": <the generated tokens>}``) arrive one ``response.function_call_arguments.delta`` per token."""
+
+    def __init__(self, response_id: str, model: str, created: int, final: FinalFields, tool: str) -> None:
+        super().__init__(response_id, model, created, final)
+        self.tool = tool
+        self.item_id = "fc_" + secrets.token_hex(12)
+        self.call_id = "call_" + secrets.token_hex(12)
+        self.opened = False
+        self.pieces: list[str] = []
+        self._head = (
+            b'event: response.function_call_arguments.delta\ndata: {"type":"response.function_call_arguments.delta",'
+            b'"item_id":"' + self.item_id.encode() + b'","output_index":0,"delta":'
+        )
+
+    def item(self, status: str, arguments: str) -> dict[str, Any]:
+        """The function call item."""
+        return {
+            "type": "function_call",
+            "id": self.item_id,
+            "call_id": self.call_id,
+            "name": self.tool,
+            "arguments": arguments,
+            "status": status,
+        }
+
+    def opening(self) -> list[dict[str, Any]]:
+        events = super().opening()[:2]
+        events.append({"type": "response.output_item.added", "output_index": 0, "item": self.item("in_progress", "")})
+        return events
+
+    def token_event(self, token: TokenOut, sent_ns: int | None) -> bytes:
+        piece = orjson.dumps(token.text)[1:-1].decode()  # the text as it sits inside a JSON string
+        if not self.opened:
+            self.opened = True
+            piece = '{"text": "' + piece
+        if token.finish_reason is not None:
+            piece += '"}'
+        self.pieces.append(piece)
+        self.sequence += 1
+        event = b'%b%b,"sequence_number":%d' % (self._head, orjson.dumps(piece), self.sequence)
+        return _stamped(event, sent_ns, b"}", b"\n\n")
+
+    def closing(self, reason: str, prompt_tokens: int, completion_tokens: int) -> list[dict[str, Any]]:
+        arguments = "".join(self.pieces)
+        item = self.item("completed", arguments)
+        response = {
+            **self.response("completed"),
+            "output": [item],
+            "incomplete_details": None,
+            "usage": responses_usage(prompt_tokens, completion_tokens),
+            **self.final(),
+        }
+        return [
+            {"type": "response.function_call_arguments.done", "item_id": self.item_id, "output_index": 0,
+             "arguments": arguments},
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+            {"type": "response.completed", "response": response},
+        ]  # fmt: skip
+
+
 def responses_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     """The Responses API's ``usage`` object."""
     return {

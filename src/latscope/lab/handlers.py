@@ -42,6 +42,7 @@ from latscope.lab.formats import (
     AnthropicToolFormat,
     OllamaFormat,
     ResponsesFormat,
+    ResponsesToolFormat,
     StreamFormat,
     TgiFormat,
     ollama_created_at,
@@ -464,6 +465,8 @@ class LabService:
             return AnthropicToolFormat(request_id, self.model, parsed.prompt_tokens, final, parsed.tool)
         if endpoint is Endpoint.MESSAGES:
             return AnthropicFormat(request_id, self.model, parsed.prompt_tokens, final)
+        if endpoint is Endpoint.RESPONSES and parsed.tool is not None:
+            return ResponsesToolFormat(request_id, self.model, int(time.time()), final, parsed.tool)
         if endpoint is Endpoint.RESPONSES:
             return ResponsesFormat(request_id, self.model, int(time.time()), final)
         if endpoint is Endpoint.TGI_STREAM or endpoint is Endpoint.TGI_COMPAT:
@@ -557,6 +560,11 @@ class LabService:
                 ],
                 "usage": responses_usage(parsed.prompt_tokens, len(texts)),
             }
+            if parsed.tool is not None:
+                call = {"type": "function_call", "id": "fc_" + item_id[-12:], "call_id": "call_" + item_id[-12:]}
+                arguments = orjson.dumps({"text": text}).decode()
+                body["output"] = [{**call, "name": parsed.tool, "arguments": arguments, "status": "completed"}]
+                body["status"], body["incomplete_details"] = "completed", None
         elif endpoint is Endpoint.TGI_GENERATE or endpoint is Endpoint.TGI_COMPAT:
             body = {
                 "generated_text": text,

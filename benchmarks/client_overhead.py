@@ -17,6 +17,9 @@ server's CPU is not counted.
 - ``wire (full, Content-Length body)``: the full recording on the Content-Length framing.
 - ``wire (framing only)``: the client with a decoder that decodes nothing: stamps, reads and HTTP framing.
 - ``httpx aiter_raw`` and ``aiohttp iter_any``: the bytes only, no SSE parsing, no JSON, no recording.
+- ``wire (full, DIALECT)``: the full recording of the same number of tokens in another dialect's stream, as the lab
+  writes it (Anthropic's and OpenAI Responses' typed events, TGI's token objects, Ollama's NDJSON), to compare each
+  dialect's cost per event with OpenAI chat's (the first row).
 
 The stream arrives much faster than any server writes tokens, so reads are large (hundreds of events each): this
 measures the cost per event, not per read. Numbers from a machine shared with other work are noisy; compare rows of
@@ -41,6 +44,7 @@ from typing import Literal
 
 import orjson
 
+from latscope.dialects import get_dialect
 from latscope.dialects.base import Chunk
 from latscope.dialects.openai import OpenAIStreamDecoder, chat_request
 from latscope.wire import Client
@@ -50,8 +54,69 @@ from latscope.wire.loop import new_event_loop
 RUN_TIMEOUT_S = 120.0
 
 
+def dialect_parts(dialect: str, events: int) -> tuple[bytes, list[bytes]]:
+    """The content type and the events of a stream of ``events`` tokens in ``dialect``, shaped as the lab writes
+    them (tests/fixtures/lab/)."""
+    text = [f" tok{i % 1000}" for i in range(events)]
+    if dialect == "anthropic.messages":
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ""}}
+        start = {
+            "type": "message_start",
+            "message": {
+                "id": "msg_b",
+                "role": "assistant",
+                "content": [],
+                "usage": {"input_tokens": 5, "output_tokens": 1},
+            },
+        }
+        end = [{"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": events}},
+               {"type": "message_stop"}]  # fmt: skip
+        objects = [start, *({**delta, "delta": {"type": "text_delta", "text": t}} for t in text), *end]
+        return b"text/event-stream", [
+            b"event: " + str(o["type"]).encode() + b"\ndata: " + orjson.dumps(o) + b"\n\n" for o in objects
+        ]
+    if dialect == "openai.responses":
+        head = {"type": "response.output_text.delta", "item_id": "msg_b", "output_index": 0, "content_index": 0}
+        usage = {"input_tokens": 5, "output_tokens": events, "total_tokens": events + 5}
+        objects = [
+            {"type": "response.created", "response": {"id": "resp_b", "status": "in_progress"}},
+            *({**head, "delta": t, "sequence_number": i} for i, t in enumerate(text)),
+            {"type": "response.completed", "response": {"id": "resp_b", "status": "completed", "usage": usage}},
+        ]
+        return b"text/event-stream", [
+            b"event: " + str(o["type"]).encode() + b"\ndata: " + orjson.dumps(o) + b"\n\n" for o in objects
+        ]
+    if dialect == "tgi.generate":
+        parts = []
+        for i, t in enumerate(text):
+            last = i == events - 1
+            details = {"finish_reason": "length", "generated_tokens": events, "seed": None} if last else None
+            token = {"id": i % 1000, "text": t, "logprob": -0.25, "special": False}
+            obj = {"index": i + 1, "token": token, "generated_text": "".join(text) if last else None,
+                   "details": details, "top_tokens": None}  # fmt: skip
+            parts.append(b"data:" + orjson.dumps(obj) + b"\n\n")
+        return b"text/event-stream", parts
+    if dialect == "ollama.chat":
+        head = {"model": "bench-model", "created_at": "2026-01-01T00:00:00.000000Z"}
+        objects = [{**head, "message": {"role": "assistant", "content": t}, "done": False} for t in text]
+        objects.append({**head, "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "length",
+                        "prompt_eval_count": 5, "eval_count": events})  # fmt: skip
+        return b"application/x-ndjson", [orjson.dumps(o) + b"\n" for o in objects]
+    raise ValueError(dialect)
+
+
+def frame(content_type: bytes, parts: list[bytes]) -> bytes:
+    """An HTTP response with one chunk per event."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: %b\r\ncache-control: no-cache\r\n" % content_type
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts)
+    return head + b"transfer-encoding: chunked\r\n\r\n" + framed + b"0\r\n\r\n"
+
+
 def build_stream(events: int, framing: str) -> bytes:
-    """The whole HTTP response: head and a body of ``events`` content chunks, a finish chunk with usage, [DONE]."""
+    """The whole HTTP response: head and a body of ``events`` content chunks, a finish chunk with usage, [DONE];
+    with ``framing`` a dialect's name, that dialect's stream of ``events`` tokens."""
+    if framing in DIALECT_ROWS:
+        return frame(*dialect_parts(framing, events))
     parts = []
     for i in range(events):
         chunk = {
@@ -153,6 +218,22 @@ async def run_wire(url: str, events: int) -> int:
     return len(t.events)
 
 
+def run_wire_dialect(dialect: str) -> Callable[[str, int], Awaitable[int]]:
+    """The full recording of a stream in ``dialect``."""
+
+    async def run(url: str, events: int) -> int:
+        speaks = get_dialect(dialect)
+        base = url.removesuffix("/v1") + speaks.base_path
+        async with Client() as client:
+            t = await client.request(speaks.build_request("bench-model", "hi", events), base)
+        assert t.ok, t.error
+        content = sum(e.tokens for e in t.events)
+        assert content == events, (content, events)
+        return len(t.events)
+
+    return run
+
+
 async def run_wire_framing(url: str, events: int) -> int:
     spec = chat_request("bench-model", "hi", events)
     async with Client() as client:
@@ -190,7 +271,9 @@ async def run_aiohttp(url: str, events: int) -> int:
     return events
 
 
-FRAMINGS = ("chunked", "length")
+#: the other dialects' rows, each on a listener of its own
+DIALECT_ROWS = ("anthropic.messages", "openai.responses", "tgi.generate", "ollama.chat")
+FRAMINGS = ("chunked", "length", *DIALECT_ROWS)
 
 GcMode = Literal["default", "freeze", "off"]
 
@@ -210,6 +293,7 @@ ROWS: dict[str, Row] = {
     "wire (framing only)": Row(run_wire_framing),
     "httpx aiter_raw": Row(run_httpx),
     "aiohttp iter_any": Row(run_aiohttp),
+    **{f"wire (full, {name})": Row(run_wire_dialect(name), framing=name) for name in DIALECT_ROWS},
 }
 
 

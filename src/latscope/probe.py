@@ -178,7 +178,7 @@ class ProbeResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (schema ``latscope.probe/1``): target facts, per request its serialised timeline
-        (``latscope.timeline/1``) with the derived metrics (ms) and its TTFT split (``ttft_split``: ``ttft_ms`` and
+        (``latscope.timeline/2``) with the derived metrics (ms) and its TTFT split (``ttft_split``: ``ttft_ms`` and
         ``parts`` with ``name``, ``ms``, ``source``, ``side``; null without a first token), and ``server_metrics``
         (``url``, ``available``, ``why`` or the window's ``stats``; null when scraping was off)."""
         return {
@@ -257,11 +257,13 @@ async def probe(
     """Send ``n`` streamed requests to ``base_url`` one after another on one client and return their timelines.
 
     ``dialect`` names the API spoken (:data:`latscope.dialects.DIALECTS`: ``openai.chat``, ``openai.completions``,
-    ``ollama.chat``, ``ollama.generate``); a base URL without a path gets the dialect's (``/v1`` for OpenAI's).
+    ``openai.responses``, ``anthropic.messages``, ``tgi.generate``, ``ollama.chat``, ``ollama.generate``); a base
+    URL without a path gets the dialect's (``/v1`` for OpenAI's and Anthropic's, none for TGI's and Ollama's).
     ``model`` defaults to the first id the server's model list names. The prompt is ``prompt``, else a synthetic
-    prompt of about ``prompt_tokens`` tokens, else :data:`DEFAULT_PROMPT`. ``api_key`` is sent as a Bearer token
-    (never recorded: timelines keep headers redacted). Failures of a request are in its timeline; a failure that
-    shows the target is unreachable (dns, connect, tls) stops the probe early. Raises
+    prompt of about ``prompt_tokens`` tokens, else :data:`DEFAULT_PROMPT`. ``api_key`` is sent where the
+    dialect takes it (``Authorization: Bearer``, Anthropic's ``x-api-key``; never recorded: timelines keep headers
+    redacted). Failures of a request are in its timeline; a failure that shows the target is unreachable (dns,
+    connect, tls) stops the probe early. Raises
     :class:`~latscope.wire.WireError` when the model list cannot be fetched and :class:`ProbeError` when there is
     no model to use.
 
@@ -278,7 +280,7 @@ async def probe(
     base_url = normalise_base_url(base_url, speaks.base_path)
     all_headers = list(headers)
     if api_key:
-        all_headers.append(("Authorization", f"Bearer {api_key}"))
+        all_headers.extend(speaks.credential_headers(api_key))
     models: list[str] = []
     models_timeline: Timeline | None = None
     if model is None:

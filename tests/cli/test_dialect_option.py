@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from latscope.cli.main import cli
 from latscope.dialects import get_dialect
+from latscope.lab.process import LabProcess
 from latscope.wire import Client
 from tests.support.ollama_server import EVAL_NS_PER_TOKEN, MODEL, PROMPT_EVAL_NS, ollama_handler, root_url
 from tests.support.stream_server import ServerThread, StreamServer, models_handler, paced_stream
@@ -86,9 +87,15 @@ def test_diagnose_speaks_ollama_chat() -> None:
     assert [c["id"] for c in data["clear"]] == ["no-connection-reuse"]
 
 
-def test_the_embedded_lab_is_refused_for_a_dialect_it_does_not_serve() -> None:
-    code, _, err = _invoke("diagnose", "--dialect", "ollama.chat")
-    assert code == 2 and "embedded lab" in err
+def test_the_embedded_lab_is_diagnosed_in_any_dialect() -> None:
+    # the lab serves Ollama's API at its root: diagnose without a URL speaks it there
+    code, out, err = _invoke(
+        "diagnose", "--dialect", "ollama.chat", "--only", "no-connection-reuse", "--quick", "--json", "-"
+    )
+    assert code == 0, err
+    data = orjson.loads(out)
+    assert not data["target"]["url"].endswith("/v1")
+    assert [f["id"] for f in data["findings"]] == ["no-connection-reuse"]  # the naive lab's short keep-alive
 
 
 async def test_a_streamed_ollama_request_answered_with_an_event_stream_names_what_was_expected() -> None:
@@ -114,3 +121,28 @@ def test_probe_completions_flag_is_the_completions_dialect() -> None:
 def test_bench_api_option_is_the_openai_dialect_of_that_name() -> None:
     code, _, err = _invoke("bench", "http://127.0.0.1:9", "--api", "completions", "--dialect", "ollama.chat")
     assert code == 2 and "--api means --dialect openai.completions" in err
+
+
+def test_probe_and_bench_speak_the_labs_other_apis_with_the_key_where_each_takes_it(tmp_path: Path) -> None:
+    key = "k-cli-7730"
+    with LabProcess(zero_cost=True, args=["--api-key", key]) as lab:
+        assert lab.url is not None
+        root = lab.url.removesuffix("/v1")
+        code, out, err = _invoke(
+            "probe", root, "--dialect", "anthropic.messages", "--api-key", key, "-n", "1", "--max-tokens", "4",
+            "--json", "-",
+        )  # fmt: skip
+        run_dir = tmp_path / "run"
+        bench_code, _, bench_err = _invoke(
+            "bench", root, "--dialect", "tgi.generate", "--api-key", key, "-n", "2", "--output-tokens", "3",
+            "--prompt-tokens", "8", "--inline", "--out", str(run_dir),
+        )  # fmt: skip
+    assert code == 0, err
+    assert key not in out and key not in err  # x-api-key is redacted like every credential
+    request = orjson.loads(out)["requests"][0]
+    assert request["metrics"]["output_tokens"] == 4
+    assert request["timeline"]["url"].endswith("/v1/messages")
+    assert "x-api-key" in request["timeline"]["request_headers"]
+    assert bench_code == 0, bench_err
+    requests = pd.read_parquet(run_dir / "requests.parquet")
+    assert requests["ok"].all() and list(requests["output_tokens"]) == [3, 3]

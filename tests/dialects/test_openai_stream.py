@@ -369,4 +369,5 @@ def test_chunk_has_the_fields_the_decoder_fills_in_order() -> None:
         "error",
         "server_sent_ns",
         "extra",
+        "choice",
     )

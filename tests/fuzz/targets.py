@@ -12,10 +12,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from latscope.dialects.anthropic import AnthropicStreamDecoder
 from latscope.dialects.base import StreamDecodeError, StreamDecoder
 from latscope.dialects.errors import decode_error_body
 from latscope.dialects.ollama import OllamaStreamDecoder
 from latscope.dialects.openai import OpenAIStreamDecoder, chat_request
+from latscope.dialects.responses import ResponsesStreamDecoder
+from latscope.dialects.tgi import TgiStreamDecoder
 from latscope.sse.limits import StreamLimitError, StreamLimits
 from latscope.sse.parser import SSEParser
 from latscope.timeline.model import ErrorKind
@@ -38,8 +41,12 @@ def _body(capture: bytes) -> bytes:
 
 
 STREAMS = [_body(c) for c in _corpus("real/*.stream.http")]
-NDJSON = _corpus("ollama/*.ndjson")
-RESPONSES = _corpus("real/*.http")
+NDJSON = _corpus("ollama/*.ndjson") + [_body(c) for c in _corpus("lab/ollama.*.stream.http")]
+RESPONSES = _corpus("real/*.http", "lab/*.http")
+#: the lab's streams of each typed-event dialect (tests/fixtures/lab/), by decoder
+ANTHROPIC = [_body(c) for c in _corpus("lab/anthropic.*.stream.http")]
+OPENAI_RESPONSES = [_body(c) for c in _corpus("lab/openai.responses.*stream.http")]
+TGI = [_body(c) for c in _corpus("lab/tgi.*.stream.http")]
 
 
 def _edit(data: bytes, edits: list[tuple[int, int, bytes]]) -> bytes:
@@ -112,6 +119,18 @@ def check_ollama(data: bytes, cuts: list[int]) -> None:
     _feed(OllamaStreamDecoder(limits=LIMITS), _pieces(data, cuts))
 
 
+def check_anthropic(data: bytes, cuts: list[int]) -> None:
+    _feed(AnthropicStreamDecoder(limits=LIMITS), _pieces(data, cuts))
+
+
+def check_responses(data: bytes, cuts: list[int]) -> None:
+    _feed(ResponsesStreamDecoder(limits=LIMITS), _pieces(data, cuts))
+
+
+def check_tgi(data: bytes, cuts: list[int]) -> None:
+    _feed(TgiStreamDecoder(limits=LIMITS), _pieces(data, cuts))
+
+
 def check_errors(data: bytes, cuts: list[int]) -> None:
     for ctype in ("application/json", "text/html", None):
         error = decode_error_body(400 + len(cuts), data, ctype)
@@ -169,6 +188,9 @@ TARGETS: dict[str, Target] = {
     "sse": Target(check_sse, mutated(STREAMS)),
     "openai": Target(check_openai, mutated(STREAMS)),
     "ollama": Target(check_ollama, mutated(NDJSON)),
+    "anthropic": Target(check_anthropic, mutated(ANTHROPIC)),
+    "responses": Target(check_responses, mutated(OPENAI_RESPONSES)),
+    "tgi": Target(check_tgi, mutated(TGI)),
     "errors": Target(check_errors, mutated(RESPONSES)),
     "http11": Target(check_http11, mutated(RESPONSES)),
 }

@@ -217,3 +217,34 @@ def test_feed_values_agrees_with_feed_on_runs_of_simple_events(
     # the shape of LLM streams: the single-event and run fast paths, and their fall-backs
     stream = b"".join(b"data: " + value + eol + eol for value, eol in events)
     assert_feed_values_agrees_with_feed(stream, data.draw(cuts_for(stream)))
+
+
+TYPES = st.sampled_from([b"content_block_delta", b"message", b"", b"ping", b"response.output_text.delta", b"\xc3\xa9t"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(TYPES, VALUES), min_size=1, max_size=30), st.data())
+def test_runs_of_typed_events_match_the_reference_under_any_split(
+    events: list[tuple[bytes, bytes]], data: st.DataObject
+) -> None:
+    # `event: TYPE` + `data: VALUE` blocks, as Anthropic and OpenAI Responses write them (their own fast path)
+    stream = b"".join(b"event: " + kind + b"\ndata: " + value + b"\n\n" for kind, value in events)
+    stream += data.draw(st.sampled_from([b"", b"event: x\n", b"data: partial", b": comment\n\n"]))
+    cuts = data.draw(cuts_for(stream))
+    outcome = run(stream, cuts)
+    assert outcome == run(stream, [])
+    assert as_ref(outcome.events) == reference_parse(stream).events
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(VALUES, min_size=1, max_size=30), st.data())
+def test_runs_of_data_lines_without_the_space_match_the_reference_under_any_split(
+    values: list[bytes], data: st.DataObject
+) -> None:
+    # `data:VALUE` events, as TGI writes them (their own fast path); a value may start with a space (then dropped)
+    stream = b"".join(b"data:" + value + b"\n\n" for value in values)
+    stream += data.draw(st.sampled_from([b"", b"data:x\n", b"data: partial", b"event: t\ndata:y\n\n"]))
+    cuts = data.draw(cuts_for(stream))
+    outcome = run(stream, cuts)
+    assert outcome == run(stream, [])
+    assert as_ref(outcome.events) == reference_parse(stream).events

@@ -1,4 +1,5 @@
-"""Read the byte-for-byte HTTP captures in tests/fixtures/real/ (``curl -i --raw`` output) with h11."""
+"""Read the byte-for-byte HTTP captures in tests/fixtures/real/ and tests/fixtures/lab/ (``curl -i --raw`` output)
+with h11."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import h11
 
 REAL = Path(__file__).resolve().parent.parent / "fixtures" / "real"
+LAB = REAL.parent / "lab"
 
 
 @dataclass(frozen=True)
@@ -27,9 +29,10 @@ class Capture:
         return None
 
 
-def load_capture(name: str) -> Capture:
-    """Parse ``tests/fixtures/real/<name>`` as an HTTP/1.1 response (status line, headers, chunked/length body)."""
-    raw = (REAL / name).read_bytes()
+def load_capture(name: str, directory: Path = REAL) -> Capture:
+    """Parse ``<directory>/<name>`` (default tests/fixtures/real/) as an HTTP/1.1 response (status line, headers,
+    chunked/length body)."""
+    raw = (directory / name).read_bytes()
     conn = h11.Connection(h11.CLIENT)
     conn.send(h11.Request(method="GET", target="/", headers=[("Host", "fixture")]))
     conn.send(h11.EndOfMessage())

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from latscope.cli.html import require_html, write_html
 from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
+from latscope.dialects import get_dialect
 from latscope.load.arrivals import ArrivalSpecError, ClosedLoop, InterArrival, OpenLoop, parse_numbers
 from latscope.load.config import (
     BenchConfig,
@@ -30,10 +31,11 @@ EXIT_ALL_FAILED = 2
 _SPEC_ERRORS = (ArrivalSpecError, BenchConfigError, LengthSpecError, SloSpecError, WorkloadSpecError)
 
 
-def _headers(values: tuple[str, ...], api_key: str | None) -> tuple[tuple[str, str], ...]:
+def _headers(values: tuple[str, ...], api_key: str | None, dialect: str) -> tuple[tuple[str, str], ...]:
+    """The ``--header`` values, and the key where ``dialect`` takes it (``Authorization: Bearer``, ``x-api-key``)."""
     out = parse_headers(values)
     if api_key:
-        out.append(("Authorization", f"Bearer {api_key}"))
+        out.extend(get_dialect(dialect).credential_headers(api_key))
     return tuple(out)
 
 
@@ -209,7 +211,8 @@ def command(
     html_path: str | None,
     **options: Any,
 ) -> None:
-    """Load-test URL (an OpenAI-style base URL such as http://127.0.0.1:8000/v1).
+    """Load-test URL (an OpenAI-style base URL such as http://127.0.0.1:8000/v1, or with --dialect the base URL
+    that API wants: …/v1 for anthropic.messages and openai.responses, the server root for tgi.generate and Ollama's).
 
     Closed loop (--concurrency) or open loop (--rate, Poisson/constant/gamma), sweeps, workload mixes; per-request
     TTFT, every inter-token gap, TPOT, E2E, client queue time; goodput under --slo. Saves run.json,
@@ -236,7 +239,9 @@ def command(
     if inline and workers not in ("auto", "1"):
         raise click.UsageError("--inline runs one worker in this process; drop --workers or --inline")
     try:
-        config = build_config(url, workers=workers, headers=_headers(header, api_key), **options)
+        api = options.get("api")
+        speaks = pick_dialect(options["dialect"], None if api is None else f"openai.{api}", "--api")
+        config = build_config(url, workers=workers, headers=_headers(header, api_key, speaks), **options)
     except _SPEC_ERRORS as exc:
         raise click.UsageError(str(exc)) from None
 

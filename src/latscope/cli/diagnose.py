@@ -167,9 +167,10 @@ def command(
 ) -> None:
     """Run the experiment battery against URL and name the bottlenecks, with their cost and the fix.
 
-    URL is an OpenAI-style base URL (http://host:port/v1; a URL without a path gets /v1), or with --dialect
-    ollama.chat / ollama.generate an Ollama server's root (http://host:11434). Without URL, the embedded
-    lab is started with its naive profile and diagnosed: the out-of-the-box demo.
+    URL is an OpenAI-style base URL (http://host:port/v1; a URL without a path gets /v1, as for
+    anthropic.messages and openai.responses), or with --dialect ollama.chat / ollama.generate / tgi.generate the
+    server's root (http://host:11434). Without URL, the embedded lab is started with its naive profile and
+    diagnosed in the chosen dialect: the out-of-the-box demo.
 
     \b
     Experiments (each bounded in requests and time):
@@ -202,10 +203,6 @@ def command(
         "budget_s": budget,
     }
     embedded = url is None
-    if embedded and get_dialect(dialect).base_path != "/v1":
-        raise click.UsageError(
-            f"the embedded lab serves the OpenAI dialects only; give the URL of a server that speaks {dialect}"
-        )
     try:
         if embedded:
             from latscope.lab.process import LabProcess, LabStartError
@@ -214,7 +211,8 @@ def command(
             try:
                 with LabProcess(profile=lab_profile) as lab:
                     assert lab.url is not None
-                    result = _run(console, lab.url, options)
+                    # the lab serves every dialect on its usual path: its origin plus the dialect's base path
+                    result = _run(console, lab.url.removesuffix("/v1") + get_dialect(dialect).base_path, options)
             except LabStartError as exc:
                 _fail(console, f"the embedded lab did not start: {exc}")
                 return

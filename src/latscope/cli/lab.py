@@ -185,7 +185,12 @@ def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -
 @click.option("--tls/--no-tls", default=False, help="HTTPS with a self-signed certificate generated on start.")
 @click.option("--http2/--no-http2", default=True, help="Offer HTTP/2 (ALPN h2; cleartext prior knowledge).")
 @click.option("--truth", is_flag=True, help="Stamp every stream event with the lab's send time (latscope.sent_ns).")
-@click.option("--api-key", default=None, help="Require 'Authorization: Bearer KEY' on /v1 routes.")
+@click.option(
+    "--api-key",
+    default=None,
+    help="Require the key on every API route: 'Authorization: Bearer KEY', or 'x-api-key: KEY' as Anthropic's "
+    "clients send it.",
+)
 @click.option("--model", default=DEFAULT_MODEL, help="The model name served.")
 @click.option(
     "--policy",
@@ -296,6 +301,10 @@ def command(
     **options: Any,
 ) -> None:
     """Run the reference OpenAI-compatible server, with any catalogued bottleneck switched on or off.
+
+    One engine serves every API latscope speaks, each on its usual path: OpenAI chat and completions, OpenAI
+    Responses (/v1/responses), Anthropic Messages (/v1/messages), TGI (/generate_stream, /generate, /) and Ollama
+    (/api/chat, /api/generate); every fault shows through each of them.
 
     \b
     Examples:

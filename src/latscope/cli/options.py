@@ -63,8 +63,10 @@ def dialect_option(func: F) -> F:
         type=click.Choice(names),
         default=DEFAULT_DIALECT,
         show_default=True,
-        help="The API to speak: openai.chat, openai.completions (OpenAI-style, base URL …/v1), ollama.chat, "
-        "ollama.generate (Ollama's native API, base URL = the server root).",
+        help="The API to speak, named (never guessed: one server often serves several): openai.chat (the default), "
+        "openai.completions, openai.responses, anthropic.messages (base URL …/v1; the key goes in x-api-key), "
+        "tgi.generate, ollama.chat, ollama.generate (native APIs: base URL = the server root). A URL without a path "
+        "gets the dialect's.",
     )(func)
 
 
@@ -88,7 +90,8 @@ def target_options(func: F) -> F:
                 envvar="OPENAI_API_KEY",
                 show_envvar=True,
                 callback=_checked_api_key,
-                help="Sent as 'Authorization: Bearer KEY'; never printed or saved.",
+                help="Sent as 'Authorization: Bearer KEY' (with --dialect anthropic.messages as 'x-api-key: KEY'); "
+                "never printed or saved.",
             ),
             click.option("--insecure", "-k", is_flag=True, help="Do not verify the server's TLS certificate."),
             click.option(

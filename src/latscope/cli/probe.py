@@ -224,8 +224,9 @@ def command(
 ) -> None:
     """Send a few streamed requests to URL and draw each one's timeline as a waterfall.
 
-    URL is an OpenAI-style base URL (http://host:port/v1; a URL without a path gets /v1), or with --dialect
-    ollama.chat / ollama.generate an Ollama server's root (http://host:11434). Each request is shown as
+    URL is an OpenAI-style base URL (http://host:port/v1; a URL without a path gets /v1, as for
+    anthropic.messages and openai.responses), or with --dialect ollama.chat / ollama.generate / tgi.generate the
+    server's root (http://host:11434). The dialect is named, never guessed (see --dialect). Each request is shown as
     dns | connect | tls | send | wait | first token | stream, with the connection facts (new or reused, HTTP
     version, ALPN, TLS version and resumption, TCP round-trip time), the token cadence (TTFT, TPOT, inter-token
     latency, events per socket read) and what the server reported about itself. The requests go one after another
@@ -245,6 +246,8 @@ def command(
       latscope probe http://gpu-box:8000 --metrics-url http://gpu-box:8000/metrics   # vLLM's metrics
       latscope probe https://api.example/v1 --no-metrics --no-trace-context
       latscope probe http://localhost:11434 --dialect ollama.chat -m llama3.2  # Ollama's native API
+      latscope probe https://api.anthropic.com --dialect anthropic.messages -m claude-haiku-4-5  # x-api-key
+      latscope probe http://tgi-box:8080 --dialect tgi.generate                # TGI's /generate_stream
 
     Exit status: 0 when every request completed, 1 when some failed, 2 when none did (or the model list could not
     be read), 130 when interrupted (Ctrl-C; what was measured is still shown and written).

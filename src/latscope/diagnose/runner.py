@@ -117,8 +117,9 @@ async def diagnose(
 
     ``dialect`` is the API to speak (:data:`latscope.dialects.DIALECTS`; a base URL without a path gets the
     dialect's, ``/v1`` for OpenAI's); ``model`` defaults to the first one the server's model list names; ``api_key``
-    is sent as a Bearer token and never recorded; ``headers`` go on every request; ``only`` (ids, or a
-    comma-separated string) limits the checks and so the experiments; ``quick`` runs smaller experiments;
+    is sent where the dialect takes it (a Bearer token, Anthropic's ``x-api-key``) and never recorded; ``headers``
+    go on every request; ``only`` (ids, or a comma-separated string) limits the checks and so the experiments;
+    ``quick`` runs smaller experiments;
     ``progress`` is called with :class:`~latscope.diagnose.context.ProgressEvent` objects; ``timeouts`` replace
     the per-request limits (:data:`~latscope.diagnose.context.REQUEST_TIMEOUTS`; ``total_s`` is ``--max-time``);
     ``budget_s`` bounds the whole diagnosis, s (the experiment running when it ends is cut off, the later ones are
@@ -134,7 +135,7 @@ async def diagnose(
     started = time.monotonic()
     all_headers = list(headers)
     if api_key:
-        all_headers.append(("Authorization", f"Bearer {api_key}"))
+        all_headers.extend(speaks.credential_headers(api_key))
     ctx = Context(
         base_url=normalise_base_url(base_url, speaks.base_path),
         model=model or "",

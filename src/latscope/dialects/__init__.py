@@ -8,13 +8,19 @@ request builder, stream framing and media types, stream, body and error decoders
 A new dialect is one module that builds its ``Dialect`` values and one :func:`register_dialect` call here.
 
 Modules: :mod:`~latscope.dialects.base` (the interface), :mod:`~latscope.dialects.openai` (chat, completions),
-:mod:`~latscope.dialects.ollama` (native chat, generate), :mod:`~latscope.dialects.errors` (error bodies, shared by
-all), :mod:`~latscope.dialects.models` (model lists), :mod:`~latscope.dialects.prompts` (synthetic prompts).
+:mod:`~latscope.dialects.responses` (OpenAI Responses), :mod:`~latscope.dialects.anthropic` (Anthropic Messages),
+:mod:`~latscope.dialects.tgi` (TGI's native ``/generate_stream``), :mod:`~latscope.dialects.ollama` (native chat,
+generate), :mod:`~latscope.dialects.jsonevents` (the decoder shared by the SSE dialects of typed JSON events),
+:mod:`~latscope.dialects.errors` (error bodies, shared by all), :mod:`~latscope.dialects.models` (model lists),
+:mod:`~latscope.dialects.prompts` (synthetic prompts).
+
+No dialect is guessed: a server's answer rarely says which API it speaks (an OpenAI-style ``/v1`` server may serve
+``/v1/messages`` too), so the caller names one with ``--dialect`` and OpenAI chat is the default.
 """
 
 from __future__ import annotations
 
-from latscope.dialects import ollama, openai
+from latscope.dialects import anthropic, ollama, openai, responses, tgi
 from latscope.dialects.base import Dialect, Framing, RequestBuilder
 
 DIALECTS: dict[str, Dialect] = {}
@@ -37,7 +43,15 @@ def get_dialect(name: str) -> Dialect:
         raise KeyError(f"unknown dialect {name!r}; known: {', '.join(DIALECTS)}") from None
 
 
-for _dialect in (openai.CHAT, openai.COMPLETIONS, ollama.CHAT, ollama.GENERATE):
+for _dialect in (
+    openai.CHAT,
+    openai.COMPLETIONS,
+    responses.RESPONSES,
+    anthropic.MESSAGES,
+    tgi.GENERATE,
+    ollama.CHAT,
+    ollama.GENERATE,
+):
     register_dialect(_dialect)
 
 __all__ = ["DEFAULT_DIALECT", "DIALECTS", "Dialect", "Framing", "RequestBuilder", "get_dialect", "register_dialect"]

@@ -22,6 +22,16 @@ class StreamDecodeError(ValueError):
     """The response body could not be decoded; the message names the event and the byte offset."""
 
 
+class EventDecodeError(StreamDecodeError):
+    """An event of the stream could not be decoded (invalid JSON). ``chunks`` are the events of the same feed that
+    were decoded before it, in order: they arrived intact, so the caller records them before failing the stream
+    (the wire client's ``Exchange`` does)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.chunks: list[Chunk] = []  #: set by the decoder's ``feed`` on the way out
+
+
 @dataclass(frozen=True, slots=True)
 class ApiError:
     """An error object the server sent (as the body of a 4xx/5xx, or inside the stream)."""
@@ -36,8 +46,8 @@ class Chunk(NamedTuple):
     """One decoded stream event. ``kind`` is the primary meaning; the optional fields carry what came with it.
 
     A single event may carry several things (a finish chunk with ``usage`` attached, a content chunk with
-    ``timings``): ``kind`` is the most token-relevant one (content > reasoning > finish > usage > role) and the other
-    fields are filled regardless.
+    ``timings``): ``kind`` is the most token-relevant one (content > reasoning > tool call > finish > usage > role)
+    and the other fields are filled regardless.
     """
 
     kind: EventKind
@@ -49,6 +59,7 @@ class Chunk(NamedTuple):
     error: ApiError | None = None
     server_sent_ns: int | None = None  #: lab ``--truth`` send stamp (``latscope.sent_ns``), when present
     extra: dict[str, Any] | None = None  #: other server-reported fields worth keeping (lab ``latscope`` object …)
+    choice: int = 0  #: the choice (``n > 1``) or output item the event belongs to; 0 for a single answer
 
 
 class StreamDecoder(Protocol):
@@ -172,6 +183,16 @@ class Framing(StrEnum):
         return "an event stream" if self is Framing.SSE else "an NDJSON stream"
 
 
+def bearer_credentials(api_key: str) -> list[tuple[str, str]]:
+    """``Authorization: Bearer KEY``: how OpenAI-style APIs (and Ollama, TGI behind a gateway) take a key."""
+    return [("Authorization", f"Bearer {api_key}")]
+
+
+CredentialHeaders = Callable[[str], list[tuple[str, str]]]
+"""The request headers that carry an API key, ``api_key -> [(name, value)]``. The key is never altered; every
+header it goes into has a name :func:`latscope.timeline.redact.is_secret_header` redacts."""
+
+
 @dataclass(frozen=True, slots=True)
 class Dialect:
     """Everything latscope needs to speak one API: how to build its requests and where they go, how its stream is
@@ -195,6 +216,7 @@ class Dialect:
     parse_models: Callable[[bytes], list[str]]  #: the model ids of a ``models_path`` response
     base_path: str = "/v1"
     models_path: str = "/models"
+    credential_headers: CredentialHeaders = bearer_credentials  #: where ``--api-key`` goes
 
     @property
     def mode(self) -> str:

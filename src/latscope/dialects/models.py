@@ -1,4 +1,5 @@
-"""Model lists: which model ids a server serves, from its ``/models`` (OpenAI) or ``/api/tags`` (Ollama) answer."""
+"""Model lists: which model ids a server serves, from its ``/models`` (OpenAI, Anthropic), ``/api/tags`` (Ollama) or
+``/info`` (TGI) answer."""
 
 from __future__ import annotations
 
@@ -13,14 +14,17 @@ _LIST_SHAPES = (("data", ("id",)), ("models", ("model", "name")))
 def parse_models(body: bytes) -> list[str]:
     """The model ids in a model-list response, in order, without duplicates.
 
-    Reads OpenAI's ``{"data": [{"id": ...}]}`` and Ollama's ``{"models": [{"model"/"name": ...}]}`` (which
-    llama-server sends next to OpenAI's). Raises :class:`StreamDecodeError` when the body is not JSON.
+    Reads OpenAI's (and Anthropic's) ``{"data": [{"id": ...}]}``, Ollama's ``{"models": [{"model"/"name": ...}]}``
+    (which llama-server sends next to OpenAI's) and TGI's ``/info`` (``{"model_id": ...}``: the one model it
+    serves). Raises :class:`StreamDecodeError` when the body is not JSON.
     """
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise StreamDecodeError(f"the model list is not JSON ({exc}): {excerpt(body)}") from None
     ids: list[str] = []
+    if isinstance(obj, dict) and isinstance(obj.get("model_id"), str) and obj["model_id"]:
+        ids.append(obj["model_id"])
     if isinstance(obj, dict):
         for key, fields in _LIST_SHAPES:
             entries = obj.get(key)

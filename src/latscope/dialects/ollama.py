@@ -151,8 +151,18 @@ def _texts(obj: Mapping[str, Any]) -> tuple[str, str, bool]:
     )
 
 
+_CONTENT = EventKind.CONTENT
+_new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
+
+
 def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
     """One decoded NDJSON object → one Chunk (see the module docstring)."""
+    if obj.get("done") is False and len(obj) <= 4 and "error" not in obj:
+        # the common case, a token and nothing else: model, created_at, message (or response), done
+        message = obj.get("message")
+        text = message.get("content") if message.__class__ is dict else obj.get("response")
+        if text and text.__class__ is str and (message is None or len(message) <= 2):
+            return _new_chunk(Chunk, (_CONTENT, text, 1, None, None, None, None, None, None, 0))
     if "error" in obj:
         return Chunk(EventKind.ERROR, error=api_error_from(obj))
     content, thinking, has_role = _texts(obj)
@@ -175,6 +185,12 @@ def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
         kind, text = EventKind.ROLE, ""
     else:
         kind, text = EventKind.OTHER, ""
+    sent_ns = None
+    lab = obj.get("latscope")  # the lab's own fields (``--truth``: its send stamp, monotonic ns)
+    if isinstance(lab, dict):
+        extra = {**(extra or {}), "latscope": lab}
+        stamp = lab.get("sent_ns")
+        sent_ns = stamp if stamp.__class__ is int else None
     return Chunk(
         kind,
         text=text,
@@ -182,6 +198,7 @@ def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
         finish_reason=finish_reason,
         usage=usage,
         extra=extra or None,
+        server_sent_ns=sent_ns,
     )
 
 
@@ -207,6 +224,8 @@ class OllamaStreamDecoder:
 
     def feed(self, data: bytes) -> list[Chunk]:
         """Decode every line ``data`` completes."""
+        if not self._buffer and data[-1:] == b"\n":
+            return self._feed_lines(data)
         self._buffer += data
         chunks: list[Chunk] = []
         start = 0
@@ -223,6 +242,19 @@ class OllamaStreamDecoder:
                 f"starts at byte {self._offset} of the stream)",
                 "max_line_bytes",
             )
+        return chunks
+
+    def _feed_lines(self, data: bytes) -> list[Chunk]:
+        """:meth:`feed` of whole lines (nothing held from before, ``data`` ends with its newline): split once."""
+        chunks: list[Chunk] = []
+        offset = self._offset
+        line = self._line
+        for raw in data.split(b"\n")[:-1]:
+            chunk = line(raw, offset)
+            if chunk is not None:
+                chunks.append(chunk)
+            offset += len(raw) + 1
+        self._offset = offset
         return chunks
 
     def close(self) -> list[Chunk]:

@@ -9,7 +9,9 @@ Most LLM servers speak it — vLLM, SGLang, TGI's ``/v1``, llama.cpp's ``llama-s
 - llama.cpp adds a ``timings`` object (prompt/predicted token counts and milliseconds) to its last chunk.
 - ``transformers serve`` does not end the stream with ``data: [DONE]``.
 - reasoning text arrives as ``delta.reasoning_content`` (DeepSeek, vLLM, llama.cpp) or ``delta.reasoning``
-  (Ollama, OpenRouter, newer vLLM).
+  (Ollama, OpenRouter, newer vLLM); tool-call arguments as ``delta.tool_calls[].function.arguments`` pieces.
+- ``n > 1``: each chunk carries one choice (``choices[0].index`` says which, OpenAI and vLLM alike); the event keeps
+  that index as its ``choice``.
 - errors inside a stream arrive as ``data: {"error": {...}}`` (OpenAI, vLLM, llama.cpp), as an SSE ``event: error``,
   or in TGI's ``{"error": "...", "error_type": "..."}`` shape.
 
@@ -37,6 +39,7 @@ from latscope.dialects.base import (
     Chunk,
     DecodedResponse,
     Dialect,
+    EventDecodeError,
     Framing,
     GenerationOptions,
     Prompt,
@@ -77,15 +80,16 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 _DONE_CHUNK = Chunk(EventKind.DONE)
 _UNPARSED = object()  # _decode_event's "the data has not been parsed yet"
+_TOOL_CALL = EventKind.TOOL_CALL
 _FIVE_NONES = (repeat(None),) * 5  # zip arguments for the five empty fields of a plain text chunk (repeat is stateless)
 
-_Template = tuple[str, str, int, int, EventKind, str | None]
-"""A stream's text-chunk shape: ``(prefix, suffix, start, stop, kind, finish_reason)``.
+_Template = tuple[str, str, int, int, EventKind, str | None, int]
+"""A stream's text-chunk shape: ``(prefix, suffix, start, stop, kind, finish_reason, choice)``.
 
 Servers write every text chunk of a stream with the same fields (id, model, created, index ...) and only the text
 changing, so an event whose data is ``prefix + text + suffix`` decodes to ``Chunk(kind, text, 1, finish_reason)``
-without parsing JSON, provided ``text`` is non-empty and needs no escaping in JSON (no ``"``, no ``\\``, no control
-character: ``str.isprintable`` is stricter, which only sends more events the parsing way).
+(of that choice) without parsing JSON, provided ``text`` is non-empty and needs no escaping in JSON (no ``"``, no
+``\\``, no control character: ``str.isprintable`` is stricter, which only sends more events the parsing way).
 
 Why that is exact: a template is learnt from an event whose text (itself needing no escaping) stood verbatim between
 ``prefix`` and ``suffix`` as a string value, not an object key, and is confirmed by decoding ``prefix + _PROBE +
@@ -172,27 +176,19 @@ def _request(
 # -- streams -----------------------------------------------------------------------------------------------------
 
 
-class EventDecodeError(StreamDecodeError):
-    """An event of the stream could not be decoded (invalid JSON). ``chunks`` are the events of the same feed that
-    were decoded before it, in order: they arrived intact, so the caller records them before failing the stream
-    (the wire client's ``Exchange`` does)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.chunks: list[Chunk] = []  #: set by the decoder's ``feed`` on the way out
-
-
 class OpenAIStreamDecoder:
     """Decodes an OpenAI-style event stream into one :class:`Chunk` per SSE event (a :class:`StreamDecoder`).
 
     ``mode`` is ``"chat"`` (text in ``choices[0].delta.content``) or ``"completions"`` (``choices[0].text``).
     Kinds: a role-only delta → ROLE; non-empty text → CONTENT (tokens=1); ``delta.reasoning_content`` /
-    ``delta.reasoning`` → REASONING (tokens=1); ``finish_reason`` without text → FINISH (a text chunk that carries
-    it keeps CONTENT and has ``finish_reason`` set); ``usage`` or ``timings`` with nothing more token-relevant →
+    ``delta.reasoning`` → REASONING (tokens=1); ``delta.tool_calls`` with a function name or argument text →
+    TOOL_CALL (tokens=1, the argument text as its text); ``finish_reason`` without text → FINISH (a text chunk that
+    carries it keeps CONTENT and has ``finish_reason`` set); ``usage`` or ``timings`` with nothing more token-relevant →
     USAGE; an explicitly empty text (``"content": ""`` / ``"text": ""``) with none of those and no role → CONTENT
     with no text (tokens=1: llama-cpp-python sends one per generated token whose text is not printable yet); an
     error object → ERROR; ``[DONE]`` → DONE; a known shape carrying nothing (an empty delta, ``choices: []`` alone)
-    → OTHER; an unknown shape → OTHER and a warning (once). Only ``choices[0]`` is read.
+    → OTHER; an unknown shape → OTHER and a warning (once). ``choices[0]`` is read and its ``index`` becomes the
+    chunk's ``choice`` (servers send one choice per chunk when ``n > 1``).
 
     ``usage`` / ``timings`` / the lab's ``latscope`` object are picked up from whichever chunk carries them: a
     ``latscope.sent_ns`` integer (monotonic ns, sent by ``latscope lab --truth``) becomes ``server_sent_ns`` and the
@@ -325,7 +321,7 @@ class OpenAIStreamDecoder:
             fits = True
             text = value[template[2] : template[3]]
             if text and '"' not in text and "\\" not in text and text.isprintable():
-                return _new_chunk(Chunk, (template[4], text, 1, template[5], None, None, None, None, None))
+                return _new_chunk(Chunk, (template[4], text, 1, template[5], None, None, None, None, None, template[6]))
         if value == DONE or self._done:
             return self._decode_event(self._event(index), _UNPARSED)
         try:
@@ -351,7 +347,7 @@ class OpenAIStreamDecoder:
         only: no bytecode per event."""
         template = self._template
         assert template is not None  # the caller checked
-        prefix, suffix, start, stop, kind, finish = template
+        prefix, suffix, start, stop, kind, finish, choice = template
         texts: list[str] = list(map(itemgetter(slice(start, stop)), values))
         if "" in texts:
             return None  # a value too short to hold the template, or an empty text (not a text chunk)
@@ -363,7 +359,7 @@ class OpenAIStreamDecoder:
         joined = "".join(texts)
         if '"' in joined or "\\" in joined or not joined.isprintable():
             return None  # _decode_value's checks, on all the texts at once
-        fields = zip(repeat(kind), texts, repeat(1), repeat(finish), *_FIVE_NONES)
+        fields = zip(repeat(kind), texts, repeat(1), repeat(finish), *_FIVE_NONES, repeat(choice))
         return list(map(_new_chunk, repeat(Chunk), fields))
 
     def _learn_template(self, value: str, chunk: Chunk) -> None:
@@ -389,9 +385,9 @@ class OpenAIStreamDecoder:
         # (text vs probe), so it is read from that value, which is exactly the characters in between. The rest of the
         # chunk (kind, finish_reason, no usage / timings / stamp) is then the same for any text that needs no
         # escaping.
-        if probe != (chunk[0], _PROBE, 1, chunk[3], None, None, None, None, None):
+        if probe != (chunk[0], _PROBE, 1, chunk[3], None, None, None, None, None, chunk[9]):
             return
-        self._template = (prefix, suffix, len(prefix), -len(suffix), chunk[0], chunk[3])
+        self._template = (prefix, suffix, len(prefix), -len(suffix), chunk[0], chunk[3], chunk[9])
 
     def _event(self, index: int) -> SSEEvent:
         """The ``index``-th event of this feed as an SSEEvent (for the general path and its messages)."""
@@ -441,9 +437,11 @@ class OpenAIStreamDecoder:
         finish = None
         role = False
         content = None
+        index = 0
         if choices:
             try:
                 choice = choices[0]
+                index = choice.get("index", 0)
                 if self._chat:
                     delta = choice["delta"]
                     content = delta.get("content")
@@ -455,6 +453,8 @@ class OpenAIStreamDecoder:
                         if reasoning:
                             kind = _REASONING
                             text = reasoning
+                        elif delta.get("tool_calls"):
+                            kind, text = _tool_call_delta(delta["tool_calls"])
                         else:
                             role = "role" in delta
                 else:
@@ -467,6 +467,8 @@ class OpenAIStreamDecoder:
                 return self._unknown(event, obj)
             if text.__class__ is not str or (finish is not None and finish.__class__ is not str):
                 return self._unknown(event, obj)
+            if index.__class__ is not int:
+                index = 0
         elif choices is None and ("error" in obj or obj.get("object") == "error"):
             return _error_chunk(api_error_from(obj))
         usage = obj.get("usage")
@@ -497,8 +499,8 @@ class OpenAIStreamDecoder:
             sent_ns = lab.get("sent_ns")
             if sent_ns.__class__ is not int:
                 sent_ns = None
-        tokens = 1 if kind is _CONTENT or kind is _REASONING else 0
-        return _new_chunk(Chunk, (kind, text, tokens, finish, usage_obj, timings, None, sent_ns, extra))
+        tokens = 1 if kind is _CONTENT or kind is _REASONING or kind is _TOOL_CALL else 0
+        return _new_chunk(Chunk, (kind, text, tokens, finish, usage_obj, timings, None, sent_ns, extra, index))
 
     def _unknown(self, event: SSEEvent, obj: dict[str, Any] | None) -> Chunk:
         """An event of a shape this decoder does not know: OTHER, a warning the first time, fields kept."""
@@ -535,6 +537,22 @@ class OpenAIStreamDecoder:
         self._utf8_seen = len(offsets)
 
 
+def _tool_call_delta(calls: Any) -> tuple[EventKind | None, str]:
+    """``(TOOL_CALL, arguments text)`` for a ``delta.tool_calls`` list whose calls carry a name or argument text (the
+    first piece of a call names the function; later ones add argument text), else ``(None, "")``. Raises
+    :class:`TypeError` for a shape that is not a list of calls (the caller's unknown-shape path)."""
+    parts: list[str] = []
+    named = False
+    for call in calls:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if arguments:
+            parts.append(arguments if arguments.__class__ is str else str(arguments))
+        named = named or bool(function.get("name"))
+    text = "".join(parts)
+    return (_TOOL_CALL, text) if text or named else (None, "")
+
+
 def _plain_chat(obj: Any) -> Chunk | None:
     """The chunk of a parsed chat chunk that carries text and nothing else (no usage, no timings; the lab's stamp
     allowed), or None for any other shape (then the general decoding applies)."""
@@ -547,9 +565,10 @@ def _plain_chat(obj: Any) -> Chunk | None:
             kind = _REASONING
             text = delta.get("reasoning_content") or delta.get("reasoning")
         finish = choice.get("finish_reason")
+        index = choice.get("index", 0)
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
-    return _plain_text_chunk(obj, kind, text, finish)
+    return _plain_text_chunk(obj, kind, text, finish, index)
 
 
 def _plain_completions(obj: Any) -> Chunk | None:
@@ -558,12 +577,13 @@ def _plain_completions(obj: Any) -> Chunk | None:
         choice = obj["choices"][0]
         text = choice["text"]
         finish = choice.get("finish_reason")
+        index = choice.get("index", 0)
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
-    return _plain_text_chunk(obj, _CONTENT, text, finish)
+    return _plain_text_chunk(obj, _CONTENT, text, finish, index)
 
 
-def _plain_text_chunk(obj: Any, kind: EventKind, text: Any, finish: Any) -> Chunk | None:
+def _plain_text_chunk(obj: Any, kind: EventKind, text: Any, finish: Any, index: Any) -> Chunk | None:
     """The text-only chunk for ``text``/``finish`` taken from ``obj``, or None when ``obj`` carries more (usage,
     timings) or a field has an unexpected type. The lab's ``latscope`` stamp is allowed."""
     if (
@@ -572,17 +592,18 @@ def _plain_text_chunk(obj: Any, kind: EventKind, text: Any, finish: Any) -> Chun
         or (finish is not None and finish.__class__ is not str)
         or obj.get("usage") is not None
         or "timings" in obj
+        or index.__class__ is not int
     ):
         return None
     lab = obj.get("latscope")
     if lab is None:
-        return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, None, None))
+        return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, None, None, index))
     if lab.__class__ is not dict:
         return None
     sent_ns = lab.get("sent_ns")
     if sent_ns.__class__ is not int:
         sent_ns = None
-    return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, sent_ns, {"latscope": lab}))
+    return _new_chunk(Chunk, (kind, text, 1, finish, None, None, None, sent_ns, {"latscope": lab}, index))
 
 
 def _error_chunk(error: ApiError) -> Chunk:

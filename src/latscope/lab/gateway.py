@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from latscope.lab import tokenizer
+from latscope.lab.apis import ApiFields, ErrorStyle, read_messages, read_ollama, read_responses, read_tgi
 from latscope.lab.errors import ErrorResponse, invalid_request, model_not_found, unauthorized
 from latscope.lab.slowparse import naive_inspect, naive_parse
 
@@ -46,6 +47,41 @@ class Endpoint(StrEnum):
 
     CHAT = "chat.completions"  #: POST /v1/chat/completions
     COMPLETIONS = "completions"  #: POST /v1/completions
+    RESPONSES = "responses"  #: POST /v1/responses (OpenAI Responses)
+    MESSAGES = "messages"  #: POST /v1/messages (Anthropic Messages)
+    TGI_STREAM = "generate_stream"  #: POST /generate_stream (TGI native, streamed)
+    TGI_GENERATE = "generate"  #: POST /generate (TGI native, one answer)
+    TGI_COMPAT = "compat_generate"  #: POST / (TGI native; the body's ``stream`` decides; what its client calls)
+    OLLAMA_CHAT = "api.chat"  #: POST /api/chat (Ollama native, NDJSON)
+    OLLAMA_GENERATE = "api.generate"  #: POST /api/generate (Ollama native, NDJSON)
+
+    @property
+    def error_style(self) -> ErrorStyle:
+        """The shape this API gives its errors."""
+        return _ERROR_STYLES.get(self, ErrorStyle.OPENAI)
+
+
+_ERROR_STYLES = {
+    Endpoint.MESSAGES: ErrorStyle.ANTHROPIC,
+    Endpoint.TGI_STREAM: ErrorStyle.TGI,
+    Endpoint.TGI_GENERATE: ErrorStyle.TGI,
+    Endpoint.TGI_COMPAT: ErrorStyle.TGI,
+    Endpoint.OLLAMA_CHAT: ErrorStyle.OLLAMA,
+    Endpoint.OLLAMA_GENERATE: ErrorStyle.OLLAMA,
+}
+
+
+def _read_api(endpoint: Endpoint, document: Mapping[str, Any]) -> ApiFields:
+    """The fields of a request of one of the APIs of :mod:`latscope.lab.apis`."""
+    if endpoint is Endpoint.RESPONSES:
+        return read_responses(document)
+    if endpoint is Endpoint.MESSAGES:
+        return read_messages(document)
+    if endpoint is Endpoint.TGI_STREAM or endpoint is Endpoint.TGI_GENERATE:
+        return read_tgi(document, stream=endpoint is Endpoint.TGI_STREAM)
+    if endpoint is Endpoint.TGI_COMPAT:
+        return read_tgi(document, stream=document.get("stream") is True)
+    return read_ollama(document, chat=endpoint is Endpoint.OLLAMA_CHAT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +99,12 @@ class CompletionRequest:
     sampled: bool  #: asks for more than greedy or plain-temperature sampling (:func:`host_sampled`)
     parse_ns: int  #: bytes → document
     validate_ns: int  #: document → this object (validation, safety filter on the naive path, tokenisation)
+    #: the tool the answer calls (Anthropic ``tool_choice`` ``tool`` / ``any``, OpenAI chat ``tool_choice`` naming a
+    #: function or ``required``): its generated tokens become the tool's input, streamed as ``input_json_delta`` /
+    #: ``tool_calls[].function.arguments`` pieces; None for a text answer
+    tool: str | None = None
+    #: the first tokens that are thinking (Anthropic extended thinking: a thinking block, then the text); 0 for none
+    thinking_tokens: int = 0
 
 
 def host_sampled(document: Mapping[str, Any]) -> bool:
@@ -90,11 +132,14 @@ class Gateway:
         self.max_context_tokens = max_context_tokens
         self._expected_auth = f"Bearer {api_key}".encode() if api_key is not None else None
 
-    def authorize(self, authorization: bytes | None) -> None:
-        """Check ``Authorization: Bearer KEY`` when the lab has a key; raise a 401 :class:`ErrorResponse` if wrong."""
+    def authorize(self, authorization: bytes | None, api_key: bytes | None = None) -> None:
+        """Check ``Authorization: Bearer KEY`` (or Anthropic's ``x-api-key: KEY``, given as ``api_key``) when the lab
+        has a key; raise a 401 :class:`ErrorResponse` if wrong."""
         expected = self._expected_auth
         if expected is None:
             return
+        if authorization is None and api_key is not None:
+            authorization = b"Bearer " + api_key.strip()
         if authorization is None or not authorization.startswith(b"Bearer "):
             raise unauthorized(provided=False)
         if not hmac.compare_digest(authorization.strip(), expected):  # constant time: no key oracle
@@ -124,6 +169,8 @@ class Gateway:
     def _validate(self, endpoint: Endpoint, document: Any) -> dict[str, Any]:
         if not isinstance(document, dict):
             raise _invalid_type("the request body", "an object", document, with_param=False)
+        if endpoint is not Endpoint.CHAT and endpoint is not Endpoint.COMPLETIONS:
+            return self._validate_api(endpoint, document)
         model = _required(document, "model", str, "a string", "You must provide a model parameter.")
         if model != self.model:
             raise model_not_found(model)
@@ -167,6 +214,7 @@ class Gateway:
         user = document.get("user")
         if user is not None and not isinstance(user, str):
             raise _invalid_type("user", "a string", user)  # accepted at any length; never tokenised
+        tool = _forced_function(document) if endpoint is Endpoint.CHAT else None
         return {
             "model": model,
             "prompt_tokens": prompt_tokens,
@@ -175,6 +223,34 @@ class Gateway:
             "include_usage": include_usage,
             "seed": seed,
             "sampled": host_sampled(document),
+            "tool": tool,
+        }
+
+    def _validate_api(self, endpoint: Endpoint, document: Mapping[str, Any]) -> dict[str, Any]:
+        """The accepted fields of a request of another API than OpenAI chat / completions (one engine for all)."""
+        fields = _read_api(endpoint, document)
+        if fields.model is not None and fields.model != self.model:
+            raise model_not_found(fields.model)
+        if fields.prompt_tokens + fields.max_tokens > self.max_context_tokens:
+            raise invalid_request(
+                f"This model's maximum context length is {self.max_context_tokens} tokens. However, you requested "
+                f"{fields.prompt_tokens + fields.max_tokens} tokens ({fields.prompt_tokens} in the prompt, "
+                f"{fields.max_tokens} for the completion). Please reduce the prompt or the completion length.",
+                param=fields.param,
+                code="context_length_exceeded",
+            )
+        nested = document.get("parameters") or document.get("options")  # TGI's and Ollama's sampling settings
+        settings = {**document, **nested} if isinstance(nested, dict) else document
+        return {
+            "model": fields.model or self.model,
+            "prompt_tokens": fields.prompt_tokens,
+            "max_tokens": fields.max_tokens,
+            "stream": fields.stream,
+            "include_usage": True,  # every one of these APIs reports usage at the end of a stream
+            "seed": fields.seed,
+            "sampled": host_sampled(settings),
+            "tool": fields.tool,
+            "thinking_tokens": fields.thinking_tokens,
         }
 
     @staticmethod
@@ -247,6 +323,26 @@ class Gateway:
             raise _invalid_type("prompt", "a string, an array of token ids, or an array of one of these", prompt)
         # A model always sees at least its begin-of-sequence token, so even an empty prompt is one token of prefill.
         return max(1, tokens)
+
+
+def _forced_function(document: Mapping[str, Any]) -> str | None:
+    """The function an OpenAI chat request forces (``tool_choice`` ``{"type": "function", "function": {"name"}}``,
+    or ``required``: the first tool), else None: with ``auto`` the lab answers with text."""
+    tools = document.get("tools")
+    choice = document.get("tool_choice")
+    if not tools or choice in (None, "auto", "none"):
+        return None
+    if not isinstance(tools, list):
+        raise _invalid_type("tools", "an array", tools)
+    names = [tool.get("function", {}).get("name") if isinstance(tool, dict) else None for tool in tools]
+    if not all(isinstance(name, str) and name for name in names):
+        raise invalid_request("Missing required parameter: 'tools[].function.name'.", param="tools")
+    if choice == "required":
+        return str(names[0])
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    if name not in names:
+        raise invalid_request(f"Invalid 'tool_choice': no function named {name!r} in tools.", param="tool_choice")
+    return str(name)
 
 
 def _max_tokens(document: Mapping[str, Any], default: int) -> int:

@@ -3,12 +3,21 @@
 ==========================  ======  ==========================================================================
 ``/v1/chat/completions``    POST    chat generation, streamed (SSE) or not
 ``/v1/completions``         POST    legacy completions, streamed or not
+``/v1/responses``           POST    OpenAI Responses, streamed (typed SSE events) or not
+``/v1/messages``            POST    Anthropic Messages, streamed (typed SSE events) or not
+``/generate_stream``        POST    TGI native, streamed; ``/generate`` the same answer whole; ``/`` either, as the
+                                    body's ``stream`` says (TGI's client posts there); ``/info`` the model
+``/api/chat``               POST    Ollama native chat, streamed (NDJSON, the default) or not
+``/api/generate``           POST    Ollama native generate; ``/api/tags`` lists the model
 ``/v1/models``              GET     the one served model (``/v1/models/{id}`` too)
 ``/metrics``                GET     Prometheus text from :class:`~latscope.lab.metrics.LabMetrics`
 ``/health``                 GET     ``{"status": "ok", ...}``
 ==========================  ======  ==========================================================================
 
-``/v1`` routes require the API key when the lab has one. Every request leaves a
+Every API goes through the same gateway, scheduler, engine and stream writer, so every fault shows through each of
+them; each answers its errors in its own shape (:mod:`latscope.lab.apis`). The API routes (all but ``/metrics`` and
+``/health``) require the API key when the lab has one: ``Authorization: Bearer KEY``, or ``x-api-key: KEY`` as
+Anthropic's clients send it. Every request leaves a
 :class:`~latscope.lab.records.RequestRecord` in the lab's record log, whatever its outcome.
 
 A streamed response's head is written when the first token is ready — so time to first byte includes queueing and
@@ -25,7 +34,22 @@ from typing import Any
 
 import orjson
 
+from latscope.lab.apis import ErrorStyle, error_body, error_status, stream_error_event
 from latscope.lab.errors import ErrorResponse, invalid_request, method_not_allowed, model_not_found, not_found
+from latscope.lab.formats import (
+    AnthropicFormat,
+    AnthropicThinkingFormat,
+    AnthropicToolFormat,
+    OllamaFormat,
+    ResponsesFormat,
+    ResponsesToolFormat,
+    StreamFormat,
+    TgiFormat,
+    ollama_created_at,
+    ollama_durations,
+    responses_usage,
+    token_id,
+)
 from latscope.lab.gateway import CompletionRequest, Endpoint, Gateway
 from latscope.lab.http.exchange import Request, ResponseChannel
 from latscope.lab.metrics import LabMetrics
@@ -41,7 +65,7 @@ from latscope.lab.scheduler import (
 )
 from latscope.lab.settings import LabSettings
 from latscope.lab.truth import latscope_fields, llama_timings, ms, server_timing, usage
-from latscope.lab.writer import DONE_EVENT, SYSTEM_FINGERPRINT, ChunkFormat, StreamWriter
+from latscope.lab.writer import DONE_EVENT, SYSTEM_FINGERPRINT, ChunkFormat, StreamWriter, ToolCallChunkFormat
 
 JSON = (b"content-type", b"application/json")
 SERVER = (b"server", b"latscope-lab")
@@ -49,6 +73,31 @@ SERVER = (b"server", b"latscope-lab")
 CLIENT_CLOSED = 499
 
 Route = Callable[[Request, ResponseChannel, "_Trace"], Awaitable[None]]
+
+#: The error shape of each API's paths (OpenAI's elsewhere).
+_ERROR_STYLES = {
+    "/v1/messages": ErrorStyle.ANTHROPIC,
+    "/generate": ErrorStyle.TGI,
+    "/generate_stream": ErrorStyle.TGI,
+    "/": ErrorStyle.TGI,
+    "/info": ErrorStyle.TGI,
+}
+#: Paths open without the API key.
+_OPEN_PATHS = frozenset({"/metrics", "/health"})
+#: The request id prefix of each API's answers.
+_ID_PREFIXES = {
+    Endpoint.CHAT: "chatcmpl-",
+    Endpoint.COMPLETIONS: "cmpl-",
+    Endpoint.RESPONSES: "resp_",
+    Endpoint.MESSAGES: "msg_",
+}
+
+
+def error_style(path: str) -> ErrorStyle:
+    """The error shape of the API ``path`` belongs to."""
+    if path.startswith("/api/"):
+        return ErrorStyle.OLLAMA
+    return _ERROR_STYLES.get(path, ErrorStyle.OPENAI)
 
 
 class _Trace:
@@ -142,6 +191,15 @@ class LabService:
         self._routes: dict[str, dict[str, Route]] = {
             "/v1/chat/completions": {"POST": self._chat},
             "/v1/completions": {"POST": self._completions},
+            "/v1/responses": {"POST": self._api(Endpoint.RESPONSES)},
+            "/v1/messages": {"POST": self._api(Endpoint.MESSAGES)},
+            "/generate_stream": {"POST": self._api(Endpoint.TGI_STREAM)},
+            "/generate": {"POST": self._api(Endpoint.TGI_GENERATE)},
+            "/": {"POST": self._api(Endpoint.TGI_COMPAT)},
+            "/api/chat": {"POST": self._api(Endpoint.OLLAMA_CHAT)},
+            "/api/generate": {"POST": self._api(Endpoint.OLLAMA_GENERATE)},
+            "/info": {"GET": self._info},
+            "/api/tags": {"GET": self._tags},
             "/v1/models": {"GET": self._models},
             "/metrics": {"GET": self._metrics},
             "/health": {"GET": self._health},
@@ -152,11 +210,12 @@ class LabService:
         completion_tokens = 0
         try:
             route = self._route(request)
-            if request.path.startswith("/v1/"):
-                self.gateway.authorize(request.header(b"authorization"))
+            if request.path not in _OPEN_PATHS:
+                self.gateway.authorize(request.header(b"authorization"), request.header(b"x-api-key"))
             await route(request, channel, trace)
         except ErrorResponse as error:
-            trace.status = error.status
+            style = error_style(request.path)
+            trace.status = error_status(error, style)
             trace.error = error.message
             if channel.headers_sent_ns is not None:
                 return  # too late for an error response; the stream already said what it could
@@ -167,7 +226,7 @@ class LabService:
                 methods = list(self._routes.get(request.path, {}))
                 allowed = ", ".join(methods + (["HEAD"] if "GET" in methods else []))
                 headers.append((b"allow", allowed.encode()))
-            channel.respond(error.status, headers, error.body())
+            channel.respond(trace.status, headers, error_body(error, style))
         finally:
             if trace.writer is not None:
                 completion_tokens = trace.writer.tokens
@@ -202,6 +261,23 @@ class LabService:
             raise model_not_found(name)
         channel.respond(200, [JSON, SERVER], orjson.dumps(self._model_object()))
 
+    async def _info(self, request: Request, channel: ResponseChannel, trace: _Trace) -> None:
+        """TGI's ``/info``: the one model served, and the limits a client may need."""
+        body = orjson.dumps(
+            {
+                "model_id": self.model,
+                "max_input_tokens": self.gateway.max_context_tokens - 1,
+                "max_total_tokens": self.gateway.max_context_tokens,
+                "router": "latscope-lab",
+            }
+        )
+        channel.respond(200, [JSON, SERVER], body)
+
+    async def _tags(self, request: Request, channel: ResponseChannel, trace: _Trace) -> None:
+        """Ollama's ``/api/tags``: the one model served."""
+        model = {"name": self.model, "model": self.model, "modified_at": ollama_created_at(), "size": 0}
+        channel.respond(200, [JSON, SERVER], orjson.dumps({"models": [model]}))
+
     async def _metrics(self, request: Request, channel: ResponseChannel, trace: _Trace) -> None:
         body, content_type = self.metrics.render()
         channel.respond(200, [(b"content-type", content_type.encode()), SERVER], body)
@@ -226,8 +302,16 @@ class LabService:
     async def _completions(self, request: Request, channel: ResponseChannel, trace: _Trace) -> None:
         await self._generate(request, channel, trace, Endpoint.COMPLETIONS)
 
+    def _api(self, endpoint: Endpoint) -> Route:
+        """The route of a generation endpoint."""
+
+        async def route(request: Request, channel: ResponseChannel, trace: _Trace) -> None:
+            await self._generate(request, channel, trace, endpoint)
+
+        return route
+
     async def _generate(self, request: Request, channel: ResponseChannel, trace: _Trace, endpoint: Endpoint) -> None:
-        prefix = "chatcmpl-" if endpoint is Endpoint.CHAT else "cmpl-"
+        prefix = _ID_PREFIXES.get(endpoint, "gen-")
         request_id = trace.request_id = prefix + secrets.token_hex(12)
         trace.endpoint = endpoint
         parsed = trace.parsed = self.gateway.parse(endpoint, request.body)
@@ -249,10 +333,15 @@ class LabService:
         trace.stats = stream.stats
         completed = False
         try:
-            if parsed.stream:
+            openai = endpoint is Endpoint.CHAT or endpoint is Endpoint.COMPLETIONS
+            if parsed.stream and openai:
                 await self._stream(channel, trace, parsed, stream, request_id)
-            else:
+            elif parsed.stream:
+                await self._stream_api(request, channel, trace, parsed, stream, request_id)
+            elif openai:
                 await self._complete(channel, parsed, stream, request_id)
+            else:
+                await self._complete_api(request, channel, parsed, stream, request_id)
             completed = True
         except GenerationError as exc:
             trace.error = f"generation failed: {exc}"
@@ -264,15 +353,9 @@ class LabService:
                     type="server_error",
                     code="engine_unavailable",
                 ) from None
-            # Mid-stream: say so in the stream, as OpenAI-compatible servers do, then end it.
+            # Mid-stream: say so in the stream, as each API's servers do, then end it.
             if trace.writer is not None:
-                trace.writer.send(
-                    b"data: "
-                    + orjson.dumps(
-                        {"error": {"message": str(exc), "type": "server_error", "param": None, "code": None}}
-                    )
-                    + b"\n\n"
-                )
+                trace.writer.send(stream_error_event(str(exc), endpoint.error_style))
                 trace.writer.close()
         finally:
             if not completed:
@@ -286,7 +369,11 @@ class LabService:
         stream: RequestStream,
         request_id: str,
     ) -> None:
-        fmt = ChunkFormat(parsed.endpoint, request_id, int(time.time()), self.model)
+        fmt = (
+            ChunkFormat(parsed.endpoint, request_id, int(time.time()), self.model)
+            if parsed.tool is None
+            else ToolCallChunkFormat(request_id, int(time.time()), self.model, parsed.tool)
+        )
         writer = trace.writer = StreamWriter(channel, fmt, truth=self.truth, buffer_bytes=self.buffer_bytes)
         first = await anext(stream)
         stats = stream.stats
@@ -331,6 +418,15 @@ class LabService:
             if parsed.endpoint is Endpoint.CHAT
             else {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
         )
+        if parsed.tool is not None:
+            arguments = orjson.dumps({"text": text}).decode()
+            call = {
+                "id": "call_" + request_id[-12:],
+                "type": "function",
+                "function": {"name": parsed.tool, "arguments": arguments},
+            }
+            choice["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+            choice["finish_reason"] = "tool_calls"  # fmt: skip
         body = {
             "id": request_id,
             "object": "chat.completion" if parsed.endpoint is Endpoint.CHAT else "text_completion",
@@ -351,4 +447,151 @@ class LabService:
                 (b"server-timing", server_timing(parsed, stats, decode=True)),
             ],
             orjson.dumps(body),
+        )
+
+    # -- the other APIs ------------------------------------------------------------------------------------------------
+    def _format(
+        self, request: Request, parsed: CompletionRequest, stats: RequestStats, request_id: str
+    ) -> StreamFormat:
+        """The stream format of ``parsed``'s API, its final event carrying the lab's fields."""
+
+        def final() -> dict[str, Any]:
+            return {"latscope": latscope_fields(request_id, parsed, stats)}
+
+        endpoint = parsed.endpoint
+        if endpoint is Endpoint.MESSAGES and parsed.thinking_tokens and parsed.tool is None:
+            return AnthropicThinkingFormat(request_id, self.model, parsed.prompt_tokens, final, parsed.thinking_tokens)
+        if endpoint is Endpoint.MESSAGES and parsed.tool is not None:
+            return AnthropicToolFormat(request_id, self.model, parsed.prompt_tokens, final, parsed.tool)
+        if endpoint is Endpoint.MESSAGES:
+            return AnthropicFormat(request_id, self.model, parsed.prompt_tokens, final)
+        if endpoint is Endpoint.RESPONSES and parsed.tool is not None:
+            return ResponsesToolFormat(request_id, self.model, int(time.time()), final, parsed.tool)
+        if endpoint is Endpoint.RESPONSES:
+            return ResponsesFormat(request_id, self.model, int(time.time()), final)
+        if endpoint is Endpoint.TGI_STREAM or endpoint is Endpoint.TGI_COMPAT:
+            return TgiFormat(parsed.prompt_tokens, parsed.seed, final)
+        return OllamaFormat(
+            self.model,
+            endpoint is Endpoint.OLLAMA_CHAT,
+            lambda: ollama_durations(stats, request.received_ns),
+            final,
+        )
+
+    async def _stream_api(
+        self,
+        request: Request,
+        channel: ResponseChannel,
+        trace: _Trace,
+        parsed: CompletionRequest,
+        stream: RequestStream,
+        request_id: str,
+    ) -> None:
+        """A streamed answer in another API's format: the head when the first token is ready, as for OpenAI's."""
+        stats = stream.stats
+        fmt = self._format(request, parsed, stats, request_id)
+        writer = trace.writer = StreamWriter(channel, fmt, truth=self.truth, buffer_bytes=self.buffer_bytes)
+        first = await anext(stream)
+        headers = [(b"content-type", fmt.media_type), *self._stream_headers[1:]]
+        channel.start(
+            200,
+            [*headers, (b"x-request-id", request_id.encode()), (b"server-timing", server_timing(parsed, stats))],
+        )
+        for event in fmt.opening():
+            writer.send_json(event)
+        writer.send_token(first)
+        last = await writer.pump(stream) or first
+        for event in fmt.closing(last.finish_reason or "length", parsed.prompt_tokens, writer.tokens):
+            writer.send_json(event)
+        writer.close()
+
+    async def _complete_api(
+        self,
+        request: Request,
+        channel: ResponseChannel,
+        parsed: CompletionRequest,
+        stream: RequestStream,
+        request_id: str,
+    ) -> None:
+        """A non-streamed answer in another API's shape."""
+        texts: list[str] = []
+        last: TokenOut | None = None
+        async for token in stream:
+            texts.append(token.text)
+            last = token
+        stats = stream.stats
+        reason = (last.finish_reason if last is not None else None) or "length"
+        text = "".join(texts)
+        lab = latscope_fields(request_id, parsed, stats)
+        endpoint = parsed.endpoint
+        body: dict[str, Any]
+        if endpoint is Endpoint.MESSAGES:
+            body = {
+                "id": request_id,
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "max_tokens" if reason == "length" else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": parsed.prompt_tokens, "output_tokens": len(texts)},
+            }
+            if parsed.thinking_tokens and parsed.tool is None:
+                thought = {"type": "thinking", "thinking": "".join(texts[: parsed.thinking_tokens]), "signature": "lab"}
+                answer_text = {"type": "text", "text": "".join(texts[parsed.thinking_tokens :])}
+                body["content"] = [thought, answer_text]
+            if parsed.tool is not None:
+                call = {"type": "tool_use", "id": "toolu_" + secrets.token_hex(12), "name": parsed.tool}
+                body["content"] = [{**call, "input": {"text": text}}]
+                body["stop_reason"] = "tool_use"
+        elif endpoint is Endpoint.RESPONSES:
+            item_id = "msg_" + secrets.token_hex(12)
+            part = {"type": "output_text", "text": text, "annotations": []}
+            body = {
+                "id": request_id,
+                "object": "response",
+                "created_at": int(time.time()),
+                "status": "incomplete" if reason == "length" else "completed",
+                "incomplete_details": {"reason": "max_output_tokens"} if reason == "length" else None,
+                "error": None,
+                "model": self.model,
+                "output": [
+                    {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+                ],
+                "usage": responses_usage(parsed.prompt_tokens, len(texts)),
+            }
+            if parsed.tool is not None:
+                call = {"type": "function_call", "id": "fc_" + item_id[-12:], "call_id": "call_" + item_id[-12:]}
+                arguments = orjson.dumps({"text": text}).decode()
+                body["output"] = [{**call, "name": parsed.tool, "arguments": arguments, "status": "completed"}]
+                body["status"], body["incomplete_details"] = "completed", None
+        elif endpoint is Endpoint.TGI_GENERATE or endpoint is Endpoint.TGI_COMPAT:
+            body = {
+                "generated_text": text,
+                "details": {
+                    "finish_reason": reason,
+                    "generated_tokens": len(texts),
+                    "seed": parsed.seed,
+                    "prefill": [],
+                    "tokens": [{"id": token_id(t), "text": t, "logprob": -0.25, "special": False} for t in texts],
+                },
+            }
+        else:
+            body = {"model": self.model, "created_at": ollama_created_at()}
+            if endpoint is Endpoint.OLLAMA_CHAT:
+                body["message"] = {"role": "assistant", "content": text}
+            else:
+                body["response"] = text
+            body.update({"done": True, "done_reason": reason, **ollama_durations(stats, request.received_ns)})
+        body["latscope"] = lab
+        answer: Any = [body] if endpoint is Endpoint.TGI_COMPAT else body  # TGI's / answers a list of one
+        channel.respond(
+            200,
+            [
+                JSON,
+                SERVER,
+                (b"x-request-id", request_id.encode()),
+                (b"server-timing", server_timing(parsed, stats, decode=True)),
+            ],
+            orjson.dumps(answer),
         )

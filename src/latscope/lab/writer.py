@@ -1,4 +1,7 @@
-"""The stream writer: one Server-Sent Event per token, written as soon as the engine produces it.
+"""The stream writer: one event per token, written as soon as the engine produces it.
+
+The OpenAI chat and completions streams are :class:`ChunkFormat`'s; the other APIs' streams (Anthropic, Responses,
+TGI, Ollama's NDJSON) are :mod:`latscope.lab.formats`'; the writer and its faults are the same for all.
 
 A stream is, in order (OpenAI's chat format; the completions format has no role chunk)::
 
@@ -26,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from latscope.lab.formats import StreamFormat
 from latscope.lab.gateway import Endpoint
 from latscope.lab.http.exchange import ResponseChannel
 from latscope.lab.scheduler import RequestStream, TokenOut
@@ -67,6 +71,14 @@ class ChunkFormat:
             sent_ns,
         )
 
+    def token_event(self, token: TokenOut, sent_ns: int | None) -> bytes:
+        """A token event, stamped when ``sent_ns`` is given (the :class:`~latscope.lab.formats.StreamFormat` face)."""
+        return self.token(token.text) if sent_ns is None else self.token_stamped(token.text, sent_ns)
+
+    def frame(self, chunk: dict[str, Any]) -> bytes:
+        """One JSON chunk as an SSE event."""
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
     def role(self) -> dict[str, Any]:
         """The first chat chunk: the assistant role, no text."""
         return {
@@ -90,10 +102,48 @@ class ChunkFormat:
         return {**self._base, "choices": [], "usage": usage}
 
 
+class ToolCallChunkFormat(ChunkFormat):
+    """A chat stream whose answer calls ``tool``: the role chunk names the call, each token adds a piece of its
+    ``arguments`` (``{"text": <the generated tokens>}``: the first piece opens the object, the last closes it), and
+    the finish reason is ``tool_calls``."""
+
+    def __init__(self, completion_id: str, created: int, model: str, tool: str) -> None:
+        super().__init__(Endpoint.CHAT, completion_id, created, model)
+        self.tool = tool
+        self.call_id = "call_" + completion_id[-12:]
+        self.opened = False
+        common = orjson.dumps(self._base)[:-1]
+        self._token_head = (
+            b"data: " + common + b',"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":'
+        )
+        self._token_tail = b'}}]},"logprobs":null,"finish_reason":null}]'
+
+    def token_event(self, token: TokenOut, sent_ns: int | None) -> bytes:
+        piece = orjson.dumps(token.text)[1:-1].decode()  # the text as it sits inside a JSON string
+        if not self.opened:
+            self.opened = True
+            piece = '{"text": "' + piece
+        if token.finish_reason is not None:
+            piece += '"}'
+        return self.token(piece) if sent_ns is None else self.token_stamped(piece, sent_ns)
+
+    def role(self) -> dict[str, Any]:
+        call = {"index": 0, "id": self.call_id, "type": "function", "function": {"name": self.tool, "arguments": ""}}
+        delta = {"role": "assistant", "content": None, "tool_calls": [call]}
+        return {**self._base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+
+    def finish(self, reason: str) -> dict[str, Any]:
+        chunk = super().finish(reason)
+        chunk["choices"][0]["finish_reason"] = "tool_calls"
+        return chunk
+
+
 class StreamWriter:
     """Writes one response's events to its channel, directly or through a proxy-like buffer."""
 
-    def __init__(self, channel: ResponseChannel, fmt: ChunkFormat, *, truth: bool, buffer_bytes: int | None) -> None:
+    def __init__(
+        self, channel: ResponseChannel, fmt: ChunkFormat | StreamFormat, *, truth: bool, buffer_bytes: int | None
+    ) -> None:
         self.channel = channel
         self.fmt = fmt
         self.truth = truth
@@ -119,13 +169,12 @@ class StreamWriter:
         if self.truth:
             fields = chunk.setdefault("latscope", {})
             fields["sent_ns"] = time.monotonic_ns()
-        self.send(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        self.send(self.fmt.frame(chunk))
 
     def send_token(self, token: TokenOut) -> None:
         """A token event (the hot path)."""
         self.tokens += 1
-        fmt = self.fmt
-        self.send(fmt.token_stamped(token.text, time.monotonic_ns()) if self.truth else fmt.token(token.text))
+        self.send(self.fmt.token_event(token, time.monotonic_ns() if self.truth else None))
 
     async def pump(self, stream: RequestStream) -> TokenOut | None:
         """Write every remaining token of ``stream`` as it arrives; return the last one (None if there was none)."""

@@ -56,7 +56,8 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("send_ms", pa.float64()),
         pa.field("wait_ms", pa.float64()),
         pa.field("ttfb_ms", pa.float64()),
-        pa.field("ttft_ms", pa.float64()),
+        pa.field("ttft_ms", pa.float64()),  # to the first token of any kind (text, reasoning, tool-call arguments)
+        pa.field("ttft_text_ms", pa.float64()),  # to the first visible-text token (NULL when no text came)
         pa.field("tpot_ms", pa.float64()),
         pa.field("e2e_ms", pa.float64()),
         pa.field("itl_count", pa.int32(), nullable=False),  # inter-token gaps; every one is a row in ``events``
@@ -97,9 +98,11 @@ EVENT_SCHEMA = pa.schema(
         pa.field("kind", pa.dictionary(pa.int8(), pa.string()), nullable=False),
         pa.field("tokens", pa.int32(), nullable=False),
         pa.field("text_chars", pa.int32(), nullable=False),
-        pa.field("gap_ms", pa.float64()),  # token events: gap since the previous token event (NULL for the first)
+        # token events: gap since the previous token event of the same kind and choice (NULL for the first of each)
+        pa.field("gap_ms", pa.float64()),
         pa.field("coalesced", pa.bool_(), nullable=False),  # arrived in the same read as the previous event
         pa.field("delay_ms", pa.float64()),  # client stamp − server send stamp (lab --truth only)
+        pa.field("choice", pa.int32(), nullable=False),  # the choice (n > 1) or output item; 0 for a single answer
     ]
 )
 
@@ -190,6 +193,7 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         metrics.wait_ms(t),
         metrics.ttfb_ms(t),
         metrics.ttft_ms(t),
+        metrics.ttft_text_ms(t),
         metrics.e2e_ms(t),
         prompt_tokens,
         prompt_source,
@@ -216,9 +220,9 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
 _SCALAR_COLUMNS = (
     "step", "request_id", "worker", "class", "warmup", "ok", "scheduled_at_ms", "started_at_ms", "ended_at_ms",
     "schedule_lag_ms", "client_queue_ms", "setup_ms", "pool_ms", "dns_ms", "connect_ms", "tls_ms", "send_ms",
-    "wait_ms", "ttfb_ms", "ttft_ms", "e2e_ms", "prompt_tokens", "prompt_tokens_source", "_usage_output_tokens",
-    "max_tokens", "events", "reads", "connection_id", "reused", "http_version", "status", "finish_reason",
-    "error_phase", "error_kind", "error_status", "error_message",
+    "wait_ms", "ttfb_ms", "ttft_ms", "ttft_text_ms", "e2e_ms", "prompt_tokens", "prompt_tokens_source",
+    "_usage_output_tokens", "max_tokens", "events", "reads", "connection_id", "reused", "http_version", "status",
+    "finish_reason", "error_phase", "error_kind", "error_status", "error_message",
     *(f"server_{phase}_ms" for phase in SERVER_COLUMNS),
     "started_ns", "_first_token_ns", "_last_token_ns",
 )  # fmt: skip
@@ -249,11 +253,12 @@ def _group_median(values: npt.NDArray[np.float64], groups: npt.NDArray[np.int64]
 
 
 def _events_of(timelines: Sequence[Timeline]) -> tuple[npt.NDArray[Any], ...]:
-    """Every event of the batch as six columns (at_ns, read_index, kind code, text_chars, tokens, delay_ms)."""
+    """Every event of the batch as seven columns (at_ns, read_index, kind code, text_chars, tokens, delay_ms,
+    choice)."""
     events = list(chain.from_iterable(t.events for t in timelines))
     parts: list[tuple[npt.NDArray[Any], ...]] = []
     for lo in range(0, len(events), CONVERT_CHUNK_EVENTS):
-        at, read_index, kinds, chars, tokens, sent = zip(*events[lo : lo + CONVERT_CHUNK_EVENTS], strict=True)
+        at, read_index, kinds, chars, tokens, sent, choice = zip(*events[lo : lo + CONVERT_CHUNK_EVENTS], strict=True)
         at_ns = np.array(at, dtype=np.int64)
         # None → NaN in one C-level conversion. float64 holds monotonic ns exactly up to 2**53 (104 days of uptime)
         # and to within a few ns beyond: far below the microseconds this column is read at.
@@ -266,6 +271,7 @@ def _events_of(timelines: Sequence[Timeline]) -> tuple[npt.NDArray[Any], ...]:
                 np.array(chars, dtype=np.int32),
                 np.array(tokens, dtype=np.int32),
                 delay,
+                np.array(choice, dtype=np.int32),
             )
         )
     if not parts:
@@ -276,6 +282,7 @@ def _events_of(timelines: Sequence[Timeline]) -> tuple[npt.NDArray[Any], ...]:
             np.empty(0, np.int32),
             np.empty(0, np.int32),
             np.empty(0, np.float64),
+            np.empty(0, np.int32),
         )
     return tuple(np.concatenate(cols) for cols in zip(*parts, strict=True))
 
@@ -288,18 +295,20 @@ def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.T
     timelines = [t for t, _ in batch]
     scalars = dict(zip(_SCALAR_COLUMNS, zip(*(_request_scalars(t, c) for t, c in batch), strict=True), strict=True))
 
-    at_ns, read_index, kind, text_chars, tokens, delay = _events_of(timelines)
+    at_ns, read_index, kind, text_chars, tokens, delay, choice = _events_of(timelines)
     n_ev = at_ns.size
     counts = np.array(scalars["events"], dtype=np.int64)
     req = np.repeat(np.arange(n_req, dtype=np.int64), counts)
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))
     started = np.array(scalars["started_ns"], dtype=np.int64)
-    is_token = (kind == _TOKEN_CODE_LIST[0]) | (kind == _TOKEN_CODE_LIST[1])
+    is_token = np.isin(kind, _TOKEN_CODE_LIST)
 
-    # Inter-token gaps: consecutive token events of the same request.
+    # Inter-token gaps: consecutive token events of the same request, kind and choice (metrics.itl_ms). A stable
+    # sort by (request, kind, choice) puts each such run together in arrival order.
     tok = np.flatnonzero(is_token)
+    tok = tok[np.lexsort((tok, choice[tok], kind[tok], req[tok]))]
     tok_req = req[tok]
-    same = tok_req[1:] == tok_req[:-1]
+    same = (tok_req[1:] == tok_req[:-1]) & (kind[tok][1:] == kind[tok][:-1]) & (choice[tok][1:] == choice[tok][:-1])
     gap_at = tok[1:][same]
     gap_val = np.diff(at_ns[tok])[same] / NS_PER_MS
     gap_req = tok_req[1:][same]
@@ -361,6 +370,7 @@ def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.T
             nullable(gap),
             pa.array(coalesced),
             nullable(delay),
+            pa.array(choice),
         ],
         schema=EVENT_SCHEMA,
     )

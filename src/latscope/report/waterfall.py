@@ -198,11 +198,14 @@ def _percentile(values: Sequence[float], q: float) -> float:
 
 
 def token_cadence(t: Timeline) -> Text:
-    """One line: tokens, TTFT, TPOT, ITL p50/p95/max, reads and events per read."""
+    """One line: tokens, TTFT (and to the first visible text when that came later: reasoning or a tool call came
+    first), TPOT, ITL p50/p95/max, reads and events per read."""
     text = Text()
     tokens = metrics.output_tokens(t)
     text.append(f"{tokens} tokens", style="bold")
     text.append(f" · TTFT {_fmt_ms(metrics.ttft_ms(t))}")
+    if t.first_text_ns is not None and t.first_text_ns != t.first_token_ns:
+        text.append(f" (first text {_fmt_ms(metrics.ttft_text_ms(t))})")
     text.append(f" · TPOT {_fmt_ms(metrics.tpot_ms(t), digits=2)}")
     gaps = metrics.itl_ms(t)
     if gaps:

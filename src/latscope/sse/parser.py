@@ -49,6 +49,8 @@ _LF = 0x0A
 _CR = 0x0D
 _COLON = 0x3A
 _DATA_PREFIX = b"data: "  # the line nearly every LLM server writes: one `data: ` line per event
+_EVENT_PREFIX = b"event: "  # the first line of a typed event (Anthropic, OpenAI Responses): `event: `, then `data: `
+_OTHER_RUN_PREFIXES = (_EVENT_PREFIX, b"data:")  # runs of typed events, or of `data:` lines without the space (TGI)
 _drop_cr = itemgetter(slice(0, -1))  # with CRLF endings a line split at LF still ends with its CR
 _removeprefix = bytes.removeprefix
 _new_event = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (about 2x cheaper per event)
@@ -59,6 +61,13 @@ _isascii = str.isascii
 # A clean run of events, decoded: `data: v1<blank>data: v2<blank>...`, cut at each "<blank>data: " (LF / CRLF endings).
 _RUN_SEPARATOR = ("\n\ndata: ", "\r\n\r\ndata: ")
 _BLANK = (b"\n\n", b"\r\n\r\n")
+_NOT_SINGLE = (False, None)  # _single_event's "not one event of those shapes"
+
+
+def _other_run_at(chunk: bytes, at: int) -> bool:
+    """True when a run of typed events, or of ``data:`` lines without the space, starts at ``chunk[at]`` (the
+    ``data: `` run has its own path)."""
+    return chunk.startswith(_OTHER_RUN_PREFIXES, at) and not chunk.startswith(_DATA_PREFIX, at)
 
 
 class _Span(NamedTuple):
@@ -205,6 +214,10 @@ class SSEParser:
             self._batch = batch
             self._single_end = end
             return batch
+        if self._plain and data[-2:] == b"\n\n" and _CR not in data:
+            taken, single = self._single_event(data)
+            if taken:
+                return single
         if self._closed:
             raise RuntimeError("SSEParser.feed() called after close()")
         batch = []
@@ -222,6 +235,44 @@ class SSEParser:
         if self._typed:
             return None
         return [item if item.__class__ is str else item[1] for item in batch]
+
+    def _single_event(self, data: bytes) -> tuple[bool, list[str] | None]:
+        """The other shapes of one event read on its own, between events, with LF endings: ``event: TYPE`` then
+        ``data: VALUE`` (Anthropic's and OpenAI Responses' typed events), or ``data:VALUE`` without the space (TGI).
+        Returns ``(True, what feed_values returns for it)``, or ``(False, None)`` when ``data`` is anything else (or
+        not valid UTF-8: the general path records where)."""
+        size = len(data)
+        if data.startswith(b"event: "):
+            first = data.find(b"\n")
+            if not data.startswith(_DATA_PREFIX, first + 1) or data.find(b"\n", first + 1) != size - 2:
+                return _NOT_SINGLE
+            raw_type, raw_value = data[7:first], data[first + 7 : -2]
+        elif data.startswith(b"data:") and data.find(b"\n") == size - 2:
+            raw_type, raw_value = b"", data[5:-2]
+            if raw_value[:1] == b" ":
+                raw_value = raw_value[1:]
+        else:
+            return _NOT_SINGLE
+        try:
+            kind = raw_type.decode() or "message"
+            value = raw_value.decode()
+        except UnicodeDecodeError:
+            return _NOT_SINGLE
+        start = self._tail_offset
+        end = start + size
+        self._tail_offset = end
+        self.bytes_fed += size
+        self.events += 1
+        self._spans.clear()
+        if kind == "message":
+            batch: list[Any] = [value]
+            self._batch = batch
+            self._single_end = end
+            return True, batch
+        self._batch = [_new_event(SSEEvent, (kind, value, self.last_event_id, self.retry_ms, end))]
+        self._single_end = -1
+        self._general = self._typed = True
+        return True, None
 
     def last_events(self) -> list[SSEEvent]:
         """The events the last :meth:`feed` / :meth:`feed_values` call completed, as :class:`SSEEvent`."""
@@ -350,6 +401,19 @@ class SSEParser:
         clean after all (a comment, a second field): the chunk then goes the line-by-line way.
         """
         blank = _BLANK[crlf]
+        if not crlf and (self._type or self._data or _other_run_at(chunk, 0)):
+            if self._type or self._data:
+                # an event begun in the last read: end it the general way, then take the run that follows
+                first = chunk.find(b"\n\n")
+                if first >= 0 and _other_run_at(chunk, first + 2):
+                    self._feed_split(chunk[: first + 2].split(b"\n"), False, batch)
+                    chunk = chunk[first + 2 :]
+            if not (self._type or self._data) and _other_run_at(chunk, 0):
+                typed = chunk.startswith(_EVENT_PREFIX)
+                end = self._typed_run(chunk, batch) if typed else self._tight_run(chunk, batch)
+                if end == len(chunk):
+                    return
+                chunk = chunk[end:]
         if (
             not (self._data or self._type)
             and chunk.startswith(_DATA_PREFIX)
@@ -380,6 +444,78 @@ class SSEParser:
                             return
                         chunk = chunk[end:]
         self._feed_split(chunk.split(b"\n"), crlf, batch)
+
+    def _typed_run(self, chunk: bytes, batch: list[Any]) -> int:
+        """Take the run of typed events at the start of ``chunk`` (LF endings, no event under way), each exactly
+        ``event: TYPE`` + ``data: VALUE`` + a blank line, as Anthropic and OpenAI Responses write every event.
+
+        The run up to the chunk's last blank line is decoded once and cut into blocks at every blank line; when each
+        block is one ``event: `` line and one ``data: `` line, they become events here, one comprehension for the
+        lot. Returns how many bytes of ``chunk`` were taken: 0 when the run is not that clean (or not valid UTF-8),
+        and the chunk then goes the other ways.
+        """
+        end = chunk.rfind(b"\n\n")
+        if end <= 0:
+            return 0
+        end += 2
+        try:
+            text = (chunk if end == len(chunk) else chunk[:end]).decode()
+        except UnicodeDecodeError:
+            return 0
+        blocks = text[:-2].split("\n\n")
+        pairs = [block.partition("\ndata: ") for block in blocks]
+        joined_types = "".join([pair[0] for pair in pairs])
+        joined_values = "".join([pair[2] for pair in pairs])
+        if (
+            "\n" in joined_types
+            or "\n" in joined_values
+            or joined_types.count("event: ") != len(blocks)
+            or not all([pair[0].startswith("event: ") and pair[1] for pair in pairs])
+        ):
+            return 0
+        pos = self._tail_offset
+        sizes = map(len, blocks) if text.isascii() else map(len, map(_encode_utf8, blocks))
+        # each block is followed by its line's LF and the blank line's LF, which dispatches it (see SSEEvent)
+        ends = accumulate(sizes, lambda total, size: total + size + 2, initial=pos)
+        next(ends)  # the initial value: where the first block starts
+        last_id, retry = self.last_event_id, self.retry_ms
+        events = [
+            _new_event(SSEEvent, (pair[0][7:] or "message", pair[2], last_id, retry, at))
+            for pair, at in zip(pairs, ends, strict=True)
+        ]
+        batch.extend(events)
+        self._general = True
+        self._typed = self._typed or any(event[0] != "message" for event in events)
+        self._tail_offset = pos + end
+        self._pending_start = None
+        return end
+
+    def _tight_run(self, chunk: bytes, batch: list[Any]) -> int:
+        """Take the run of ``data:VALUE`` events (no space after the colon, as TGI writes them) at the start of
+        ``chunk`` (LF endings, no event under way): cut at every blank line like the ``data: `` run, with their end
+        offsets in a span. Returns how many bytes were taken (0 when the run is not that clean)."""
+        end = chunk.rfind(b"\n\n")
+        if end <= 0 or chunk.startswith(_DATA_PREFIX):
+            return 0
+        end += 2
+        try:
+            text = (chunk if end == len(chunk) else chunk[:end]).decode()
+        except UnicodeDecodeError:
+            return 0
+        values = text[5:-2].split("\n\ndata:")
+        joined = "".join(values)
+        if "\n" in joined or "\n\ndata: " in text:  # another field, or a value whose leading space goes
+            return 0
+        pos = self._tail_offset
+        sizes = map(len, values) if text.isascii() else map(len, map(_encode_utf8, values))
+        # `data:`, the value, its LF and the blank line's LF, which dispatches it (see SSEEvent)
+        ends = list(accumulate(sizes, lambda total, size: total + size + 7, initial=pos))[1:]
+        span = (len(batch), len(values), pos, 1, self.last_event_id, self.retry_ms, ends)
+        self._spans.append(_new_event(_Span, span))
+        batch.extend(values)
+        self._tail_offset = pos + end
+        self._pending_start = None
+        return end
 
     def _feed_split(self, lines: list[bytes], crlf: bool, out: list[Any]) -> None:
         """Parse a chunk split at LF whose line endings are all LF, or all CRLF (``crlf``: each line keeps its CR).

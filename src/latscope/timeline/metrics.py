@@ -14,10 +14,15 @@ Definitions (all differences of monotonic-ns marks, divided by 1e6):
 ``send``           send_end − send_start: writing headers and body (upload time)
 ``wait``           first_byte − send_end: TTFB after the request was written (server think time + one RTT)
 ``ttfb``           first_byte − started
-``ttft``           first_token − started: time to the first token-bearing event, connection setup included
+``ttft``           first_token − started: time to the first token-bearing event of any kind (text, reasoning,
+                   tool-call arguments), connection setup included
+``ttft_text``      first_text − started: time to the first visible-text token (after ``ttft`` when the model
+                   reasons or calls a tool first; None when no text came)
 ``e2e``            ended − started
 ``stream``         ended − first_byte
-``itl``            gaps between consecutive token-bearing events (one value per gap; coalesced events give 0 gaps)
+``itl``            gaps between consecutive token-bearing events of the same kind and choice (one value per gap;
+                   coalesced events give 0 gaps): the pause while a model switches from reasoning to text is not
+                   an inter-token gap of either
 ``tpot``           (last_token − first_token) ÷ (tokens − 1): mean time per output token after the first
 =================  =============================================================================================
 """
@@ -25,9 +30,9 @@ Definitions (all differences of monotonic-ns marks, divided by 1e6):
 from __future__ import annotations
 
 import itertools
-from collections import Counter
+from collections import Counter, defaultdict
 
-from latscope.timeline.model import TOKEN_KINDS, Timeline
+from latscope.timeline.model import TOKEN_KINDS, EventKind, Timeline
 from latscope.units import NS_PER_MS
 
 
@@ -91,6 +96,11 @@ def ttft_ms(t: Timeline) -> float | None:
     return _ms(t.first_token_ns, t.started_ns)
 
 
+def ttft_text_ms(t: Timeline) -> float | None:
+    """Time from start to the first visible-text token (``first_text_ns``)."""
+    return _ms(t.first_text_ns, t.started_ns)
+
+
 def e2e_ms(t: Timeline) -> float | None:
     """Time from start to the end of the response."""
     return _ms(t.ended_ns, t.started_ns)
@@ -113,10 +123,19 @@ def output_tokens(t: Timeline) -> int:
     return sum(e.tokens for e in t.events if e.kind in TOKEN_KINDS)
 
 
-def itl_ms(t: Timeline) -> list[float]:
-    """Every inter-token gap in ms (not a mean): one value per pair of consecutive token-bearing events."""
-    times = token_event_times_ns(t)
-    return [(b - a) / NS_PER_MS for a, b in itertools.pairwise(times)]
+def itl_ms(t: Timeline, kind: EventKind | None = None) -> list[float]:
+    """Every inter-token gap in ms (not a mean): one value per pair of consecutive token-bearing events of the same
+    kind and choice, in arrival order of the later event. ``kind`` keeps only the gaps of that kind."""
+    streams: defaultdict[tuple[EventKind, int], list[int]] = defaultdict(list)
+    for e in t.events:
+        if e.kind in TOKEN_KINDS and (kind is None or e.kind is kind):
+            streams[e.kind, e.choice].append(e.at_ns)
+    if len(streams) == 1:
+        (times,) = streams.values()
+        return [(b - a) / NS_PER_MS for a, b in itertools.pairwise(times)]
+    gaps = [(b, b - a) for times in streams.values() for a, b in itertools.pairwise(times)]
+    gaps.sort(key=lambda pair: pair[0])  # stable: gaps ending in one read keep their order
+    return [gap / NS_PER_MS for _, gap in gaps]
 
 
 def tpot_ms(t: Timeline) -> float | None:
@@ -153,6 +172,7 @@ def phases_ms(t: Timeline) -> dict[str, float | None]:
         "wait": wait_ms(t),
         "ttfb": ttfb_ms(t),
         "ttft": ttft_ms(t),
+        "ttft_text": ttft_text_ms(t),
         "stream": stream_ms(t),
         "e2e": e2e_ms(t),
         "tpot": tpot_ms(t),

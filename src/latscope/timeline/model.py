@@ -14,9 +14,12 @@ Mark naming follows one scheme, ``<phase>_start_ns`` / ``<phase>_end_ns``, in re
     send_start_ns .. send_end_ns    request headers and body written to the socket; ``headers_sent_ns`` in between
     first_byte_ns                   the first response byte was read (TTFB)
     headers_received_ns             the response status line and headers were parsed
-    first_token_ns .. last_token_ns the read that carried the first / last token-bearing stream event; for a
-                                    non-streamed response both are the read that completed the body (every token
-                                    arrives with the whole body, so TTFT is the time to the whole answer)
+    first_token_ns .. last_token_ns the read that carried the first / last token-bearing stream event (of any
+                                    kind: visible text, reasoning or tool-call arguments); for a non-streamed
+                                    response both are the read that completed the body (every token arrives with
+                                    the whole body, so TTFT is the time to the whole answer)
+    first_text_ns                   the read that carried the first visible-text token (``content``): after
+                                    ``first_token_ns`` when the model reasons or calls a tool first
     ended_ns                        the response ended (or the request failed)
 
 Hot-path records (:class:`Read`, :class:`StreamEvent`) are named tuples: one is made per socket read and per stream
@@ -107,8 +110,13 @@ class EventKind(StrEnum):
     """What one decoded stream event carried (the dialect decides; one SSE event gives one stream event)."""
 
     ROLE = "role"  #: a role-only chunk (``delta.role`` with no text), usually the first
-    CONTENT = "content"  #: visible token text (``delta.content`` / ``text``)
-    REASONING = "reasoning"  #: reasoning token text (``delta.reasoning_content`` / ``delta.reasoning``)
+    CONTENT = "content"  #: visible token text (``delta.content`` / ``text``, Anthropic ``text_delta`` …)
+    #: reasoning token text (``delta.reasoning_content`` / ``delta.reasoning``, Anthropic ``thinking_delta``,
+    #: Responses ``response.reasoning*`` deltas, Ollama ``thinking``)
+    REASONING = "reasoning"
+    #: tool-call argument text (``delta.tool_calls[].function.arguments``, Anthropic ``input_json_delta``, Responses
+    #: ``response.function_call_arguments.delta``): tokens the model generated, not shown to a user
+    TOOL_CALL = "tool_call"
     FINISH = "finish"  #: a chunk carrying ``finish_reason`` and no text
     USAGE = "usage"  #: a usage-only chunk (``choices: []`` with ``usage``), possibly with ``timings``
     ERROR = "error"  #: an in-stream error object
@@ -117,11 +125,15 @@ class EventKind(StrEnum):
 
     @property
     def carries_tokens(self) -> bool:
-        """True for kinds whose events count as generated tokens (content and reasoning)."""
-        return self is EventKind.CONTENT or self is EventKind.REASONING
+        """True for kinds whose events count as generated tokens (content, reasoning and tool-call arguments)."""
+        return self in TOKEN_KINDS
 
 
-TOKEN_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING})
+TOKEN_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL})
+"""The kinds whose events are generated tokens: TTFT is measured to the first of any of them, ITL within each."""
+
+TEXT_KIND = EventKind.CONTENT
+"""The kind a user sees as the answer: "time to first text" is measured to the first event of this kind."""
 
 
 class Read(NamedTuple):
@@ -132,7 +144,10 @@ class Read(NamedTuple):
 
 
 class StreamEvent(NamedTuple):
-    """One decoded stream event (one SSE event / one NDJSON line)."""
+    """One decoded stream event (one SSE event / one NDJSON line).
+
+    ``choice`` was added in schema 2 (:mod:`latscope.timeline.serialize`); records of schema 1 read as choice 0.
+    """
 
     at_ns: int  #: monotonic ns of the read that completed this event
     read_index: int  #: index into ``Timeline.reads`` of that read
@@ -140,6 +155,9 @@ class StreamEvent(NamedTuple):
     text_chars: int  #: characters of token text (0 when none)
     tokens: int  #: tokens this event carries (1 per token-bearing chunk unless the dialect knows better)
     server_sent_ns: int | None  #: the server's own send stamp when it reports one (lab ``--truth``), else None
+    #: which of the request's choices (``n > 1``: OpenAI ``choices[].index``) or output items the event belongs to; 0
+    #: for a single-answer stream
+    choice: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +292,7 @@ class Timeline:
     headers_received_ns: int | None = None
     first_token_ns: int | None = None
     last_token_ns: int | None = None
+    first_text_ns: int | None = None
     ended_ns: int | None = None
 
     connection: ConnectionInfo | None = None

@@ -1,8 +1,13 @@
-"""Versioned JSON serialisation of timelines (schema ``latscope.timeline/1``).
+"""Versioned JSON serialisation of timelines (schema ``latscope.timeline/2``; schema 1 is still read).
 
 Layout: one JSON object per timeline. Marks are absolute ``time.monotonic_ns()`` integers (only differences are
 meaningful; they are exact). ``reads`` is ``[[at_ns, nbytes], ...]`` and ``events`` is
-``[[at_ns, read_index, kind, text_chars, tokens, server_sent_ns], ...]`` to keep long streams compact. Headers and
+``[[at_ns, read_index, kind, text_chars, tokens, server_sent_ns, choice], ...]`` to keep long streams compact.
+
+Schema 2 (from schema 1): every event has a seventh item, its ``choice`` index; ``kind`` may be ``tool_call``; the
+mark ``first_text_ns`` exists. A schema-1 record reads with choice 0 on every event and no ``first_text_ns`` (None:
+it cannot be told apart from ``first_token_ns`` afterwards). A reader of schema 1 refuses schema 2 by its name, so a
+record is never half-understood. Headers and
 trailers are written redacted (see :mod:`latscope.timeline.redact`): :func:`timeline_to_dict` redacts them whatever the
 timeline holds, so a caller that filled a timeline by hand cannot leak a key either. ``response_trailers`` was added
 to schema 1 later; a record without it reads as having none.
@@ -30,7 +35,11 @@ from latscope.timeline.model import (
 )
 from latscope.timeline.redact import redact_headers, redact_url, scrub
 
-SCHEMA = "latscope.timeline/1"
+SCHEMA = "latscope.timeline/2"
+"""What :func:`timeline_to_dict` writes."""
+
+READABLE_SCHEMAS = ("latscope.timeline/1", SCHEMA)
+"""What :func:`timeline_from_dict` reads."""
 
 _MARKS = tuple(f.name for f in fields(Timeline) if f.name.endswith("_ns"))
 _SCALARS = (
@@ -62,7 +71,7 @@ def _tcp_from_dict(data: dict[str, Any] | None) -> TcpInfo | None:
 
 
 def timeline_to_dict(t: Timeline) -> dict[str, Any]:
-    """A JSON-ready dict of ``t`` (schema ``latscope.timeline/1``)."""
+    """A JSON-ready dict of ``t`` (schema ``latscope.timeline/2``)."""
     out: dict[str, Any] = {"schema": SCHEMA, "url": redact_url(t.url)}
     for name in _SCALARS:
         out[name] = getattr(t, name)
@@ -78,7 +87,9 @@ def timeline_to_dict(t: Timeline) -> dict[str, Any]:
     else:
         out["connection"] = None
     out["reads"] = [[r.at_ns, r.nbytes] for r in t.reads]
-    out["events"] = [[e.at_ns, e.read_index, str(e.kind), e.text_chars, e.tokens, e.server_sent_ns] for e in t.events]
+    out["events"] = [
+        [e.at_ns, e.read_index, str(e.kind), e.text_chars, e.tokens, e.server_sent_ns, e.choice] for e in t.events
+    ]
     out["usage"] = None if t.usage is None else {f.name: getattr(t.usage, f.name) for f in fields(Usage)}
     out["server"] = [{"name": m.name, "ms": m.ms, "source": m.source} for m in t.server]
     out["server_fields"] = t.server_fields
@@ -109,8 +120,8 @@ def _error_from_dict(err: dict[str, Any] | None) -> RequestError | None:
 def timeline_from_dict(data: dict[str, Any]) -> Timeline:
     """Rebuild a :class:`Timeline` from :func:`timeline_to_dict` output; raises :class:`TimelineFormatError`."""
     schema = data.get("schema")
-    if schema != SCHEMA:
-        raise TimelineFormatError(f"schema: expected {SCHEMA!r}, got {schema!r}")
+    if schema not in READABLE_SCHEMAS:
+        raise TimelineFormatError(f"schema: expected one of {', '.join(READABLE_SCHEMAS)}, got {schema!r}")
     try:
         t = Timeline(url=data["url"])
         for name in _SCALARS:
@@ -134,10 +145,7 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
             conn["tcp_info_at_end"] = _tcp_from_dict(conn.get("tcp_info_at_end"))
             t.connection = ConnectionInfo(**conn)
         t.reads = [Read(int(a), int(n)) for a, n in data.get("reads") or []]
-        t.events = [
-            StreamEvent(int(a), int(ri), EventKind(k), int(c), int(tok), None if s is None else int(s))
-            for a, ri, k, c, tok, s in data.get("events") or []
-        ]
+        t.events = [_event_from_list(item, schema) for item in data.get("events") or []]
         usage = data.get("usage")
         t.usage = None if usage is None else Usage(**usage)
         t.server = [ServerMeasure(m["name"], float(m["ms"]), m["source"]) for m in data.get("server") or []]
@@ -150,6 +158,16 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
     except (KeyError, TypeError, ValueError) as exc:
         raise TimelineFormatError(f"malformed timeline: {exc!r}") from exc
     return t
+
+
+def _event_from_list(item: list[Any], schema: str) -> StreamEvent:
+    """One ``events`` item: six fields in schema 1, seven (the choice last) in schema 2."""
+    if schema == SCHEMA:
+        a, ri, k, c, tok, s, choice = item
+    else:
+        a, ri, k, c, tok, s = item
+        choice = 0
+    return StreamEvent(int(a), int(ri), EventKind(k), int(c), int(tok), None if s is None else int(s), int(choice))
 
 
 def dumps(t: Timeline) -> bytes:

@@ -26,7 +26,7 @@ from latscope.dialects.base import (
     StreamDecoder,
 )
 from latscope.sse.limits import StreamLimitError
-from latscope.timeline.model import ErrorKind, EventKind, Phase, StreamEvent, Timeline, Usage
+from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, Phase, StreamEvent, Timeline, Usage
 from latscope.wire.encoding import Decompress, UnsupportedEncoding, decoder_for
 from latscope.wire.errors import WireError, lost_error, make_error
 from latscope.wire.models import DEFAULT_MAX_BODY_BYTES
@@ -40,7 +40,7 @@ MAX_ERROR_BODY_BYTES = 65_536
 MAX_DECODED_BODY_BYTES = 64 * 1024 * 1024
 
 _CONTENT = EventKind.CONTENT
-_REASONING = EventKind.REASONING
+_TOKEN_KINDS = TOKEN_KINDS
 _new_tuple = tuple.__new__  # builds a StreamEvent without NamedTuple's Python-level __new__ (hot path)
 
 # body handling modes, decided when the response head arrives
@@ -296,13 +296,18 @@ class Exchange:
         append = self.events.append
         keep_text = self.keep_text
         token_seen = False
+        text_seen = False
         for c in chunks:
             # one unpack instead of a descriptor call per field: this loop runs once per event
-            kind, text, tokens, finish, usage, timings, error, sent_ns, extra = c
-            append(_new_tuple(StreamEvent, (at_ns, read_index, kind, len(text), tokens, sent_ns)))
-            if kind is _CONTENT or kind is _REASONING:
-                token_seen = True
+            kind, text, tokens, finish, usage, timings, error, sent_ns, extra, choice = c
+            append(_new_tuple(StreamEvent, (at_ns, read_index, kind, len(text), tokens, sent_ns, choice)))
+            if kind is _CONTENT:
+                token_seen = text_seen = True
                 if keep_text and text:
+                    self._text_parts.append(text)
+            elif kind in _TOKEN_KINDS:
+                token_seen = True
+                if keep_text and text and kind is not EventKind.TOOL_CALL:
                     self._text_parts.append(text)
             if finish is not None or usage is not None or timings is not None or error is not None or extra is not None:
                 self._extras(c)
@@ -310,6 +315,8 @@ class Exchange:
             t = self.timeline
             if t.first_token_ns is None:
                 t.first_token_ns = at_ns
+            if text_seen and t.first_text_ns is None:
+                t.first_text_ns = at_ns
             t.last_token_ns = at_ns
 
     def _result(self, finish_reason: str | None, usage: Usage | None, timings: dict[str, Any] | None) -> None:
@@ -359,6 +366,8 @@ class Exchange:
             # every token arrives with the whole body: the read that completed it is the first and the last token's
             last_read_ns = self.reads[-1].at_ns if self.reads else at_ns
             t.first_token_ns = t.last_token_ns = last_read_ns
+            if decoded.text:
+                t.first_text_ns = last_read_ns
         if self.keep_text and text:
             self._text_parts.append(text)
 

@@ -102,6 +102,7 @@ def write_synthetic_run(
             "wait_ms": wait,
             "ttfb_ms": ttfb,
             "ttft_ms": ttft,
+            "ttft_text_ms": ttft,
             "tpot_ms": np.where(ok, stream / (output_tokens - 1), np.nan),
             "e2e_ms": e2e,
             "itl_count": np.where(ok, output_tokens - 1, 0),
@@ -162,6 +163,7 @@ def write_synthetic_run(
             "gap_ms": event_gaps.ravel(),
             "coalesced": (event_gaps == 0).ravel(),
             "delay_ms": np.full(total, np.nan),
+            "choice": np.zeros(total, dtype=np.int32),
         }
         arrays = [kind if f.name == "kind" else _array(events[f.name], f) for f in EVENT_SCHEMA]
         event_parts.append(pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA))

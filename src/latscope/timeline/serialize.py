@@ -5,7 +5,7 @@ meaningful; they are exact). ``reads`` is ``[[at_ns, nbytes], ...]`` and ``event
 ``[[at_ns, read_index, kind, text_chars, tokens, server_sent_ns], ...]`` to keep long streams compact. Headers and
 trailers are written redacted (see :mod:`latscope.timeline.redact`): :func:`timeline_to_dict` redacts them whatever the
 timeline holds, so a caller that filled a timeline by hand cannot leak a key either. ``response_trailers`` was added
-to schema 1 later; a record without it reads as having none.
+to schema 1 later; a record without it reads as having none; so was ``span_id`` (absent: None).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ _SCALARS = (
     "request_body_bytes",
     "label",
     "trace_id",
+    "span_id",
     "status",
     "response_body_bytes",
     "finish_reason",

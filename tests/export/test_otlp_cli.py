@@ -3,6 +3,7 @@ with opentelemetry-proto), their structure, their durations, and the trace conte
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def _check_request_tree(root: ReceivedSpan, children: list[ReceivedSpan]) -> Non
     ordered = sorted(children, key=lambda c: (c.start_ns, c.end_ns))
     assert ordered[0].start_ns == root.start_ns
     assert ordered[-1].end_ns == root.end_ns
-    for a, b in zip(ordered, ordered[1:], strict=False):
+    for a, b in itertools.pairwise(ordered):
         assert a.end_ns == b.start_ns
     assert abs(sum(c.end_ns - c.start_ns for c in children) - (root.end_ns - root.start_ns)) <= 1_000
 
@@ -73,9 +74,7 @@ def test_probe_sends_a_span_per_request_whose_context_is_the_traceparent_on_the_
 
 def test_a_failed_request_is_a_span_with_status_error_naming_its_phase(tmp_path: Path) -> None:
     with OtlpReceiver() as receiver, LabThread(profile="tuned") as lab:
-        code, out = _invoke(
-            "probe", lab.url, "-m", "no-such-model", "-n", "1", "--no-metrics", "--otlp", receiver.url
-        )
+        code, out = _invoke("probe", lab.url, "-m", "no-such-model", "-n", "1", "--no-metrics", "--otlp", receiver.url)
     assert code == 2, out
     (root, children), *_ = by_trace(spans_of(receiver.requests))
     assert root.status_code == STATUS_ERROR
@@ -130,9 +129,7 @@ def test_bench_exports_the_spans_of_its_run_after_it(tmp_path: Path) -> None:
 def test_diagnose_exports_every_experiment_request(tmp_path: Path) -> None:
     path = tmp_path / "diagnose.jsonl"
     with LabThread(profile="tuned") as lab:
-        code, out = _invoke(
-            "diagnose", lab.url, "--only", "no-connection-reuse", "--quick", "--otlp-file", str(path)
-        )
+        code, out = _invoke("diagnose", lab.url, "--only", "no-connection-reuse", "--quick", "--otlp-file", str(path))
         sent = sum(1 for r in lab.records if r.path.endswith("/chat/completions"))
     assert code == 0, out
     trees = list(by_trace(spans_of(read_json_lines(path))))

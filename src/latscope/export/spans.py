@@ -18,9 +18,11 @@ The phase spans
     ``tls`` and ``send`` is the phase's own measured duration (:mod:`latscope.timeline.metrics`).
 
 Errors
-    A failed request's span and its last phase span have status ERROR with ``"<phase>: <message>"`` (the phase that
-    failed, as :class:`~latscope.timeline.model.Phase` names it; messages are already scrubbed of credentials) and
-    ``error.type`` is the :class:`~latscope.timeline.model.ErrorKind`. A request sent again after a kept-alive
+    A failed request's span and the phase span of the phase that failed (``headers``: ``wait``, the wait for the
+    response head; ``stream``, or a phase the request never reached: the last one) have status ERROR with
+    ``"<phase>: <message>"`` (the phase as :class:`~latscope.timeline.model.Phase` names it; messages are already
+    scrubbed of credentials, and scrubbed again here) and ``error.type`` is the
+    :class:`~latscope.timeline.model.ErrorKind`. A request sent again after a kept-alive
     connection turned out closed carries a ``latscope.stale_retry`` event at the first attempt's failure (the
     timeline keeps that attempt's error, not its marks).
 
@@ -279,6 +281,26 @@ def _error_text(err: RequestError) -> str:
     return scrub(f"{err.phase}: {err.message}")
 
 
+#: The phase span an error of each :class:`Phase` belongs to (``headers``: waiting for the response head).
+_ERROR_SPAN = {
+    Phase.POOL: "pool",
+    Phase.DNS: "dns",
+    Phase.CONNECT: "connect",
+    Phase.TLS: "tls",
+    Phase.SEND: "send",
+    Phase.HEADERS: "wait",
+}
+
+
+def _failed_phase(err: RequestError | None, names: list[str]) -> str | None:
+    """The phase span that gets an error's status: the one its phase names when the request went through it, else
+    (and for ``stream``) the last one."""
+    if err is None or not names:
+        return None
+    named = _ERROR_SPAN.get(err.phase)
+    return named if named in names else names[-1]
+
+
 _OWN_DURATION = {"dns": metrics.dns_ms, "connect": metrics.connect_ms, "tls": metrics.tls_ms, "send": metrics.send_ms}
 
 
@@ -319,12 +341,12 @@ def timeline_spans(t: Timeline, *, clock_offset_ns: int, max_tokens: int | None 
         )
     ]
     bounds = phase_bounds(t)
-    for index, (name, start, stop) in enumerate(bounds):
+    failed = _failed_phase(t.error, [name for name, _, _ in bounds])
+    for name, start, stop in bounds:
         attributes: dict[str, AttributeValue] = {"latscope.phase": name}
         own = _OWN_DURATION.get(name)
         measured = own(t) if own is not None else None
         attributes["latscope.phase_ms"] = measured if measured is not None else (stop - start) / NS_PER_MS
-        last = index == len(bounds) - 1
         spans.append(
             Span(
                 name=name,
@@ -335,7 +357,7 @@ def timeline_spans(t: Timeline, *, clock_offset_ns: int, max_tokens: int | None 
                 end_ns=stop + clock_offset_ns,
                 kind="internal",
                 attributes=attributes,
-                error=error if last else None,
+                error=error if name == failed else None,
             )
         )
     return spans

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import time
 
+from latscope.export.otlp import measure_clock_offset
 from latscope.export.spans import Span, request_context, row_spans, timeline_spans
 from latscope.load.records import RequestContext, build_tables
 from latscope.timeline.model import (
@@ -18,6 +20,7 @@ from latscope.timeline.model import (
     Timeline,
     Usage,
 )
+from latscope.timeline.redact import register_secret
 
 OFFSET = 1_700_000_000_000_000_000
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -144,3 +147,20 @@ def test_a_bench_row_gives_the_same_request_and_phase_durations_as_its_timeline(
     a = from_row[0].attributes
     assert a["gen_ai.usage.output_tokens"] == 3 and a["gen_ai.request.max_tokens"] == 3
     assert a["latscope.bench.request_id"] == 7 and a["latscope.itl_count"] == 2
+
+
+def test_a_key_in_the_url_never_reaches_a_span() -> None:
+    t = _streamed()
+    t.url = "https://llm.example/v1/chat/completions?api_key=sk-live-abcdef"
+    t.error = RequestError(Phase.STREAM, ErrorKind.API_ERROR, "upstream said: bad key sk-live-abcdef", t.ended_ns or 0)
+    register_secret("sk-live-abcdef")  # as the client registers a key it sends (the conftest forgets it after)
+    spans = timeline_spans(t, clock_offset_ns=0)
+    assert "sk-live-abcdef" not in repr(spans)
+    assert spans[0].attributes["server.address"] == "llm.example" and spans[0].attributes["server.port"] == 443
+
+
+def test_the_clock_offset_places_monotonic_marks_on_the_wall_clock() -> None:
+    offset = measure_clock_offset()
+    assert 0 < offset.uncertainty_ns < 1_000_000  # two back-to-back clock reads, not a scheduling gap
+    wall = time.monotonic_ns() + offset.offset_ns
+    assert abs(wall - time.time_ns()) < 5_000_000

@@ -134,7 +134,8 @@ def test_diagnose_exports_every_experiment_request(tmp_path: Path) -> None:
         sent = sum(1 for r in lab.records if r.path.endswith("/chat/completions"))
     assert code == 0, out
     trees = list(by_trace(spans_of(read_json_lines(path))))
-    assert 0 < len(trees) <= sent
+    assert 1 < len(trees) <= sent
+    assert trees[0][0].attributes["latscope.label"] == "first contact"
     for root, children in trees:
         _check_request_tree(root, children)
         assert root.attributes.get("latscope.label")

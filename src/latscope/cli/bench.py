@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,9 @@ from rich.console import Console
 
 from latscope.cli.html import require_html, write_html
 from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
+from latscope.cli.otlp import export_spans, otlp_options, otlp_target
 from latscope.dialects import get_dialect
+from latscope.export.spans import Span
 from latscope.load.arrivals import ArrivalSpecError, ClosedLoop, InterArrival, OpenLoop, parse_numbers
 from latscope.load.config import (
     BenchConfig,
@@ -199,6 +202,7 @@ def build_config(
     type=click.Path(dir_okay=False),
     help="Also write a self-contained HTML report of the run to FILE (as `latscope report RUN --html FILE`).",
 )
+@otlp_options
 def command(
     url: str,
     workers: str,
@@ -209,6 +213,8 @@ def command(
     no_progress: bool,
     as_json: bool,
     html_path: str | None,
+    otlp_url: str | None,
+    otlp_file: str | None,
     **options: Any,
 ) -> None:
     """Load-test URL (an OpenAI-style base URL such as http://127.0.0.1:8000/v1, or with --dialect the base URL
@@ -225,6 +231,9 @@ def command(
       latscope bench URL -c 16 --class 'chat:weight=0.8,prompt=normal(200,50),output=128' \\
                                --class 'rag:weight=0.2,prompt=4000,output=256'
 
+    With --otlp URL / --otlp-file FILE every request carries a W3C traceparent, and after the run its spans (read
+    back from requests.parquet, so the workers do no export work) are sent or written.
+
     Exit status: 0 when requests completed (some may have failed: see the error columns); 2 when every measured
     request failed, or for usage errors; 130 when interrupted (Ctrl-C; what was measured is saved).
     """
@@ -234,6 +243,7 @@ def command(
     from latscope.report.run import render_run
 
     require_html(html_path)
+    otlp = otlp_target(otlp_url, otlp_file)
     if workers != "auto" and not workers.isdigit():
         raise click.BadParameter("a number or 'auto'", param_hint="--workers")
     if inline and workers not in ("auto", "1"):
@@ -244,6 +254,8 @@ def command(
         config = build_config(url, workers=workers, headers=_headers(header, api_key, speaks), **options)
     except _SPEC_ERRORS as exc:
         raise click.UsageError(str(exc)) from None
+    if otlp.wanted:
+        config = dataclasses.replace(config, trace_context=True)
 
     run_dir = Path(out) if out else default_run_dir()
     console = Console(stderr=as_json)
@@ -275,6 +287,15 @@ def command(
             return run_html(run_dir)
 
         write_html(console, html_path, build)
+    if otlp.wanted:
+
+        def spans() -> list[Span]:
+            from latscope.export.otlp import clock_offset
+            from latscope.export.run import run_spans
+
+            return run_spans(run_dir, clock_offset_ns=clock_offset().offset_ns)
+
+        export_spans(console, otlp, spans, "bench")
     if result.interrupted:
         sys.exit(130)
     summaries = load_summaries(result.data)

@@ -23,10 +23,12 @@ from rich.text import Text
 
 from latscope.cli.html import require_html, write_html
 from latscope.cli.options import dialect_option, parse_headers, target_options
+from latscope.cli.otlp import export_spans, otlp_options, otlp_target
 from latscope.diagnose import DiagnoseError, Diagnosis, ProgressEvent, UnknownFindingError, diagnose
 from latscope.diagnose.context import REQUEST_TIMEOUTS
 from latscope.diagnose.plan import diagnosed_ids, select
 from latscope.dialects import get_dialect
+from latscope.export.spans import Span, spans_of
 from latscope.report.diagnosis import diagnosis_report
 from latscope.timeline.redact import scrub_data
 from latscope.wire import Timeouts
@@ -148,6 +150,7 @@ def _compare_hint(console: Console, profile: str) -> None:
     help="The longest the whole diagnosis may take, seconds: the experiment running then is cut off, later ones are "
     "not tested (default: each experiment has its own bound).",
 )
+@otlp_options
 def command(
     url: str | None,
     model: str | None,
@@ -164,6 +167,8 @@ def command(
     timeout: float | None,
     max_time: float | None,
     budget: float | None,
+    otlp_url: str | None,
+    otlp_file: str | None,
 ) -> None:
     """Run the experiment battery against URL and name the bottlenecks, with their cost and the fix.
 
@@ -181,8 +186,10 @@ def command(
       streaming    per-read analysis under delayed ACKs and quickack, TTFT vs max_tokens
 
     Findings are ranked by measured cost; what could not be tested or decided is listed with the reason.
+    --otlp URL / --otlp-file FILE export every experiment request as OpenTelemetry spans.
     """
     require_html(html_path)
+    otlp = otlp_target(otlp_url, otlp_file)
     to_stdout = json_path == "-"
     console = Console(stderr=to_stdout)
     headers = parse_headers(header)
@@ -201,6 +208,7 @@ def command(
         "quick": quick,
         "timeouts": _timeouts(timeout, max_time),
         "budget_s": budget,
+        "keep_timelines": otlp.wanted,
     }
     embedded = url is None
     try:
@@ -246,6 +254,14 @@ def command(
             return diagnosis_html(data)
 
         write_html(console, html_path, build)
+    if result.timelines:
+
+        def spans() -> list[Span]:
+            from latscope.export.otlp import clock_offset
+
+            return spans_of(result.timelines, clock_offset_ns=clock_offset().offset_ns)
+
+        export_spans(console, otlp, spans, "diagnose")
     if result.interrupted:
         console.print(Text("interrupted: the report above is what was measured before Ctrl-C", style="yellow"))
         sys.exit(EXIT_INTERRUPTED)

@@ -16,7 +16,9 @@ from rich.text import Text
 
 from latscope.cli.html import require_html, write_html
 from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
+from latscope.cli.otlp import export_spans, otlp_options, otlp_target
 from latscope.dialects import get_dialect
+from latscope.export.spans import Span, spans_of
 from latscope.probe import SCHEMA as PROBE_SCHEMA
 from latscope.probe import ProbeError, ProbeResult, probe, ttft_side
 from latscope.report.server import server_window
@@ -199,6 +201,7 @@ def _print_result(console: Console, result: ProbeResult) -> None:
     type=click.Path(dir_okay=False),
     help="Write a self-contained HTML report (waterfalls, token arrivals, CDFs) to FILE; it opens offline.",
 )
+@otlp_options
 def command(
     url: str,
     model: str | None,
@@ -221,6 +224,8 @@ def command(
     no_trace_context: bool,
     json_path: str | None,
     html_path: str | None,
+    otlp_url: str | None,
+    otlp_file: str | None,
 ) -> None:
     """Send a few streamed requests to URL and draw each one's timeline as a waterfall.
 
@@ -248,6 +253,7 @@ def command(
       latscope probe http://localhost:11434 --dialect ollama.chat -m llama3.2  # Ollama's native API
       latscope probe https://api.anthropic.com --dialect anthropic.messages -m claude-haiku-4-5  # x-api-key
       latscope probe http://tgi-box:8080 --dialect tgi.generate                # TGI's /generate_stream
+      latscope probe http://127.0.0.1:8000 --otlp http://127.0.0.1:4318/v1/traces  # spans to a Collector
 
     Exit status: 0 when every request completed, 1 when some failed, 2 when none did (or the model list could not
     be read), 130 when interrupted (Ctrl-C; what was measured is still shown and written).
@@ -257,6 +263,7 @@ def command(
     if metrics_url is not None and no_metrics:
         raise click.UsageError("give --metrics-url or --no-metrics, not both")
     require_html(html_path)
+    otlp = otlp_target(otlp_url, otlp_file)
     headers = parse_headers(header)
     to_stdout = json_path == "-"
     console = Console(stderr=to_stdout, highlight=False)
@@ -317,6 +324,15 @@ def command(
             return probe_html(result.timelines, target=result.base_url, model=result.model, dialect=result.dialect)
 
         write_html(console, html_path, build)
+    if result.timelines:
+
+        def spans() -> list[Span]:
+            from latscope.export.otlp import clock_offset
+
+            offset = clock_offset().offset_ns
+            return spans_of(result.timelines, clock_offset_ns=offset, max_tokens=max_tokens)
+
+        export_spans(console, otlp, spans, "probe")
     if result.interrupted:
         console.print(Text(f"interrupted after {len(result.timelines)} request(s)", style="yellow"))
         sys.exit(EXIT_INTERRUPTED)

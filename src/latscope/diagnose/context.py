@@ -56,7 +56,8 @@ ProgressCallback = Callable[[ProgressEvent], None]
 class Context:
     """One diagnose run's shared state. ``dialect`` is the API every request speaks; ``headers`` include the
     Authorization header (never recorded: timelines keep headers redacted); ``quick`` asks every experiment for its
-    smaller plan."""
+    smaller plan; ``timelines``, when a list, receives every timeline :meth:`send` records (for ``--otlp``), and
+    then the requests carry a W3C ``traceparent``."""
 
     base_url: str
     model: str
@@ -69,6 +70,7 @@ class Context:
     timeouts: Timeouts = REQUEST_TIMEOUTS
     experiment: str = ""
     requests_sent: int = 0
+    timelines: list[Timeline] | None = None
     _planned: int = 0
     _done: int = 0
     _seeds: Iterator[int] = field(
@@ -89,7 +91,7 @@ class Context:
             "ca_file": self.ca_file,
             "headers": self.headers,
             "timeouts": self.timeouts,
-            "trace_context": False,
+            "trace_context": self.timelines is not None,
             **options,
         }
 
@@ -147,6 +149,8 @@ class Context:
             t = await client.request(spec, self.base_url, label=label, new_connection=True)
             self.requests_sent += 1
         join_server_signals(t)
+        if self.timelines is not None:
+            self.timelines.append(t)
         self._done += 1
         self._emit(ProgressEvent("request", self.experiment, self._done, self._planned, label))
         sample = RequestSample.from_timeline(t, label)

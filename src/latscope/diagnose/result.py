@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latscope.findings import Clear, Finding, Inconclusive, NotTested, Outcome, rank_findings
+from latscope.timeline.model import Timeline
 
 SCHEMA = "latscope.diagnosis/1"
 
@@ -65,6 +66,8 @@ class Diagnosis:
     checked: tuple[str, ...] = ()
     #: Ctrl-C (or a cancellation) stopped the diagnosis: the experiments after the one running did not run
     interrupted: bool = False
+    #: every experiment request's timeline, in the order sent, when asked for (``keep_timelines``); not in the JSON
+    timelines: list[Timeline] = field(default_factory=list)
 
     @property
     def diagnosed(self) -> bool:

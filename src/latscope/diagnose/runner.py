@@ -112,6 +112,7 @@ async def diagnose(
     progress: ProgressCallback | None = None,
     timeouts: Timeouts | None = None,
     budget_s: float | None = None,
+    keep_timelines: bool = False,
 ) -> Diagnosis:
     """Diagnose the endpoint at ``base_url`` (``http[s]://host:port[/v1]`` for an OpenAI-compatible one).
 
@@ -123,7 +124,9 @@ async def diagnose(
     ``progress`` is called with :class:`~latscope.diagnose.context.ProgressEvent` objects; ``timeouts`` replace
     the per-request limits (:data:`~latscope.diagnose.context.REQUEST_TIMEOUTS`; ``total_s`` is ``--max-time``);
     ``budget_s`` bounds the whole diagnosis, s (the experiment running when it ends is cut off, the later ones are
-    not tested). Cancelled (Ctrl-C) during an experiment, it returns what was measured with ``interrupted`` set.
+    not tested); ``keep_timelines`` keeps every experiment request's timeline in :attr:`Diagnosis.timelines` and
+    sends each with a W3C ``traceparent`` (for ``--otlp``). Cancelled (Ctrl-C) during an experiment, it returns what
+    was measured with ``interrupted`` set.
     Raises
     :class:`~latscope.diagnose.plan.UnknownFindingError` for an unknown id and
     :class:`~latscope.diagnose.target.DiagnoseError` (its subclass ``TargetUnreachable`` when nothing reached the
@@ -146,6 +149,7 @@ async def diagnose(
         quick=quick,
         progress=progress,
         timeouts=timeouts if timeouts is not None else REQUEST_TIMEOUTS,
+        timelines=[] if keep_timelines else None,
     )
     models: list[str] = []
     if not model:
@@ -206,6 +210,7 @@ async def diagnose(
         quick=quick,
         checked=ids,
         interrupted=interrupted,
+        timelines=ctx.timelines or [],
     )
 
 

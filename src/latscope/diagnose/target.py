@@ -56,6 +56,8 @@ async def first_contact(ctx: Context) -> Timeline:
     async with ctx.client() as client:
         t = await client.request(ctx.spec(16, 1), ctx.base_url, label="first contact")
     join_server_signals(t)
+    if ctx.timelines is not None:
+        ctx.timelines.append(t)
     error = t.error
     if error is not None:
         if error.phase in UNREACHABLE_PHASES:

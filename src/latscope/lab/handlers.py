@@ -160,7 +160,13 @@ class _Trace:
             write_calls=channel.write_calls,
             cancelled=cancelled,
             error=self.error if self.error is not None else ("client went away" if cancelled else None),
+            traceparent=_traceparent(request),
         )
+
+
+def _traceparent(request: Request) -> str | None:
+    value = request.header(b"traceparent")
+    return None if value is None else value.decode("latin-1")
 
 
 class LabService:

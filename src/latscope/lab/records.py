@@ -58,6 +58,9 @@ class RequestRecord:
     write_calls: int  #: body writes to the transport (fewer than events when buffered)
     cancelled: bool  #: the client went away before the response was complete
     error: str | None  #: the error message sent, or why the response was cut short
+    #: the W3C ``traceparent`` header the request carried, as received (None without one): lets a test check that a
+    #: client's exported spans and the trace context on the wire agree
+    traceparent: str | None = None
 
 
 def new_record_log(maxlen: int = DEFAULT_RECORDS_MAX) -> collections.deque[RequestRecord]:

@@ -71,6 +71,9 @@ class BenchConfig:
     spin_us: int = 1500  #: the pacing spin before each arrival (latscope.load.pacing), µs; 0 disables it
     busy_poll: bool = False  #: keep the event loop polling instead of sleeping (one core per worker, lower latency)
     server_metrics: bool = True  #: scrape the target's /metrics gauges every second during the run
+    #: send a W3C ``traceparent`` with every request and keep its ids in ``requests.parquet`` (``trace_id``,
+    #: ``span_id``): what ``--otlp`` exports the requests' spans under
+    trace_context: bool = False
 
     def __post_init__(self) -> None:
         if not self.steps:
@@ -128,6 +131,7 @@ class BenchConfig:
             "spin_us": self.spin_us,
             "busy_poll": self.busy_poll,
             "server_metrics": self.server_metrics,
+            "trace_context": self.trace_context,
         }
 
     @classmethod
@@ -159,6 +163,7 @@ class BenchConfig:
             spin_us=int(data.get("spin_us", 1500)),
             busy_poll=bool(data.get("busy_poll", False)),
             server_metrics=bool(data.get("server_metrics", True)),
+            trace_context=bool(data.get("trace_context", False)),
         )
 
 

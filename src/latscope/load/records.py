@@ -85,6 +85,9 @@ REQUEST_SCHEMA = pa.schema(
         # what the server reported (Server-Timing in headers or trailers, timing headers, body fields): NULL if nothing
         *(pa.field(f"server_{phase}_ms", pa.float64()) for phase in SERVER_COLUMNS),
         pa.field("started_ns", pa.int64(), nullable=False),  # absolute monotonic ns, to join with server-side logs
+        # the W3C traceparent's trace id and parent id (the request's own span) when one was sent (--otlp)
+        pa.field("trace_id", pa.string()),
+        pa.field("span_id", pa.string()),
     ]
 )
 
@@ -212,6 +215,8 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         None if err is None else err.message,
         *(t.server_ms(phase) for phase in SERVER_COLUMNS),
         t.started_ns,
+        t.trace_id,
+        t.span_id,
         t.first_token_ns,
         t.last_token_ns,
     )
@@ -224,7 +229,7 @@ _SCALAR_COLUMNS = (
     "_usage_output_tokens", "max_tokens", "events", "reads", "connection_id", "reused", "http_version", "status",
     "finish_reason", "error_phase", "error_kind", "error_status", "error_message",
     *(f"server_{phase}_ms" for phase in SERVER_COLUMNS),
-    "started_ns", "_first_token_ns", "_last_token_ns",
+    "started_ns", "trace_id", "span_id", "_first_token_ns", "_last_token_ns",
 )  # fmt: skip
 
 

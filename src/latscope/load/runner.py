@@ -270,7 +270,8 @@ class StepWorker:
             timeouts=timeouts,
             max_connections_per_origin=self._pool_size(),
             headers=cfg.headers,
-            trace_context=False,  # a traceparent per request costs CPU and nothing in a load test reads it
+            # a traceparent per request costs CPU and only an OpenTelemetry export reads it
+            trace_context=cfg.trace_context,
         )
         self._writer = PartWriter(self.run_dir, a.step, a.worker, threaded=self.writer_threaded)
         self._tuning.enter(rss_bytes())

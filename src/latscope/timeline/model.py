@@ -275,6 +275,10 @@ class Timeline:
     request_body_bytes: int = 0
     label: str | None = None  #: free text from the caller (experiment name, workload class)
     trace_id: str | None = None  #: W3C trace id sent in ``traceparent``, when one was sent
+    #: the parent-id (16 hex digits) of the ``traceparent`` latscope generated for this request: the request's own
+    #: span id, so its exported span (:mod:`latscope.export`) is the parent of the server's; None when latscope sent
+    #: none, or the caller set the ``traceparent`` itself (its parent-id is then the caller's span)
+    span_id: str | None = None
 
     scheduled_ns: int | None = None  #: when a load generator meant to send it (client queue = started − scheduled)
     started_ns: int = 0

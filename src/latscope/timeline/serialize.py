@@ -10,7 +10,7 @@ it cannot be told apart from ``first_token_ns`` afterwards). A reader of schema 
 record is never half-understood. Headers and
 trailers are written redacted (see :mod:`latscope.timeline.redact`): :func:`timeline_to_dict` redacts them whatever the
 timeline holds, so a caller that filled a timeline by hand cannot leak a key either. ``response_trailers`` was added
-to schema 1 later; a record without it reads as having none.
+to schema 1 later; a record without it reads as having none; so was ``span_id`` (absent: None).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ _SCALARS = (
     "request_body_bytes",
     "label",
     "trace_id",
+    "span_id",
     "status",
     "response_body_bytes",
     "finish_reason",

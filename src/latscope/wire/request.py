@@ -77,7 +77,7 @@ class HeaderSet:
             fields[self.length_at] = ("Content-Length", length)
             redacted["content-length"] = length
         if self.trace_at is not None:
-            value, t.trace_id = new_traceparent()
+            value, t.trace_id, t.span_id = new_traceparent()
             fields[self.trace_at] = ("traceparent", value)
             redacted["traceparent"] = value
         else:

@@ -18,8 +18,9 @@ _random_hex = ""
 _next = 0
 
 
-def new_traceparent() -> tuple[str, str]:
-    """``(traceparent header value, trace id)`` with random 16-byte trace id and 8-byte parent (span) id."""
+def new_traceparent() -> tuple[str, str, str]:
+    """``(traceparent header value, trace id, parent id)`` with random 16-byte trace id and 8-byte parent (span) id
+    (the parent id is the request's own span: see :attr:`~latscope.timeline.model.Timeline.span_id`)."""
     global _random_hex, _next
     pos = _next
     if pos >= len(_random_hex):
@@ -27,7 +28,8 @@ def new_traceparent() -> tuple[str, str]:
         pos = 0
     _next = pos + _ID_HEX
     trace_id = _random_hex[pos : pos + 32]
-    return f"{_VERSION}-{trace_id}-{_random_hex[pos + 32 : pos + _ID_HEX]}-{_FLAGS}", trace_id
+    span_id = _random_hex[pos + 32 : pos + _ID_HEX]
+    return f"{_VERSION}-{trace_id}-{span_id}-{_FLAGS}", trace_id, span_id
 
 
 def _forget_drawn() -> None:

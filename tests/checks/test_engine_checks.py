@@ -166,6 +166,19 @@ def test_slow_first_tokens_that_came_together_did_not_wait_for_a_slot() -> None:
     assert isinstance(found, Finding) and found.evidence["capacity"] == 4
 
 
+def test_a_first_token_one_prefill_late_is_a_batching_step_not_a_wait_for_a_slot() -> None:
+    # short streams (18 ms) whose prefill (20 ms) is as long: a continuous-batching engine that started the second
+    # request one prefill step after the first delays its first token by a prefill; out of slots, by a whole request
+    lone = SaturationLevel(1, ((_request(20.0, 38.0),) * 3,))
+    burst = (_request(20.0, 38.0), _request(40.0, 58.0))
+    one_step = SaturationLevel(2, (burst, burst), ((-20.0, 20.0), (-20.0, 20.0)))
+    assert isinstance(check_capacity_saturation(SaturationEvidence(16, 16, (lone, one_step)), REF), Clear)
+    serial = (_request(20.0, 38.0), _request(58.0, 76.0))
+    whole_request = SaturationLevel(2, (serial, serial), ((-38.0, 38.0), (-38.0, 38.0)))
+    found = check_capacity_saturation(SaturationEvidence(16, 16, (lone, whole_request)), REF)
+    assert isinstance(found, Finding) and found.evidence["capacity"] == 1
+
+
 # -- kv-cache-pressure -------------------------------------------------------------------------------------------
 def _stream(gaps: list[float], ttft: float = 20.0) -> RequestSample:
     return ok(ttft_after_setup_ms=ttft, itl_ms=tuple(gaps))

@@ -3,8 +3,8 @@
 
 With 2 slots, a third and fourth request at once wait for a slot: ``capacity-saturation`` at a capacity of 2,
 confirmed by the server's own ``requests_deferred`` gauge. With 16 slots the sweep's 16 requests all start at once:
-no finding. Nothing here depends on how fast this machine decodes: a request waited when its first token came after
-another's last, which slots decide.
+no finding. Nothing here depends on how fast this machine decodes: a request waited when its first token came a
+prefill and half a stream after its burst's first ones, which slots decide.
 """
 
 from __future__ import annotations

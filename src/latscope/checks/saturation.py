@@ -5,15 +5,19 @@ room for all of them (continuous batching within its batch and KV budget) starts
 the few prompt tokens the others add to the prefill step, a small fraction of one request's whole service time.
 An engine out of slots makes the extra requests wait until earlier ones *finish*: their TTFT grows by a good part
 of a whole request's service time, and their first token comes that long after the first tokens of their burst. So
-a request waited when both hold (its TTFT beyond the lone TTFT, and its first token beyond the burst's first one,
-each by :data:`WAIT_SHARE` of a lone request's stream), a level waits when every burst had such requests; the knee
-is the last level that did not wait, and that concurrency is the endpoint's capacity here. Requests are all alike
-and short, so one long prompt holding others up (``queue-head-of-line``) cannot be what is seen.
+a request waited when both hold (its TTFT beyond the lone TTFT, and its first token beyond the burst's first one by
+more than a lone prefill, each by :data:`WAIT_SHARE` of a lone request's stream), a level waits when every burst
+had such requests; the knee is the last level that did not wait, and that concurrency is the endpoint's capacity
+here. Requests are all alike and short, so one long prompt holding others up (``queue-head-of-line``) cannot be
+what is seen.
 
 The mark is the burst's first token, not the end of another's stream: what the client sees is delivery, and a
 server that queues its output between the engine and the socket (llama-cpp-python runs up to ten chunks ahead of
 its writer) delivers an earlier request's last tokens after the next one's first, though the next one waited for
-the whole generation. A host stall that delays every first token of a burst alike moves none of them apart.
+the whole generation; across a network the tail's arrival is paced by TCP, not by the engine, so no end of a
+stream can be read from it. A continuous-batching engine that admits a burst over two steps delays the later
+requests' first tokens by about a prefill, which the threshold allows for. A host stall that delays every first
+token of a burst alike moves none of them apart.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import Reference, SaturationEvidence, SaturationLevel
+from latscope.checks.evidence import Reference, RequestSample, SaturationEvidence, SaturationLevel
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, percentile
 from latscope.findings import Clear, Confidence, NotTested, Outcome
@@ -48,28 +52,38 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def waiters(level: SaturationLevel, index: int, lone_ttft_ms: float, lone_e2e_ms: float) -> int:
-    """Requests of the level's burst ``index`` that waited for a slot: TTFT beyond the lone TTFT, and (where known)
-    first token beyond the burst's first, each by more than :data:`WAIT_SHARE` of a lone request's stream."""
+def lone_rtt_ms(samples: tuple[RequestSample, ...] | list[RequestSample]) -> float | None:
+    """The round trip of the lone requests' connections (median of their TCP_INFO, ms), None where unknown."""
+    return median([s.rtt_ms for s in samples if s.ok and s.rtt_ms is not None])
+
+
+def waiters(
+    level: SaturationLevel, index: int, lone_ttft_ms: float, lone_e2e_ms: float, rtt_ms: float | None = None
+) -> int:
+    """Requests of the level's burst ``index`` that waited for a slot: TTFT beyond the lone TTFT by more than
+    :data:`WAIT_SHARE` of a lone request's stream, and (where known) first token beyond the burst's first by that
+    and the server's part of a lone TTFT (``lone_ttft_ms`` less the round trip ``rtt_ms``; all of it where the
+    round trip is unknown). A continuous-batching engine that prefills a request arriving mid-step one step later
+    delays its first token by about a prefill; one out of slots, by a whole request."""
     wait = WAIT_SHARE * (lone_e2e_ms - lone_ttft_ms)
+    prefill = max(0.0, lone_ttft_ms - (rtt_ms or 0.0))
     burst = level.rounds[index]
-    known = index < len(level.first_token_lags_ms)
-    lags = level.first_token_lags_ms[index] if known else (None,) * len(burst)
+    lags = level.first_token_lags_ms[index] if index < len(level.first_token_lags_ms) else (None,) * len(burst)
     return sum(
         1
         for s, lag in zip(burst, lags, strict=True)
         if s.ok
         and s.ttft_after_setup_ms is not None
         and s.ttft_after_setup_ms > lone_ttft_ms + wait
-        and (lag is None or lag > wait)
+        and (lag is None or lag > prefill + wait)
     )
 
 
-def level_waited(level: SaturationLevel, lone_ttft_ms: float, lone_e2e_ms: float) -> bool:
+def level_waited(level: SaturationLevel, lone_ttft_ms: float, lone_e2e_ms: float, rtt_ms: float | None = None) -> bool:
     """Every round of the level had requests that waited for a slot (:func:`waiters`; at least
     :data:`MIN_WAITERS_LARGE` from :data:`MIN_WAITERS_FROM` concurrent requests on)."""
     needed = MIN_WAITERS_LARGE if level.concurrency >= MIN_WAITERS_FROM else MIN_WAITERS
-    counts = [waiters(level, i, lone_ttft_ms, lone_e2e_ms) for i in range(len(level.rounds))]
+    counts = [waiters(level, i, lone_ttft_ms, lone_e2e_ms, rtt_ms) for i in range(len(level.rounds))]
     return bool(counts) and all(n >= needed for n in counts)
 
 
@@ -97,6 +111,7 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
     lone_ttft = min(lone.ttfts_ms)
     e2es = [s.e2e_after_setup_ms for s in lone.samples if s.ok and s.e2e_after_setup_ms is not None]
     lone_e2e = min(e2es) if e2es else lone_ttft
+    rtt = lone_rtt_ms(lone.samples)
     rows = [
         {
             "concurrency": lv.concurrency,
@@ -104,7 +119,7 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
             "ttft_p90_ms": _round(percentile(lv.ttfts_ms, 90.0)),
             "ttft_max_ms": _round(max(lv.ttfts_ms, default=None) if lv.ttfts_ms else None),
             "failed": len(lv.failed),
-            "waited": [waiters(lv, i, lone_ttft, lone_e2e) for i in range(len(lv.rounds))],
+            "waited": [waiters(lv, i, lone_ttft, lone_e2e, rtt) for i in range(len(lv.rounds))],
         }
         for lv in ev.levels
     ]
@@ -112,6 +127,7 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
         "levels": rows,
         "lone_ttft_ms": _round(lone_ttft),
         "lone_e2e_ms": _round(lone_e2e),
+        "lone_rtt_ms": _round(rtt),
         "max_tokens": ev.max_tokens,
         "waiting_gauge_max": ev.waiting_gauge,
         "running_gauge_max": ev.running_gauge,
@@ -125,7 +141,7 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
             f"a lone request streams its {ev.max_tokens} tokens in {lone_e2e - lone_ttft:.1f} ms: too little service "
             "time to tell waiting for a slot from noise",
         )
-    waited = next((lv for lv in ev.levels if lv.concurrency > 1 and level_waited(lv, lone_ttft, lone_e2e)), None)
+    waited = next((lv for lv in ev.levels if lv.concurrency > 1 and level_waited(lv, lone_ttft, lone_e2e, rtt)), None)
     top = ev.levels[-1].concurrency
     if waited is None:
         return Clear(
@@ -137,7 +153,7 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
     index = ev.levels.index(waited)
     knee = ev.levels[index - 1].concurrency
     # the requests that did not wait had a slot: the capacity, as far as this level shows it
-    started = min(waited.concurrency - waiters(waited, i, lone_ttft, lone_e2e) for i in range(len(waited.rounds)))
+    started = min(waited.concurrency - waiters(waited, i, lone_ttft, lone_e2e, rtt) for i in range(len(waited.rounds)))
     capacity = max(knee, started)
     # one step past the knee against the knee itself: both levels pay what concurrency costs without waiting (a
     # larger prefill step, the host's and the network's share of a burst); only the waiting differs

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from latscope.checks.evidence import RequestSample, SaturationEvidence, SaturationLevel
-from latscope.checks.saturation import level_waited
+from latscope.checks.saturation import level_waited, lone_rtt_ms
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.diagnose.metrics import scraping
@@ -80,6 +80,7 @@ async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[
         return
     lone_ttft = min(s.ttft_after_setup_ms or 0.0 for s in ok)
     lone_e2e = min(s.e2e_after_setup_ms or 0.0 for s in ok)
+    rtt = lone_rtt_ms(ok)
     for concurrency in LEVELS_QUICK if ctx.quick else LEVELS:
         started(concurrency)
         begun = time.monotonic()
@@ -92,7 +93,7 @@ async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[
                 lags.append(burst_lags)
         level = SaturationLevel(concurrency, tuple(bursts), tuple(lags))
         levels.append(level)
-        if level_waited(level, lone_ttft, lone_e2e) or time.monotonic() - begun > LEVEL_BUDGET_S:
+        if level_waited(level, lone_ttft, lone_e2e, rtt) or time.monotonic() - begun > LEVEL_BUDGET_S:
             break
         if all(not s.ok for s in level.samples):
             break

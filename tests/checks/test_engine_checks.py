@@ -179,6 +179,17 @@ def test_a_first_token_one_prefill_late_is_a_batching_step_not_a_wait_for_a_slot
     assert isinstance(found, Finding) and found.evidence["capacity"] == 1
 
 
+def test_first_tokens_spread_while_the_servers_own_queue_stayed_empty_is_no_wait_for_a_slot() -> None:
+    lone = SaturationLevel(1, ((_request(5.0, 105.0),) * 3,))
+    levels = (lone, _level(4, 4), _level(8, 4))
+    empty = tuple((0.05 * i, 8.0, 0.0) for i in range(10))
+    out = check_capacity_saturation(SaturationEvidence(16, 16, levels, waiting_gauge=0.0, batch_series=empty), REF)
+    assert isinstance(out, Clear) and "stayed at 0 over 10 scrapes" in out.reason
+    queued = tuple((0.05 * i, 4.0, 4.0) for i in range(10))
+    found = check_capacity_saturation(SaturationEvidence(16, 16, levels, waiting_gauge=4.0, batch_series=queued), REF)
+    assert isinstance(found, Finding) and found.evidence["capacity"] == 4
+
+
 # -- kv-cache-pressure -------------------------------------------------------------------------------------------
 def _stream(gaps: list[float], ttft: float = 20.0) -> RequestSample:
     return ok(ttft_after_setup_ms=ttft, itl_ms=tuple(gaps))

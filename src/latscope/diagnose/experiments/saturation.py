@@ -1,11 +1,12 @@
 """The saturation experiment: a bounded concurrency sweep of identical short requests.
 
 Level 1 is :data:`LONE_REQUESTS` requests one after another (the lone TTFT and a lone request's end-to-end time);
-every further level sends ``c`` requests at once on a client of ``c`` connections, :data:`ROUNDS` times (the first
-round opens the connections; TTFTs exclude connection setup). The sweep stops one level after requests started to
-wait for a slot (:func:`latscope.checks.saturation.level_waited`), at :data:`LEVELS`' end, or when a level took
-longer than :data:`LEVEL_BUDGET_S`. The target's metrics are scraped throughout (:mod:`latscope.diagnose.metrics`):
-its waiting- and running-requests gauges confirm a queue where it has them.
+every further level sends ``c`` requests at once on a client of ``c`` connections, first to open the connections
+(not measured: a server accepting ``c`` new connections at once takes them in one by one, so their requests reach
+its engine over several of its steps), then :data:`ROUNDS` times on them. The sweep stops one level after requests
+started to wait for a slot (:func:`latscope.checks.saturation.level_waited`), at :data:`LEVELS`' end, or when a
+level took longer than :data:`LEVEL_BUDGET_S`. The target's metrics are scraped throughout
+(:mod:`latscope.diagnose.metrics`): its waiting- and running-requests gauges confirm a queue where it has them.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ LEVEL_BUDGET_S = 8.0
 
 def planned_requests(quick: bool) -> int:
     """Requests this experiment sends at most."""
-    return LONE_REQUESTS + ROUNDS * sum(LEVELS_QUICK if quick else LEVELS)
+    return LONE_REQUESTS + (1 + ROUNDS) * sum(LEVELS_QUICK if quick else LEVELS)
 
 
 async def run(ctx: Context, prior: Prior) -> SaturationEvidence:
@@ -87,8 +88,9 @@ async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[
         bursts: list[tuple[RequestSample, ...]] = []
         lags: list[tuple[float | None, ...]] = []
         async with ctx.client(quickack=True, max_connections_per_origin=concurrency) as client:
+            await _burst(ctx, client, concurrency, "connections")
             for round_index in range(ROUNDS):
-                samples, burst_lags = await _burst(ctx, client, concurrency, round_index)
+                samples, burst_lags = await _burst(ctx, client, concurrency, f"round {round_index + 1}")
                 bursts.append(samples)
                 lags.append(burst_lags)
         level = SaturationLevel(concurrency, tuple(bursts), tuple(lags))
@@ -100,11 +102,11 @@ async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[
 
 
 async def _burst(
-    ctx: Context, client: Client, concurrency: int, round_index: int
+    ctx: Context, client: Client, concurrency: int, name: str
 ) -> tuple[tuple[RequestSample, ...], tuple[float | None, ...]]:
-    """``concurrency`` requests at once: their samples, and how long after the earliest first token of the others
-    each one's first token came, ms (None where either is missing)."""
-    label = f"concurrency {concurrency} round {round_index + 1}"
+    """``concurrency`` requests at once (labelled with ``name``): their samples, and how long after the earliest
+    first token of the others each one's first token came, ms (None where either is missing)."""
+    label = f"concurrency {concurrency} {name}"
     timelines = [Timeline() for _ in range(concurrency)]
     samples = await asyncio.gather(
         *(

@@ -6,7 +6,8 @@ import orjson
 import pytest
 
 from latscope.dialects.base import ApiError, Chunk, StreamDecodeError
-from latscope.dialects.openai import MAX_UTF8_WARNINGS, EventDecodeError, OpenAIStreamDecoder
+from latscope.dialects.openai import EventDecodeError, OpenAIStreamDecoder
+from latscope.dialects.ssewarnings import MAX_UTF8_WARNINGS
 from latscope.timeline.model import EventKind, Usage
 
 

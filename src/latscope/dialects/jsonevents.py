@@ -26,12 +26,10 @@ from typing import Any
 import orjson
 
 from latscope.dialects.base import Chunk, EventDecodeError, excerpt
+from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.sse.parser import SSEParser
 from latscope.timeline.model import EventKind
-
-MAX_UTF8_WARNINGS = 10
-"""Invalid UTF-8 sequences reported one by one; past this many, only a total at close."""
 
 TEMPLATE_TRIES = 2
 """Templates tried at the start of a stream (each try costs a probe decode); one more for every
@@ -133,11 +131,7 @@ class JsonEventDecoder:
         sse = self._sse
         sse.close()
         self._report_invalid_utf8()
-        total_invalid = len(sse.invalid_utf8_offsets)
-        if total_invalid > MAX_UTF8_WARNINGS:
-            self._warnings.append(f"{total_invalid} invalid UTF-8 sequences in all (replaced by U+FFFD)")
-        if sse.ended_mid_event:
-            self._warnings.append(f"stream ended inside an unfinished event ({sse.discarded_bytes} bytes discarded)")
+        self._warnings.extend(closing_warnings(sse))
         if not self.ended:
             self._warnings.append(f"{self.name}: the stream ended without {self.terminal} after {sse.events} events")
         return []
@@ -225,10 +219,8 @@ class JsonEventDecoder:
         return _OTHER_CHUNK
 
     def _report_invalid_utf8(self) -> None:
-        offsets = self._sse.invalid_utf8_offsets
-        for offset in offsets[self._utf8_seen : MAX_UTF8_WARNINGS]:
-            self._warnings.append(f"invalid UTF-8 at stream byte {offset} (replaced by U+FFFD)")
-        self._utf8_seen = len(offsets)
+        self._warnings.extend(utf8_warnings(self._sse, self._utf8_seen))
+        self._utf8_seen = len(self._sse.invalid_utf8_offsets)
 
 
 def int_or_none(value: object) -> int | None:

@@ -52,6 +52,7 @@ from latscope.dialects.base import (
 )
 from latscope.dialects.errors import api_error_from, api_error_from_text, decode_error_body
 from latscope.dialects.models import parse_models
+from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.sse.parser import SSEEvent, SSEParser
 from latscope.timeline.model import EventKind, Usage
@@ -64,10 +65,6 @@ MODES = ("chat", "completions")
 
 DONE = "[DONE]"
 """The sentinel ``data:`` value that ends an OpenAI stream."""
-
-MAX_UTF8_WARNINGS = 10
-"""Invalid UTF-8 sequences reported one by one; past this many only a total is added at close (a broken server can
-send millions, and each warning is kept in the timeline)."""
 
 _CONTENT = EventKind.CONTENT
 _REASONING = EventKind.REASONING
@@ -296,11 +293,7 @@ class OpenAIStreamDecoder:
         sse = self._sse
         sse.close()
         self._report_invalid_utf8()
-        total_invalid = len(sse.invalid_utf8_offsets)
-        if total_invalid > MAX_UTF8_WARNINGS:
-            self._warnings.append(f"{total_invalid} invalid UTF-8 sequences in all (replaced by U+FFFD)")
-        if sse.ended_mid_event:
-            self._warnings.append(f"stream ended inside an unfinished event ({sse.discarded_bytes} bytes discarded)")
+        self._warnings.extend(closing_warnings(sse))
         if not self._done:
             self._warnings.append(f"stream ended without [DONE] after {sse.events} events")
         return []
@@ -531,10 +524,8 @@ class OpenAIStreamDecoder:
         return self._sse.events
 
     def _report_invalid_utf8(self) -> None:
-        offsets = self._sse.invalid_utf8_offsets
-        for offset in offsets[self._utf8_seen : MAX_UTF8_WARNINGS]:
-            self._warnings.append(f"invalid UTF-8 at stream byte {offset} (replaced by U+FFFD)")
-        self._utf8_seen = len(offsets)
+        self._warnings.extend(utf8_warnings(self._sse, self._utf8_seen))
+        self._utf8_seen = len(self._sse.invalid_utf8_offsets)
 
 
 def _tool_call_delta(calls: Any) -> tuple[EventKind | None, str]:

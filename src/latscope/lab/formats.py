@@ -27,6 +27,20 @@ import orjson
 
 from latscope.lab.scheduler import RequestStats, TokenOut
 
+
+def arguments_piece(token: TokenOut, *, first: bool) -> str:
+    """The piece of a streamed tool call's JSON arguments (``{"text": "…"}``) that carries ``token``: its text as
+    it sits inside a JSON string, the object's opening before the ``first`` token and its close after the last.
+    Every API streams arguments as such pieces of one JSON text (OpenAI ``tool_calls[].function.arguments``,
+    Anthropic ``input_json_delta``, Responses ``function_call_arguments.delta``)."""
+    piece = orjson.dumps(token.text)[1:-1].decode()
+    if first:
+        piece = '{"text": "' + piece
+    if token.finish_reason is not None:
+        piece += '"}'
+    return piece
+
+
 SSE = b"text/event-stream"
 NDJSON = b"application/x-ndjson"
 
@@ -143,12 +157,8 @@ class AnthropicToolFormat(AnthropicFormat):
         return events
 
     def token_event(self, token: TokenOut, sent_ns: int | None) -> bytes:
-        piece = orjson.dumps(token.text)[1:-1].decode()  # the text as it sits inside a JSON string
-        if not self.opened:
-            self.opened = True
-            piece = '{"text": "' + piece
-        if token.finish_reason is not None:
-            piece += '"}'
+        piece = arguments_piece(token, first=not self.opened)
+        self.opened = True
         return _stamped(self._head + orjson.dumps(piece) + b"}", sent_ns, b"}", b"\n\n")
 
     def closing(self, reason: str, prompt_tokens: int, completion_tokens: int) -> list[dict[str, Any]]:
@@ -315,12 +325,8 @@ class ResponsesToolFormat(ResponsesFormat):
         return events
 
     def token_event(self, token: TokenOut, sent_ns: int | None) -> bytes:
-        piece = orjson.dumps(token.text)[1:-1].decode()  # the text as it sits inside a JSON string
-        if not self.opened:
-            self.opened = True
-            piece = '{"text": "' + piece
-        if token.finish_reason is not None:
-            piece += '"}'
+        piece = arguments_piece(token, first=not self.opened)
+        self.opened = True
         self.pieces.append(piece)
         self.sequence += 1
         event = b'%b%b,"sequence_number":%d' % (self._head, orjson.dumps(piece), self.sequence)

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from latscope.lab.formats import StreamFormat
+from latscope.lab.formats import StreamFormat, arguments_piece
 from latscope.lab.gateway import Endpoint
 from latscope.lab.http.exchange import ResponseChannel
 from latscope.lab.scheduler import RequestStream, TokenOut
@@ -119,12 +119,8 @@ class ToolCallChunkFormat(ChunkFormat):
         self._token_tail = b'}}]},"logprobs":null,"finish_reason":null}]'
 
     def token_event(self, token: TokenOut, sent_ns: int | None) -> bytes:
-        piece = orjson.dumps(token.text)[1:-1].decode()  # the text as it sits inside a JSON string
-        if not self.opened:
-            self.opened = True
-            piece = '{"text": "' + piece
-        if token.finish_reason is not None:
-            piece += '"}'
+        piece = arguments_piece(token, first=not self.opened)
+        self.opened = True
         return self.token(piece) if sent_ns is None else self.token_stamped(piece, sent_ns)
 
     def role(self) -> dict[str, Any]:

@@ -147,6 +147,46 @@ def test_a_buffered_stream_does_not_lower_the_delayed_ack_threshold() -> None:
     assert out.evidence["min_hold_ms"] == 20.0
 
 
+def test_a_lateness_inside_the_controls_spread_is_not_a_hold() -> None:
+    # llama-cpp-python across 20 ms each way: a token every 2.3 ms fills a segment in 13 ms, so a hold of 6.5 ms
+    # would count, but the quickack controls themselves spread 6 ms; one delayed-ACK stream 8 ms late is that spread
+    fast = 2.3
+    free = tuple(fast for _ in range(31))
+
+    def stream(ttft: float, reused: bool = True, first_read: int = 1) -> RequestSample:
+        reads = (first_read,) + (1,) * (32 - first_read)
+        return remote(ttft, interval=fast, gaps=free, reused=reused, reads=reads)
+
+    short = (remote(66.0, tokens=1, interval=fast), remote(67.0, tokens=1, interval=fast))
+    quick = (stream(60.0), stream(72.0))
+    quick_fresh = (stream(61.0, reused=False), stream(73.0, reused=False))
+    delayed = (stream(75.0, reused=False, first_read=2), stream(68.0, reused=False, first_read=2))
+    out = check_nagle(
+        ev(
+            reused=(stream(64.0), stream(69.0)),
+            quickack=quick,
+            quickack_short=short,
+            quickack_fresh=quick_fresh,
+            delayed_ack=delayed,
+        ),
+        REF,
+    )
+    assert isinstance(out, Clear), out
+    assert (
+        out.evidence["mechanism_min_hold_ms"] < out.evidence["late_ms"]["delayed_ack"][0] < out.evidence["min_hold_ms"]
+    )
+    assert "spread" in out.reason
+    # late like that against quiet controls, with the tokens written meanwhile piled behind the first, it is a hold
+    quiet = ev(
+        reused=(stream(66.0), stream(66.2)),
+        quickack=(stream(66.0), stream(66.1)),
+        quickack_short=short,
+        quickack_fresh=(stream(67.0, reused=False), stream(67.1, reused=False)),
+        delayed_ack=(stream(75.0, reused=False, first_read=4), stream(75.5, reused=False, first_read=4)),
+    )
+    assert not isinstance(check_nagle(quiet, REF), Clear)
+
+
 def _read(at_ms: float, nbytes: int) -> Read:
     return Read(int(at_ms * 1_000_000), nbytes)
 

@@ -73,7 +73,7 @@ async def _saturation_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> f
     finding = result.finding("capacity-saturation")
     assert finding is not None
     evidence = finding.evidence
-    return await path.run(truth.burst_queue_ms(lab, evidence["waited_at"], evidence["max_tokens"]))
+    return truth.sweep_queue_ms(list(lab.records), evidence["waited_at"])
 
 
 async def _kv_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:

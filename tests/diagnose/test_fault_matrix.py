@@ -70,7 +70,7 @@ async def _attention_truth(lab: Lab, result: Diagnosis) -> float:
 async def _saturation_truth(lab: Lab, result: Diagnosis) -> float:
     finding = result.finding("capacity-saturation")
     assert finding is not None
-    return await truth.burst_queue_ms(lab, finding.evidence["waited_at"], finding.evidence["max_tokens"])
+    return truth.sweep_queue_ms(list(lab.records), finding.evidence["waited_at"])
 
 
 async def _kv_truth(lab: Lab, result: Diagnosis) -> float:

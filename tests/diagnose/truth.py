@@ -14,6 +14,7 @@ import itertools
 import statistics
 from typing import Any
 
+from latscope.diagnose.experiments.saturation import ROUNDS as SWEEP_ROUNDS
 from latscope.dialects.base import RequestSpec
 from latscope.dialects.openai import chat_request
 from latscope.dialects.prompts import synthetic_prompt
@@ -195,21 +196,39 @@ def quadratic_prefill_ms(lab: Lab, records: list[RequestRecord], sent_tokens: in
     return lab.settings.engine_cost.prefill_quadratic_ms * n * n
 
 
-async def burst_queue_ms(lab: Lab, concurrency: int, max_tokens: int) -> float:
-    """Mean time the lab's scheduler kept each of ``concurrency`` short requests sent at once waiting for a slot
-    (records' ``queue_ms``, the batching window's share excluded), in the quietest of three bursts."""
-    bursts = []
-    async with _client(lab) as client:
-        await client.request(_spec(599, 1), lab.url)
-        for burst in range(3):
-            before = len(lab.records)
-            await asyncio.gather(
-                *(client.request(_spec(600 + 100 * burst + i, max_tokens), lab.url) for i in range(concurrency))
-            )
-            records = list(lab.records)[before:]
-            assert len(records) == concurrency
-            bursts.append(statistics.fmean((r.queue_ms or 0.0) - (r.window_wait_ms or 0.0) for r in records))
-    return min(bursts)
+#: Requests a saturation level sends on each of its connections: one burst opening them, then its measured rounds
+#: (latscope.diagnose.experiments.saturation).
+SWEEP_REQUESTS_PER_CONNECTION = 1 + SWEEP_ROUNDS
+#: Requests of one burst reach the lab within this of each other (ms).
+BURST_SPREAD_MS = 20.0
+
+
+def sweep_queue_ms(records: list[RequestRecord], concurrency: int) -> float:
+    """Mean time the lab's scheduler kept the diagnosis's own measured bursts of ``concurrency`` requests waiting for
+    a slot (records' ``queue_ms``, the batching window's share excluded), in the quieter burst: the very requests the
+    finding timed, found in the lab's records as the ``concurrency`` connections that each carried a level's
+    requests, the measured rounds being their 2nd, 3rd… request, sent together."""
+    by_connection: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.endpoint is not None:
+            by_connection.setdefault(r.connection_id, []).append(r)
+    level = [rs for rs in by_connection.values() if len(rs) == SWEEP_REQUESTS_PER_CONNECTION]
+    bursts: list[list[RequestRecord]] = []
+    for index in range(2, SWEEP_REQUESTS_PER_CONNECTION + 1):
+        round_records = sorted(
+            (r for rs in level for r in rs if r.index_on_connection == index), key=lambda r: r.received_ns
+        )
+        cluster: list[RequestRecord] = []
+        for r in round_records:
+            if cluster and (r.received_ns - cluster[0].received_ns) / 1e6 > BURST_SPREAD_MS:
+                bursts.append(cluster)
+                cluster = []
+            cluster.append(r)
+        if cluster:
+            bursts.append(cluster)
+    measured = [b for b in bursts if len(b) == concurrency]
+    assert len(measured) == SWEEP_ROUNDS, [len(b) for b in bursts]
+    return min(statistics.fmean((r.queue_ms or 0.0) - (r.window_wait_ms or 0.0) for r in b) for b in measured)
 
 
 def sampling_cost_ms(lab: Lab, stream_tokens: int) -> float:

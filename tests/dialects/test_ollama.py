@@ -180,6 +180,24 @@ def test_role_only_message_is_a_role_chunk() -> None:
     assert [c.kind for c in chunks] == [EventKind.ROLE, EventKind.OTHER]
 
 
+def test_a_tool_call_message_is_a_tool_call_chunk_with_its_arguments_as_json() -> None:
+    # Ollama's documented chat stream with tools: the call arrives whole, its arguments an object, content empty
+    line = (
+        b'{"model":"llama3.2","created_at":"2024-07-22T20:33:28.123648Z","message":{"role":"assistant",'
+        b'"content":"","tool_calls":[{"function":{"name":"get_current_weather","arguments":'
+        b'{"format":"celsius","location":"Paris, FR"}}}]},"done":false}\n'
+    )
+    chunks, warnings = _decode(line + b'{"message":{"role":"assistant","content":""},"done":true}\n')
+    assert [c.kind for c in chunks] == [EventKind.TOOL_CALL, EventKind.FINISH] and not warnings
+    assert orjson.loads(chunks[0].text) == {"format": "celsius", "location": "Paris, FR"}
+    assert chunks[0].tokens == 1
+    # a call without arguments still counts as a call; text beside a call is content
+    bare, _ = _decode(b'{"message":{"content":"","tool_calls":[{"function":{"name":"now"}}]},"done":false}\n')
+    assert [(c.kind, c.text) for c in bare] == [(EventKind.TOOL_CALL, "")]
+    mixed, _ = _decode(b'{"message":{"content":"Hi","tool_calls":[{"function":{"name":"now"}}]},"done":false}\n')
+    assert [c.kind for c in mixed] == [EventKind.CONTENT]
+
+
 def test_final_chunk_extra_joins_onto_the_timeline() -> None:
     chunks, _ = _decode(CHAT)
     timeline = Timeline()

@@ -13,7 +13,8 @@ models), and a final object with ``"done": true`` carrying ``done_reason`` and t
      "done_reason":"stop","total_duration":…,"load_duration":…,"prompt_eval_count":26,
      "prompt_eval_duration":…,"eval_count":290,"eval_duration":…}
 
-Durations are NANOSECONDS. The decoder turns the final object into a FINISH chunk with ``Usage(prompt_eval_count,
+A chat object whose ``message.tool_calls`` carries a call (sent whole, ``arguments`` an object) is a TOOL_CALL chunk
+with the arguments as compact JSON. Durations are NANOSECONDS. The decoder turns the final object into a FINISH chunk with ``Usage(prompt_eval_count,
 eval_count)`` and the raw duration and count fields in ``Chunk.extra`` (read by
 :func:`latscope.signals.join.apply_server_signals`). An ``{"error": "…"}`` line becomes an ERROR chunk. A line that
 is not a JSON object raises :class:`~latscope.dialects.base.StreamDecodeError` naming the line and its byte offset.
@@ -135,6 +136,28 @@ def _usage(obj: Mapping[str, Any], warnings: list[str]) -> Usage | None:
     return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
 
 
+def _tool_call_text(obj: Mapping[str, Any]) -> str | None:
+    """The argument text of a chat object's ``message.tool_calls`` (Ollama sends each call whole, its ``arguments``
+    an object: serialised here as compact JSON, calls joined by newlines); None when the object carries no call."""
+    message = obj.get("message")
+    calls = message.get("tool_calls") if isinstance(message, Mapping) else None
+    if not isinstance(calls, list) or not calls:
+        return None
+    pieces = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            continue
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            pieces.append(arguments)
+        elif arguments is not None:
+            pieces.append(orjson.dumps(arguments).decode())
+        elif isinstance(function.get("name"), str):
+            pieces.append("")
+    return "\n".join(pieces) if pieces else None
+
+
 def _texts(obj: Mapping[str, Any]) -> tuple[str, str, bool]:
     """(content text, reasoning text, has a role) of a chat or generate object."""
     message = obj.get("message")
@@ -175,8 +198,11 @@ def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
         finish_reason = reason if isinstance(reason, str) else None
         usage = _usage(obj, warnings)
         extra = {key: obj[key] for key in FINAL_FIELDS if key in obj}
+    tool_text = None if content or thinking else _tool_call_text(obj)
     if content:
         kind, text = EventKind.CONTENT, content
+    elif tool_text is not None:
+        kind, text = EventKind.TOOL_CALL, tool_text
     elif thinking:
         kind, text = EventKind.REASONING, thinking
     elif done:
@@ -194,7 +220,7 @@ def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
     return Chunk(
         kind,
         text=text,
-        tokens=1 if text else 0,  # Ollama streams one token per object
+        tokens=1 if text or tool_text is not None else 0,  # Ollama streams one token (or one whole call) per object
         finish_reason=finish_reason,
         usage=usage,
         extra=extra or None,

@@ -245,3 +245,16 @@ def test_a_difference_that_does_not_grow_in_a_line_is_not_a_finding() -> None:
     )
     ev = ParsingEvidence(padding="user", points=jumpy, control=remote(0.0, control=True), fast_parser=FAST)
     assert isinstance(check_request_parsing(ev, REF), Inconclusive)
+
+
+def test_one_stalled_request_does_not_bend_a_line_its_repeats_draw() -> None:
+    # a busy host stalled one 0.5 MB request by 900 ms: the line through every request bends (R² well under 0.8),
+    # the line through each size's fastest does not, and the parser's 60 ms per MB is still found
+    stalled = tuple(
+        ParsePoint(p.body_bytes, p.server_ms + (900.0 if i == 1 else 0.0), p.send_ms, reused=False)
+        for i, p in enumerate(remote(60.0, control=False))
+    )
+    ev = ParsingEvidence(padding="user", points=stalled, control=remote(0.0, control=True), fast_parser=FAST)
+    out = check_request_parsing(ev, REF)
+    assert isinstance(out, Finding), out
+    assert out.evidence["r2"] < 0.8 < out.evidence["r2_fastest"]

@@ -13,11 +13,11 @@ models), and a final object with ``"done": true`` carrying ``done_reason`` and t
      "done_reason":"stop","total_duration":…,"load_duration":…,"prompt_eval_count":26,
      "prompt_eval_duration":…,"eval_count":290,"eval_duration":…}
 
-A chat object whose ``message.tool_calls`` carries a call (sent whole, ``arguments`` an object) is a TOOL_CALL chunk
-with the arguments as compact JSON. Durations are NANOSECONDS. The decoder turns the final object into a FINISH chunk with ``Usage(prompt_eval_count,
+Durations are NANOSECONDS. The decoder turns the final object into a FINISH chunk with ``Usage(prompt_eval_count,
 eval_count)`` and the raw duration and count fields in ``Chunk.extra`` (read by
-:func:`latscope.signals.join.apply_server_signals`). An ``{"error": "…"}`` line becomes an ERROR chunk. A line that
-is not a JSON object raises :class:`~latscope.dialects.base.StreamDecodeError` naming the line and its byte offset.
+:func:`latscope.signals.join.apply_server_signals`). A chat object whose ``message.tool_calls`` carries a call (sent
+whole, ``arguments`` an object) is a TOOL_CALL chunk with the arguments as compact JSON. An ``{"error": "…"}`` line
+becomes an ERROR chunk. A line that is not a JSON object raises :class:`~latscope.dialects.base.StreamDecodeError` naming the line and its byte offset.
 """
 
 from __future__ import annotations

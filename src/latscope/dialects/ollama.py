@@ -17,7 +17,8 @@ Durations are NANOSECONDS. The decoder turns the final object into a FINISH chun
 eval_count)`` and the raw duration and count fields in ``Chunk.extra`` (read by
 :func:`latscope.signals.join.apply_server_signals`). A chat object whose ``message.tool_calls`` carries a call (sent
 whole, ``arguments`` an object) is a TOOL_CALL chunk with the arguments as compact JSON. An ``{"error": "…"}`` line
-becomes an ERROR chunk. A line that is not a JSON object raises :class:`~latscope.dialects.base.StreamDecodeError` naming the line and its byte offset.
+becomes an ERROR chunk. A line that is not a JSON object raises :class:`~latscope.dialects.base.StreamDecodeError`
+naming the line and its byte offset.
 """
 
 from __future__ import annotations

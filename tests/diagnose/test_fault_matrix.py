@@ -162,7 +162,7 @@ async def test_nagle_is_found_even_when_the_server_never_reuses_a_connection() -
     assert "masked today" in nagle.cost_basis and nagle.evidence["condition"] == "delayed_ack"
 
 
-@pytest.mark.parametrize("dialect", ["anthropic.messages", "ollama.chat"])
+@pytest.mark.parametrize("dialect", ["anthropic.messages", "ollama.chat", "openai.responses", "tgi.generate"])
 async def test_the_naive_lab_shows_the_four_hidden_bottlenecks_through_another_dialect(dialect: str) -> None:
     # The same engine and faults behind the API's own path: diagnose needs nothing OpenAI-specific.
     async with Lab(profile="naive", cost=TEST_COST) as lab:

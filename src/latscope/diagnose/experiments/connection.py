@@ -1,4 +1,4 @@
-"""The connection experiment: reuse, TLS resumption, ALPN, and what HTTP/1.1 costs under concurrency.
+"""The connection experiment: DNS lookups, reuse, TLS resumption, ALPN, and what HTTP/1.1 costs under concurrency.
 
 1. Three short requests one after another on one client pool: does the second reuse the first's connection? Then,
    after the pool sat idle for a pause like a user's between two prompts, one more: did the connection survive it
@@ -102,7 +102,7 @@ async def run(ctx: Context, prior: Prior) -> ConnectionEvidence:
 
 EXPERIMENT = Experiment(
     family="connection",
-    description="reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency",
+    description="DNS lookups, reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency",
     planned_requests=lambda ctx: planned_requests(ctx.quick, ctx.tls),
     run=run,
 )

@@ -81,8 +81,15 @@ def check_slow_dns(ev: ConnectionEvidence, reference: Reference | None) -> Outco
     assert lookup_ms is not None and connect_ms is not None  # one value at least: every sample has both
     first_ms, repeats = lookups[0], lookups[1:]
     repeat_ms = median(repeats)
-    cached = None if repeat_ms is None or first_ms <= 0 else repeat_ms < CACHED_SHARE * first_ms
     threshold_ms = max(CONNECT_ROUND_TRIPS * connect_ms, LOCAL_ANSWER_MS)
+    # cached: the repeats were answered faster than the first; not cached: as slow as a slow first; None: the first
+    # was fast already (a name the run's earlier lookups had put in a cache, or a fast resolver): nothing to compare
+    cached: bool | None = None
+    if repeat_ms is not None:
+        if repeat_ms < CACHED_SHARE * first_ms:
+            cached = True
+        elif first_ms >= threshold_ms:
+            cached = False
     evidence: dict[str, Any] = {
         "host": ev.host,
         "lookups": len(lookups),
@@ -106,9 +113,10 @@ def check_slow_dns(ev: ConnectionEvidence, reference: Reference | None) -> Outco
         else:
             why = f"under the connection's own TCP connect ({connect_ms:.2f} ms, one round trip to the server)"
         cache = " (repeats faster than the first: cached)" if cached else ""
+        count = f"{len(lookups)} lookup{'s' if len(lookups) != 1 else ''}"
         return Clear(
             DNS_ID,
-            f"{len(lookups)} lookups of {host} took {lookup_ms:.2f} ms each (lower quartile){cache}, {why}",
+            f"{count} of {host} took {lookup_ms:.2f} ms (lower quartile){cache}, {why}",
             evidence,
         )
     if len(lookups) < 2:
@@ -118,6 +126,7 @@ def check_slow_dns(ev: ConnectionEvidence, reference: Reference | None) -> Outco
             "repeat was measured to tell a slow resolver from a cold cache; run again",
             evidence,
         )
+    assert repeat_ms is not None  # two lookups at least
     above = sum(1 for v in lookups if v >= threshold_ms)
     cache_note = (
         f"repeated lookups of the same name were not answered from a cache (median {repeat_ms:.2f} ms vs the first's "

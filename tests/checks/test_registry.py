@@ -1,4 +1,4 @@
-"""The check registry covers the twelve finding ids diagnose decides, each with a catalogued title and fix."""
+"""The check registry covers the thirteen finding ids diagnose decides, each with a catalogued title and fix."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from latscope.findings import CATALOGUE
 
 def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
     assert set(CHECKS) == {
+        "slow-dns",
         "no-connection-reuse",
         "tls-no-resumption",
         "http2-not-negotiated",

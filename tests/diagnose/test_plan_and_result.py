@@ -15,8 +15,9 @@ from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Severi
 def test_select_accepts_a_comma_list_and_keeps_catalogue_order() -> None:
     assert select(None) == diagnosed_ids()
     assert select("stream-proxy-buffering, no-connection-reuse") == ("no-connection-reuse", "stream-proxy-buffering")
-    with pytest.raises(UnknownFindingError, match="slow-dns"):
-        select("slow-dns")
+    assert select("slow-dns") == ("slow-dns",)
+    with pytest.raises(UnknownFindingError, match="no-such-finding"):
+        select("slow-dns,no-such-finding")
     with pytest.raises(UnknownFindingError):
         select(" , ")
 

@@ -2,6 +2,7 @@
 
 One module per family, each holding its thresholds as named constants next to the check:
 
+* :mod:`~latscope.checks.dns` — ``slow-dns`` (reads the connection experiment's new connections)
 * :mod:`~latscope.checks.connection` — ``no-connection-reuse``, ``tls-no-resumption``, ``http2-not-negotiated``
 * :mod:`~latscope.checks.parsing` — ``slow-request-parsing``
 * :mod:`~latscope.checks.queueing` — ``queue-head-of-line``
@@ -24,6 +25,7 @@ from typing import Any
 
 from latscope.checks.batching import check_batching_window
 from latscope.checks.connection import check_connection_reuse, check_http2, check_tls_resumption
+from latscope.checks.dns import check_slow_dns
 from latscope.checks.evidence import Reference
 from latscope.checks.kvcache import check_kv_cache_pressure
 from latscope.checks.parsing import check_request_parsing
@@ -50,6 +52,7 @@ class Check:
 CHECKS: dict[str, Check] = {
     c.id: c
     for c in (
+        Check("slow-dns", "connection", check_slow_dns),
         Check("no-connection-reuse", "connection", check_connection_reuse),
         Check("tls-no-resumption", "connection", check_tls_resumption),
         Check("http2-not-negotiated", "connection", check_http2),

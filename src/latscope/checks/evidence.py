@@ -247,6 +247,11 @@ class ConnectionEvidence:
         concurrency: the HTTP/1.1-under-concurrency measurement (None when not run: plain HTTP, or h2 negotiated).
         idle: ``(pause_s, sample)``: a request sent on the same pool after the pool sat idle ``pause_s`` seconds (a
             user reading an answer): does the connection survive the pause?
+        host: the target's host as its URL names it (a DNS name, or an IP literal); empty when not recorded.
+        host_is_ip: ``host`` is an IPv4 or IPv6 address, so no connection resolves a name (no dns phase).
+
+    Every new connection among ``sequential``, ``idle`` and ``fresh`` resolved ``host`` by itself (its ``dns_ms``,
+    next to its own ``connect_ms``): these lookups, in that order, are the ``slow-dns`` evidence.
     """
 
     tls: bool
@@ -255,6 +260,8 @@ class ConnectionEvidence:
     offered_alpn: tuple[str, ...] = ()
     concurrency: ConcurrencyEvidence | None = None
     idle: tuple[tuple[float, RequestSample], ...] = ()
+    host: str = ""
+    host_is_ip: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,7 +180,7 @@ def command(
     \b
     Experiments (each bounded in requests and time):
       baseline     the typical request, TTFT vs prompt length, decode cadence
-      connection   reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency
+      connection   DNS lookups, reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency
       parsing      server time vs request body size, against a fast JSON parser
       queueing     a short prompt alone and behind long ones
       streaming    per-read analysis under delayed ACKs and quickack, TTFT vs max_tokens

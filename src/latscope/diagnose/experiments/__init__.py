@@ -7,7 +7,8 @@ check module, one lab fault.
 
 * :mod:`~latscope.diagnose.experiments.baseline` — the typical request and TTFT vs prompt length (always first, not in
   the registry: every finding's severity is measured against it)
-* :mod:`~latscope.diagnose.experiments.connection` — reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency
+* :mod:`~latscope.diagnose.experiments.connection` — DNS lookups, reuse, TLS resumption, ALPN, HTTP/1.1 under
+  concurrency
 * :mod:`~latscope.diagnose.experiments.parsing` — server time vs request body size
 * :mod:`~latscope.diagnose.experiments.queueing` — a short prompt alone and behind long ones
 * :mod:`~latscope.diagnose.experiments.batching` — short requests alone and in staggered pairs

@@ -1,10 +1,12 @@
-"""The connection experiment: reuse, TLS resumption, ALPN, and what HTTP/1.1 costs under concurrency.
+"""The connection experiment: DNS lookups, reuse, TLS resumption, ALPN, and what HTTP/1.1 costs under concurrency.
 
 1. Three short requests one after another on one client pool: does the second reuse the first's connection? Then,
    after the pool sat idle for a pause like a user's between two prompts, one more: did the connection survive it
    (a keep-alive timeout shorter than a client's pause closes it)?
 2. Further requests forced onto new connections: every new connection's dns + connect + tls is the measured cost of
-   a fresh connection; over TLS each offers the session saved from the first: is it resumed?
+   a fresh connection; over TLS each offers the session saved from the first: is it resumed? Each also resolved
+   the target's name by itself (its dns phase, next to its own TCP connect): the ``slow-dns`` evidence, at no extra
+   request or lookup (none for an IP-literal target).
 3. Over TLS, when ALPN did not select h2: twelve requests at once through a pool of six connections (a browser's
    per-host limit), whose queued half waits for a free connection: what the missing HTTP/2 costs.
 """
@@ -12,10 +14,12 @@
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import urlsplit
 
 from latscope.checks.evidence import ConcurrencyEvidence, ConnectionEvidence, RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
+from latscope.wire.connection import is_ip_literal
 
 SEQUENTIAL_REQUESTS = 3
 #: Idle pauses (s) before a further request on the same pool: shorter than a user's pause between prompts (seconds),
@@ -83,6 +87,7 @@ async def run(ctx: Context, prior: Prior) -> ConnectionEvidence:
                 )
             bursts.append(tuple(samples))
         concurrency = ConcurrencyEvidence(BROWSER_CONNECTIONS_PER_HOST, tuple(bursts))
+    host = urlsplit(ctx.base_url).hostname or ""
     return ConnectionEvidence(
         tls=ctx.tls,
         sequential=tuple(sequential),
@@ -90,12 +95,14 @@ async def run(ctx: Context, prior: Prior) -> ConnectionEvidence:
         offered_alpn=OFFERED_ALPN if ctx.tls else (),
         concurrency=concurrency,
         idle=tuple(idle),
+        host=host,
+        host_is_ip=is_ip_literal(host),
     )
 
 
 EXPERIMENT = Experiment(
     family="connection",
-    description="reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency",
+    description="DNS lookups, reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency",
     planned_requests=lambda ctx: planned_requests(ctx.quick, ctx.tls),
     run=run,
 )

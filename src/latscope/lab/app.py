@@ -19,6 +19,7 @@ from typing import Any
 
 from latscope.lab.batchlog import BatchLog
 from latscope.lab.certs import CertFiles, generate_self_signed, remove_cert_files
+from latscope.lab.front import front_door
 from latscope.lab.gateway import Gateway
 from latscope.lab.handlers import LabService
 from latscope.lab.http.server import HttpServer, ServerOptions
@@ -98,7 +99,10 @@ class Lab(Served, AsyncService):
             tls=tls,
         )
         await self.scheduler.start()
-        server = HttpServer(service, options)
+        handler = front_door(
+            service, drop_trace_context=settings.drop_trace_context, response_cache=settings.response_cache
+        )
+        server = HttpServer(handler, options)
         try:
             self.host, self.port = await server.start(settings.host, settings.port)
         except BaseException:

@@ -29,7 +29,9 @@ class Stage(StrEnum):
     """Where on the lab's request path a fault is injected (DESIGN.md, the lab's stages)."""
 
     EDGE = "edge"  #: connection handling: keep-alive, TLS, ALPN, socket options, buffering on the way out
-    GATEWAY = "gateway"  #: body parsing and validation
+    #: body parsing and validation, and what the lab process puts in front of it (trace context handling, a response
+    #: cache: lab/front.py); behind a real nginx edge these stay in the origin lab
+    GATEWAY = "gateway"
     SCHEDULER = "scheduler"  #: queueing and batching policy
     ENGINE = "engine"  #: the simulated GPU's costs and capacity
 
@@ -61,6 +63,8 @@ NAIVE_ATTENTION = "naive-attention"
 FEW_SLOTS = "few-slots"
 SMALL_KV_CACHE = "small-kv-cache"
 SLOW_SAMPLING = "slow-sampling"
+DROP_TRACE_CONTEXT = "drop-trace-context"
+RESPONSE_CACHE = "response-cache"
 
 #: Every fault, by name, in request-path order.
 FAULTS: dict[str, Fault] = {
@@ -89,6 +93,20 @@ FAULTS: dict[str, Fault] = {
             "ALPN offers only http/1.1 (no HTTP/2, also no cleartext h2 prior knowledge)",
             "http2-not-negotiated",
             Stage.EDGE,
+        ),
+        Fault(
+            DROP_TRACE_CONTEXT,
+            "the edge strips the incoming W3C traceparent, so the lab starts a new trace (its traceresponse names a "
+            "trace id the client never sent)",
+            "trace-context-dropped",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            RESPONSE_CACHE,
+            "a cache in front keyed on the request body: a repeated request is replayed from storage at once, with "
+            "'Age' and 'X-Cache: HIT', and nothing is generated for it",
+            "response-cached",
+            Stage.GATEWAY,
         ),
         Fault(
             SLOW_PARSE,

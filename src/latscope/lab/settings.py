@@ -11,6 +11,7 @@ from latscope.lab.faults import (
     BATCHING_TRIGGER,
     BATCHING_WINDOW,
     BATCHING_WINDOW_MS,
+    DROP_TRACE_CONTEXT,
     FEW_SLOTS,
     FEW_SLOTS_MAX_BATCH,
     NAGLE,
@@ -21,6 +22,7 @@ from latscope.lab.faults import (
     PROXY_BUFFER_BYTES,
     PROXY_BUFFERING,
     QUEUE_HOL,
+    RESPONSE_CACHE,
     SHORT_KEEPALIVE,
     SHORT_KEEPALIVE_TIMEOUT_S,
     SLOW_PARSE,
@@ -110,6 +112,16 @@ class LabSettings:
     @property
     def slow_parse(self) -> bool:
         return SLOW_PARSE in self.active_faults
+
+    @property
+    def drop_trace_context(self) -> bool:
+        """The edge strips the incoming ``traceparent`` (``drop-trace-context``)."""
+        return DROP_TRACE_CONTEXT in self.active_faults
+
+    @property
+    def response_cache(self) -> bool:
+        """A response cache keyed on the request body sits in front (``response-cache``)."""
+        return RESPONSE_CACHE in self.active_faults
 
     @property
     def proxy_buffer_bytes(self) -> int | None:

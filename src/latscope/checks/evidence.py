@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from latscope.signals.cache import CacheSignal
+from latscope.signals.traceresponse import ReturnedTraceId
 from latscope.timeline import metrics
 from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, ServerPhase, Timeline
 from latscope.units import NS_PER_MS
@@ -569,3 +571,48 @@ class SamplingEvidence:
     sampled: tuple[RequestSample, ...] = ()
     parameters: tuple[str, ...] = ()
     refused: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceContextEvidence:
+    """The trace-context experiment: one request carrying a fresh W3C ``traceparent``.
+
+    Fields:
+        sample: the request (None when none was sent).
+        sent_trace_id: the trace id of the ``traceparent`` it carried, 32 hex digits (None when it carried none).
+        returned: the trace ids the response named (``traceresponse``, Server-Timing, id headers containing the
+            sent id; see :mod:`latscope.signals.traceresponse`).
+    """
+
+    sample: RequestSample | None = None
+    sent_trace_id: str | None = None
+    returned: tuple[ReturnedTraceId, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CachedReply:
+    """One request of the caching experiment with what its response said about caching.
+
+    Fields:
+        sample: the request.
+        cache: the response's cache headers (``Age``, ``X-Cache``, ``CF-Cache-Status``, ``Cache-Status`` …).
+        output_sha256: hex digest of the generated text (None when it generated none or failed).
+    """
+
+    sample: RequestSample
+    cache: CacheSignal = field(default_factory=CacheSignal)
+    output_sha256: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CachingEvidence:
+    """The caching experiment: a request, a varied one of the same size (the control), then the first again, byte
+    for byte, on one connection.
+
+    Fields:
+        first: the first request. control: the varied one. repeat: the first one's exact repeat.
+    """
+
+    first: CachedReply | None = None
+    control: CachedReply | None = None
+    repeat: CachedReply | None = None

@@ -1,4 +1,4 @@
-"""The check registry covers the twelve finding ids diagnose decides, each with a catalogued title and fix."""
+"""The check registry covers the fourteen finding ids diagnose decides, each with a catalogued title and fix."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "no-connection-reuse",
         "tls-no-resumption",
         "http2-not-negotiated",
+        "response-cached",
+        "trace-context-dropped",
         "slow-request-parsing",
         "queue-head-of-line",
         "stream-coalescing-nagle",
@@ -24,6 +26,8 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
     assert all(c.id in CATALOGUE for c in CHECKS.values())
     assert {c.family for c in CHECKS.values()} == {
         "connection",
+        "caching",
+        "tracecontext",
         "parsing",
         "queueing",
         "batching",

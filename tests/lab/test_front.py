@@ -79,3 +79,16 @@ async def test_the_tuned_lab_has_no_cache_headers_and_generates_every_request() 
     assert first.ok and second.ok
     assert cache_state(second.response_headers).hit is None
     assert len(generated) == 2
+
+
+async def test_the_silent_response_cache_replays_without_a_header_saying_so() -> None:
+    async with Lab(profile="tuned", faults=["silent-response-cache"], cost=COST) as lab:
+        async with Client(keep_text=True, trace_context=False) as client:
+            spec = chat_request("lab-model", synthetic_prompt(16, 7), 16)
+            first = await client.request(spec, lab.url)
+            second = await client.request(spec, lab.url)
+        hits = lab.cache_hits
+    assert first.ok and second.ok and hits == 1
+    assert cache_state(first.response_headers).hit is None and cache_state(second.response_headers).hit is None
+    assert "age" not in second.response_headers and "x-cache" not in second.response_headers
+    assert second.output_text == first.output_text and second.output_text

@@ -65,6 +65,7 @@ SMALL_KV_CACHE = "small-kv-cache"
 SLOW_SAMPLING = "slow-sampling"
 DROP_TRACE_CONTEXT = "drop-trace-context"
 RESPONSE_CACHE = "response-cache"
+SILENT_RESPONSE_CACHE = "silent-response-cache"
 
 #: Every fault, by name, in request-path order.
 FAULTS: dict[str, Fault] = {
@@ -105,6 +106,13 @@ FAULTS: dict[str, Fault] = {
             RESPONSE_CACHE,
             "a cache in front keyed on the request body: a repeated request is replayed from storage at once, with "
             "'Age' and 'X-Cache: HIT', and nothing is generated for it",
+            "response-cached",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            SILENT_RESPONSE_CACHE,
+            "the same cache without a word about it (no 'Age', no 'X-Cache'): only the replay's speed and its "
+            "identical text give it away",
             "response-cached",
             Stage.GATEWAY,
         ),

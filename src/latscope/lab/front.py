@@ -8,6 +8,7 @@
 * ``response-cache`` fault: a cache keyed on method, path and request body. The first request of a key is answered
   by the service (``X-Cache: MISS``) and its response stored whole; a repeat is replayed from storage at once, with
   ``Age`` (seconds since it was stored, RFC 9111 §5.1) and ``X-Cache: HIT`` — nothing is generated for it.
+  ``silent-response-cache`` is the same cache adding no header at all.
 
 Both wrap a :data:`~latscope.lab.http.exchange.Handler` and the :class:`ResponseChannel` it writes to, so the stages
 behind them are unchanged.
@@ -154,8 +155,8 @@ class StoredResponse:
 
 
 class _Recording(_ExtraHeaders):
-    def __init__(self, inner: ResponseChannel) -> None:
-        super().__init__(inner, [(b"x-cache", b"MISS")])
+    def __init__(self, inner: ResponseChannel, *, announce: bool) -> None:
+        super().__init__(inner, [(b"x-cache", b"MISS")] if announce else [])
         self.stored: StoredResponse | None = None
 
     def respond(self, status: int, headers: Headers, body: bytes) -> None:
@@ -179,10 +180,12 @@ class _Recording(_ExtraHeaders):
 
 class ResponseCacheEdge:
     """The ``response-cache`` fault (see the module docstring): stores complete 200 responses to POST requests by
-    method, path and body, and replays them at once."""
+    method, path and body, and replays them at once. ``announce``: say so in ``X-Cache`` and ``Age`` (without it
+    the replay is the stored response byte for byte, as a cache that adds no header sends it)."""
 
-    def __init__(self, inner: Handler, *, entries: int = CACHE_ENTRIES) -> None:
+    def __init__(self, inner: Handler, *, announce: bool = True, entries: int = CACHE_ENTRIES) -> None:
         self.inner = inner
+        self.announce = announce
         self.entries = entries
         self.store: dict[tuple[str, str, bytes], StoredResponse] = {}
         self.hits = 0
@@ -195,9 +198,9 @@ class ResponseCacheEdge:
         stored = self.store.get(key)
         if stored is not None:
             self.hits += 1
-            self._replay(stored, channel)
+            self._replay(stored, channel, self.announce)
             return
-        recording = _Recording(channel)
+        recording = _Recording(channel, announce=self.announce)
         await self.inner(request, recording)
         kept = recording.stored
         if kept is not None and kept.complete and kept.status == 200 and not channel.closed:
@@ -206,9 +209,9 @@ class ResponseCacheEdge:
             self.store[key] = kept
 
     @staticmethod
-    def _replay(stored: StoredResponse, channel: ResponseChannel) -> None:
+    def _replay(stored: StoredResponse, channel: ResponseChannel, announce: bool) -> None:
         age = str(int(time.monotonic() - stored.stored_s)).encode()
-        headers = [*stored.headers, (b"age", age), (b"x-cache", b"HIT")]
+        headers = [*stored.headers, (b"age", age), (b"x-cache", b"HIT")] if announce else stored.headers
         if not stored.streamed:
             channel.respond(stored.status, headers, b"".join(stored.body))
             return
@@ -218,12 +221,13 @@ class ResponseCacheEdge:
         channel.finish()
 
 
-def front_door(inner: Handler, *, drop_trace_context: bool, response_cache: bool) -> Handler:
-    """The service behind its edge: trace context handling always, the response cache when that fault is on (the
-    cache sits in front, so a replayed response carries the ``traceresponse`` it was stored with)."""
+def front_door(inner: Handler, *, drop_trace_context: bool, response_cache: str | None) -> Handler:
+    """The service behind its edge: trace context handling always, the response cache when that fault is on
+    (``response_cache`` ``"headers"`` or ``"silent"``; the cache sits in front, so a replayed response carries the
+    ``traceresponse`` it was stored with)."""
     handler: Handler = TraceContextEdge(inner, drop=drop_trace_context)
-    if response_cache:
-        handler = ResponseCacheEdge(handler)
+    if response_cache is not None:
+        handler = ResponseCacheEdge(handler, announce=response_cache == "headers")
     return handler
 
 

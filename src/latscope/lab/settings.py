@@ -25,6 +25,7 @@ from latscope.lab.faults import (
     RESPONSE_CACHE,
     SHORT_KEEPALIVE,
     SHORT_KEEPALIVE_TIMEOUT_S,
+    SILENT_RESPONSE_CACHE,
     SLOW_PARSE,
     SLOW_SAMPLING,
     SLOW_SAMPLING_MS,
@@ -119,9 +120,13 @@ class LabSettings:
         return DROP_TRACE_CONTEXT in self.active_faults
 
     @property
-    def response_cache(self) -> bool:
-        """A response cache keyed on the request body sits in front (``response-cache``)."""
-        return RESPONSE_CACHE in self.active_faults
+    def response_cache(self) -> Literal["headers", "silent"] | None:
+        """A response cache keyed on the request body sits in front: ``"headers"`` (``response-cache``: it says
+        so), ``"silent"`` (``silent-response-cache``: it does not), None without one."""
+        faults = self.active_faults
+        if RESPONSE_CACHE in faults:
+            return "headers"
+        return "silent" if SILENT_RESPONSE_CACHE in faults else None
 
     @property
     def proxy_buffer_bytes(self) -> int | None:

@@ -53,6 +53,19 @@ def test_a_replay_without_headers_is_told_by_its_text_and_timing() -> None:
     assert out.evidence["first_token_ratio"] < 0.25
 
 
+def test_a_replay_whose_first_token_carries_some_path_jitter_is_still_found_by_its_stream() -> None:
+    # measured across a 40 ms path: 1.7 ms of jitter left after subtracting TCP's minimum RTT, against a 5.2 ms control
+    far = {"rtt_ms": 40.7}
+    out = check_response_cached(
+        _ev(
+            _reply(TEXT_A, ttft_after_setup_ms=42.4, itl_ms=(0.0,) * 7, **far),
+            control=_reply(TEXT_B, ttft_after_setup_ms=45.9, itl_ms=(6.0,) * 7, **far),
+        ),
+        REF,
+    )
+    assert isinstance(out, Finding), out
+
+
 def test_a_replay_is_found_across_a_40_ms_round_trip() -> None:
     # the round trip adds 40 ms to every first token: 40.3 against 48 ms would look alike without subtracting it
     far = {"rtt_ms": 40.0}

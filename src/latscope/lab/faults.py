@@ -29,8 +29,8 @@ class Stage(StrEnum):
     """Where on the lab's request path a fault is injected (DESIGN.md, the lab's stages)."""
 
     EDGE = "edge"  #: connection handling: keep-alive, TLS, ALPN, socket options, buffering on the way out
-    #: body parsing and validation, and what the lab process puts in front of it (trace context handling, a response
-    #: cache: lab/front.py); behind a real nginx edge these stay in the origin lab
+    #: body parsing and validation, and a response cache the lab process puts in front of it (lab/front.py); behind a
+    #: real nginx edge these stay in the origin lab
     GATEWAY = "gateway"
     SCHEDULER = "scheduler"  #: queueing and batching policy
     ENGINE = "engine"  #: the simulated GPU's costs and capacity
@@ -100,7 +100,7 @@ FAULTS: dict[str, Fault] = {
             "the edge strips the incoming W3C traceparent, so the lab starts a new trace (its traceresponse names a "
             "trace id the client never sent)",
             "trace-context-dropped",
-            Stage.GATEWAY,
+            Stage.EDGE,
         ),
         Fault(
             RESPONSE_CACHE,

@@ -1,4 +1,4 @@
-"""The check registry covers the fourteen finding ids diagnose decides, each with a catalogued title and fix."""
+"""The check registry covers the fifteen finding ids diagnose decides, each with a catalogued title and fix."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "http2-not-negotiated",
         "response-cached",
         "trace-context-dropped",
+        "request-header-bloat",
         "slow-request-parsing",
         "queue-head-of-line",
         "stream-coalescing-nagle",
@@ -28,6 +29,7 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "connection",
         "caching",
         "tracecontext",
+        "headers",
         "parsing",
         "queueing",
         "batching",

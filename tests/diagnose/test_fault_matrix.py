@@ -16,6 +16,7 @@ import pytest
 from latscope.diagnose import Diagnosis, diagnose
 from latscope.findings import Finding, NotTested, Severity
 from latscope.lab.app import Lab
+from latscope.lab.faults import HEADER_SCAN_MS_PER_KB
 from tests.diagnose import truth
 
 TEST_COST = truth.TEST_COST
@@ -166,6 +167,21 @@ async def test_a_zero_cost_fault_is_named_alone_at_its_severity(
     assert set(_above_low(result)) == ({finding_id} if severity is not Severity.LOW else set()), result.to_dict()
 
 
+#: A 12 KB bearer token: what request-header-bloat prices (a lean client's headers cost nothing to price).
+BLOATED_TOKEN = "Bearer " + "t" * (12 * 1024)
+
+
+async def test_header_scan_is_named_alone_for_a_client_with_bloated_headers_with_its_cost() -> None:
+    headers = [("Authorization", BLOATED_TOKEN)]
+    async with Lab(profile="tuned", faults=["header-scan"], cost=TEST_COST) as lab:
+        result = await diagnose(lab.url, quick=True, headers=headers)
+    assert list(_above_low(result)) == ["request-header-bloat"], result.to_dict()
+    finding = _above_low(result)["request-header-bloat"]
+    # the truth: what the lab's scan spends on the client's own header line, per request
+    real = HEADER_SCAN_MS_PER_KB * sum(len(k) + len(v) + 4 for k, v in headers) / 1024
+    assert abs(finding.cost_ms - real) <= REL_TOLERANCE * real, (finding.cost_ms, real, finding.evidence)
+
+
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
     async with Lab(profile="tuned", tls=tls, cost=TEST_COST) as lab:
@@ -175,6 +191,7 @@ async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
     assert {"no-connection-reuse", "queue-head-of-line", "stream-coalescing-nagle"} <= clear
     assert {"batching-window", "capacity-saturation", "prefill-superlinear", "decode-host-overhead"} <= clear
     assert {"trace-context-dropped", "response-cached"} <= clear  # the lab echoes the trace and caches nothing
+    assert "request-header-bloat" in clear
     kv = result.outcome("kv-cache-pressure")
     assert isinstance(kv, NotTested) and "never came near filling" in kv.reason  # the cache is far from full
     if tls:

@@ -27,6 +27,7 @@ def test_families_follow_the_request_path() -> None:
         "connection",
         "caching",
         "tracecontext",
+        "headers",
         "parsing",
         "queueing",
         "batching",

@@ -20,6 +20,7 @@ def test_experiments_run_in_request_path_order() -> None:
         "connection",
         "caching",
         "tracecontext",
+        "headers",
         "parsing",
         "queueing",
         "batching",

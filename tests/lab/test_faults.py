@@ -46,6 +46,7 @@ def test_every_fault_names_the_finding_it_should_trigger() -> None:
         "drop-trace-context": "trace-context-dropped",
         "response-cache": "response-cached",
         "silent-response-cache": "response-cached",
+        "header-scan": "request-header-bloat",
         "slow-parse": "slow-request-parsing",
         "queue-hol": "queue-head-of-line",
         "nagle": "stream-coalescing-nagle",

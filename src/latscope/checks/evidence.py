@@ -616,3 +616,31 @@ class CachingEvidence:
     first: CachedReply | None = None
     control: CachedReply | None = None
     repeat: CachedReply | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderPoint:
+    """One request of the header-size sweep: ``pad_bytes`` of harmless padding headers added to the client's own."""
+
+    pad_bytes: int
+    sample: RequestSample
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderEvidence:
+    """The header-size sweep: the same short request with growing padding headers (``X-Latscope-Pad-N``) on one
+    reused connection, the client's own headers (credentials included) unchanged.
+
+    Fields:
+        own_header_bytes: size of the client's own request headers, bytes (``name: value`` plus CRLF each; the
+            values are never kept).
+        points: the requests in the order sent, the first without padding (the control).
+        refused_at_bytes: the padding at which the server refused the request (431, 400, 494, or closed the
+            connection), None when it accepted every size; the sweep stops there.
+        refused: what the server answered then.
+    """
+
+    own_header_bytes: int
+    points: tuple[HeaderPoint, ...] = ()
+    refused_at_bytes: int | None = None
+    refused: str | None = None

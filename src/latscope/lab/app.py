@@ -108,7 +108,10 @@ class Lab(Served, AsyncService):
         )
         await self.scheduler.start()
         handler = front_door(
-            service, drop_trace_context=settings.drop_trace_context, response_cache=settings.response_cache
+            service,
+            drop_trace_context=settings.drop_trace_context,
+            response_cache=settings.response_cache,
+            header_scan_ms_per_kb=settings.header_scan_ms_per_kb,
         )
         self._front = handler
         server = HttpServer(handler, options)

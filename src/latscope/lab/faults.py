@@ -66,6 +66,7 @@ SLOW_SAMPLING = "slow-sampling"
 DROP_TRACE_CONTEXT = "drop-trace-context"
 RESPONSE_CACHE = "response-cache"
 SILENT_RESPONSE_CACHE = "silent-response-cache"
+HEADER_SCAN = "header-scan"
 
 #: Every fault, by name, in request-path order.
 FAULTS: dict[str, Fault] = {
@@ -114,6 +115,13 @@ FAULTS: dict[str, Fault] = {
             "the same cache without a word about it (no 'Age', no 'X-Cache'): only the replay's speed and its "
             "identical text give it away",
             "response-cached",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            HEADER_SCAN,
+            "a gateway that scans every request header before handling it (a WAF rule set over each value): "
+            "0.5 ms per KB of request headers",
+            "request-header-bloat",
             Stage.GATEWAY,
         ),
         Fault(
@@ -205,6 +213,10 @@ SMALL_KV_CACHE_BLOCKS = 384
 #: The host's cost per decode step under ``slow-sampling``, ms: a sort and softmax over a 128k-token vocabulary,
 #: penalties over the generated tokens and the logprobs, in Python and off the GPU's stream.
 SLOW_SAMPLING_MS = 5.0
+
+#: What ``header-scan`` costs per KB of request headers, ms: a WAF's rule set run over every header value, a few
+#: MB/s (a 16 KB token and its cookies cost 8 ms, as much as a short prompt's prefill).
+HEADER_SCAN_MS_PER_KB = 0.5
 
 #: The buffering threshold of the ``proxy-buffering`` fault: nginx's default ``ssl_buffer_size`` (16 KB), the burst
 #: size measured through a real nginx (reference/network-timing.md).

@@ -10,12 +10,15 @@
   ``Age`` (seconds since it was stored, RFC 9111 §5.1) and ``X-Cache: HIT`` — nothing is generated for it.
   ``silent-response-cache`` is the same cache adding no header at all.
 
-Both wrap a :data:`~latscope.lab.http.exchange.Handler` and the :class:`ResponseChannel` it writes to, so the stages
+* ``header-scan`` fault: the request waits 0.5 ms per KB of its headers before the service sees it.
+
+All wrap a :data:`~latscope.lab.http.exchange.Handler` and the :class:`ResponseChannel` it writes to, so the stages
 behind them are unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -142,6 +145,20 @@ class TraceContextEdge:
         await self.inner(request, _ExtraHeaders(channel, [(b"traceresponse", value)]))
 
 
+class HeaderScanEdge:
+    """The ``header-scan`` fault: waits ``ms_per_kb`` per KB of the request's headers before handing it on, as a
+    gateway that runs a rule set over every header value does."""
+
+    def __init__(self, inner: Handler, *, ms_per_kb: float) -> None:
+        self.inner = inner
+        self.ms_per_kb = ms_per_kb
+
+    async def __call__(self, request: Request, channel: ResponseChannel) -> None:
+        head_bytes = sum(len(name) + len(value) + 4 for name, value in request.headers)
+        await asyncio.sleep(self.ms_per_kb * head_bytes / 1024 / 1000)
+        await self.inner(request, channel)
+
+
 @dataclass(slots=True)
 class StoredResponse:
     """A response as the cache keeps it: status, head, body pieces in order, and when it was stored (monotonic s)."""
@@ -221,14 +238,23 @@ class ResponseCacheEdge:
         channel.finish()
 
 
-def front_door(inner: Handler, *, drop_trace_context: bool, response_cache: str | None) -> Handler:
-    """The service behind its edge: trace context handling always, the response cache when that fault is on
-    (``response_cache`` ``"headers"`` or ``"silent"``; the cache sits in front, so a replayed response carries the
-    ``traceresponse`` it was stored with)."""
-    handler: Handler = TraceContextEdge(inner, drop=drop_trace_context)
+def front_door(
+    inner: Handler,
+    *,
+    drop_trace_context: bool,
+    response_cache: str | None,
+    header_scan_ms_per_kb: float | None = None,
+) -> Handler:
+    """The service behind its edge: trace context handling always, the header scan and the response cache when
+    those faults are on (``response_cache`` ``"headers"`` or ``"silent"``; the cache sits in front, so a replayed
+    response carries the ``traceresponse`` it was stored with and skips the scan)."""
+    handler: Handler = inner
+    if header_scan_ms_per_kb is not None:
+        handler = HeaderScanEdge(handler, ms_per_kb=header_scan_ms_per_kb)
+    handler = TraceContextEdge(handler, drop=drop_trace_context)
     if response_cache is not None:
         handler = ResponseCacheEdge(handler, announce=response_cache == "headers")
     return handler
 
 
-__all__ = ["ResponseCacheEdge", "StoredResponse", "TraceContextEdge", "front_door", "trace_response"]
+__all__ = ["HeaderScanEdge", "ResponseCacheEdge", "StoredResponse", "TraceContextEdge", "front_door", "trace_response"]

@@ -14,6 +14,8 @@ from latscope.lab.faults import (
     DROP_TRACE_CONTEXT,
     FEW_SLOTS,
     FEW_SLOTS_MAX_BATCH,
+    HEADER_SCAN,
+    HEADER_SCAN_MS_PER_KB,
     NAGLE,
     NAIVE_ATTENTION,
     NAIVE_ATTENTION_FACTOR,
@@ -118,6 +120,11 @@ class LabSettings:
     def drop_trace_context(self) -> bool:
         """The edge strips the incoming ``traceparent`` (``drop-trace-context``)."""
         return DROP_TRACE_CONTEXT in self.active_faults
+
+    @property
+    def header_scan_ms_per_kb(self) -> float | None:
+        """What the gateway spends per KB of request headers, ms (``header-scan``), None when nothing."""
+        return HEADER_SCAN_MS_PER_KB if HEADER_SCAN in self.active_faults else None
 
     @property
     def response_cache(self) -> Literal["headers", "silent"] | None:

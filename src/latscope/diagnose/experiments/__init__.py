@@ -10,6 +10,7 @@ check module, one lab fault.
 * :mod:`~latscope.diagnose.experiments.connection` — reuse, TLS resumption, ALPN, HTTP/1.1 under concurrency
 * :mod:`~latscope.diagnose.experiments.caching` — a request, a varied one and the first again: a cache in front?
 * :mod:`~latscope.diagnose.experiments.tracecontext` — one request with a fresh ``traceparent``: is it propagated?
+* :mod:`~latscope.diagnose.experiments.headers` — the same request with growing padding headers
 * :mod:`~latscope.diagnose.experiments.parsing` — server time vs request body size
 * :mod:`~latscope.diagnose.experiments.queueing` — a short prompt alone and behind long ones
 * :mod:`~latscope.diagnose.experiments.batching` — short requests alone and in staggered pairs
@@ -26,6 +27,7 @@ from latscope.diagnose.experiments import (
     batching,
     caching,
     connection,
+    headers,
     kvcache,
     parsing,
     prefill,
@@ -50,6 +52,7 @@ for _module in (
     connection,
     caching,
     tracecontext,
+    headers,
     parsing,
     queueing,
     batching,

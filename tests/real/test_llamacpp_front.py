@@ -19,3 +19,9 @@ async def test_a_server_without_a_cache_is_clear_of_cached_responses(llama_serve
     result = await diagnose(llama_server.base_url, quick=True, only="response-cached")
     outcome = result.outcome("response-cached")
     assert isinstance(outcome, Clear), outcome
+
+
+async def test_a_lean_client_of_a_real_server_is_clear_of_header_bloat(llama_server: LlamaServer) -> None:
+    result = await diagnose(llama_server.base_url, quick=True, only="request-header-bloat")
+    outcome = result.outcome("request-header-bloat")
+    assert isinstance(outcome, Clear), outcome

@@ -9,7 +9,6 @@
   by the service (``X-Cache: MISS``) and its response stored whole; a repeat is replayed from storage at once, with
   ``Age`` (seconds since it was stored, RFC 9111 §5.1) and ``X-Cache: HIT`` — nothing is generated for it.
   ``silent-response-cache`` is the same cache adding no header at all.
-
 * ``header-scan`` fault: the request waits 0.5 ms per KB of its headers before the service sees it.
 
 All wrap a :data:`~latscope.lab.http.exchange.Handler` and the :class:`ResponseChannel` it writes to, so the stages

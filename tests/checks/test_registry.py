@@ -1,4 +1,4 @@
-"""The check registry covers the thirteen finding ids diagnose decides, each with a catalogued title and fix."""
+"""The check registry covers the sixteen finding ids diagnose decides, each with a catalogued title and fix."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "no-connection-reuse",
         "tls-no-resumption",
         "http2-not-negotiated",
+        "response-cached",
+        "trace-context-dropped",
+        "request-header-bloat",
         "slow-request-parsing",
         "queue-head-of-line",
         "stream-coalescing-nagle",
@@ -25,6 +28,9 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
     assert all(c.id in CATALOGUE for c in CHECKS.values())
     assert {c.family for c in CHECKS.values()} == {
         "connection",
+        "caching",
+        "tracecontext",
+        "headers",
         "parsing",
         "queueing",
         "batching",

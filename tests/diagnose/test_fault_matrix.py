@@ -16,6 +16,7 @@ import pytest
 from latscope.diagnose import Diagnosis, diagnose
 from latscope.findings import Finding, NotTested, Severity
 from latscope.lab.app import Lab
+from latscope.lab.faults import HEADER_SCAN_MS_PER_KB
 from tests.diagnose import truth
 
 TEST_COST = truth.TEST_COST
@@ -127,6 +128,60 @@ async def test_a_single_fault_is_named_alone_with_its_measured_cost(
     assert abs(finding.cost_ms - real) <= tolerance, (finding.cost_ms, real, finding.evidence)
 
 
+#: Faults whose finding costs no time — an observability defect (low) and a correctness risk (medium) — with the lab's
+#: own account of what happened as their truth instead of a cost: fault, the finding, its severity, the truth.
+ZeroCostTruth = Callable[[Lab, Finding], None]
+
+
+def _trace_truth(lab: Lab, finding: Finding) -> None:
+    sent = finding.evidence["sent_trace_id"]
+    assert all(r.traceparent is None for r in lab.records)  # the service behind the edge never saw one …
+    assert [r["trace_id"] for r in finding.evidence["returned"]] != [sent]  # … and answered with its own trace
+
+
+def _cache_truth(lab: Lab, finding: Finding) -> None:
+    assert lab.cache_hits == 1  # the repeat, and nothing else of the diagnosis, was replayed
+    assert finding.evidence.get("hit_requests", ["repeat"]) == ["repeat"]  # (headers name it; timing implies it)
+
+
+ZERO_COST_CASES: list[tuple[str, str, Severity, ZeroCostTruth]] = [
+    ("drop-trace-context", "trace-context-dropped", Severity.LOW, _trace_truth),
+    ("response-cache", "response-cached", Severity.MEDIUM, _cache_truth),
+    ("silent-response-cache", "response-cached", Severity.MEDIUM, _cache_truth),
+]
+
+
+@pytest.mark.parametrize(
+    ("fault", "finding_id", "severity", "truth_of"), ZERO_COST_CASES, ids=[c[0] for c in ZERO_COST_CASES]
+)
+async def test_a_zero_cost_fault_is_named_alone_at_its_severity(
+    fault: str, finding_id: str, severity: Severity, truth_of: ZeroCostTruth
+) -> None:
+    async with Lab(profile="tuned", faults=[fault], cost=TEST_COST) as lab:
+        result = await _diagnose(lab)
+        finding = result.finding(finding_id)
+        assert finding is not None, result.to_dict()
+        truth_of(lab, finding)
+    assert finding.severity is severity and finding.cost_ms == 0.0
+    # nothing else above low (a low finding is not above low itself)
+    assert set(_above_low(result)) == ({finding_id} if severity is not Severity.LOW else set()), result.to_dict()
+
+
+#: A 12 KB bearer token: what request-header-bloat prices (a lean client's headers cost nothing to price).
+BLOATED_TOKEN = "Bearer " + "t" * (12 * 1024)
+
+
+async def test_header_scan_is_named_alone_for_a_client_with_bloated_headers_with_its_cost() -> None:
+    headers = [("Authorization", BLOATED_TOKEN)]
+    async with Lab(profile="tuned", faults=["header-scan"], cost=TEST_COST) as lab:
+        result = await diagnose(lab.url, quick=True, headers=headers)
+    assert list(_above_low(result)) == ["request-header-bloat"], result.to_dict()
+    finding = _above_low(result)["request-header-bloat"]
+    # the truth: what the lab's scan spends on the client's own header line, per request
+    real = HEADER_SCAN_MS_PER_KB * sum(len(k) + len(v) + 4 for k, v in headers) / 1024
+    assert abs(finding.cost_ms - real) <= REL_TOLERANCE * real, (finding.cost_ms, real, finding.evidence)
+
+
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
 async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
     async with Lab(profile="tuned", tls=tls, cost=TEST_COST) as lab:
@@ -135,6 +190,8 @@ async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
     clear = {c.id for c in result.clear}
     assert {"no-connection-reuse", "queue-head-of-line", "stream-coalescing-nagle"} <= clear
     assert {"batching-window", "capacity-saturation", "prefill-superlinear", "decode-host-overhead"} <= clear
+    assert {"trace-context-dropped", "response-cached"} <= clear  # the lab echoes the trace and caches nothing
+    assert "request-header-bloat" in clear
     kv = result.outcome("kv-cache-pressure")
     assert isinstance(kv, NotTested) and "never came near filling" in kv.reason  # the cache is far from full
     if tls:

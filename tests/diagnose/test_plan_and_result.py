@@ -26,6 +26,9 @@ def test_families_follow_the_request_path() -> None:
     assert families_for(["stream-coalescing-nagle", "tls-no-resumption"]) == ("connection", "streaming")
     assert families_for(diagnosed_ids()) == (
         "connection",
+        "caching",
+        "tracecontext",
+        "headers",
         "parsing",
         "queueing",
         "batching",

@@ -18,6 +18,9 @@ def test_every_check_reads_a_family_some_experiment_produces() -> None:
 def test_experiments_run_in_request_path_order() -> None:
     assert tuple(EXPERIMENTS) == (
         "connection",
+        "caching",
+        "tracecontext",
+        "headers",
         "parsing",
         "queueing",
         "batching",

@@ -73,6 +73,14 @@ def test_each_edge_fault_switches_the_nginx_directive_that_causes_it(
     assert config.faults == {fault}
 
 
+def test_drop_trace_context_removes_the_trace_headers_the_tuned_edge_passes_on() -> None:
+    assert "traceparent" not in directives(render(EdgeConfig.from_faults([], tls=True)))
+    config = EdgeConfig.from_faults(["drop-trace-context"], tls=True)
+    text = directives(render(config))
+    assert 'proxy_set_header traceparent "";' in text and 'proxy_set_header tracestate "";' in text
+    assert config.faults == {"drop-trace-context"}
+
+
 def test_origin_faults_are_left_to_the_origin() -> None:
     config = EdgeConfig.from_faults(["slow-parse", "queue-hol", "batching-window", "nagle"], tls=True)
     assert config == EdgeConfig.from_faults(["nagle"], tls=True)

@@ -97,3 +97,12 @@ async def test_a_connection_fault_at_the_edge_is_named_alone(fault: str, finding
     result, log = await _diagnose(fault, only=CONNECTION_IDS)
     assert _above_low(result) == {finding_id}, explain(result) + "\n" + log
     assert {c.id for c in result.clear} == set(CONNECTION_IDS) - {finding_id}, explain(result)
+
+
+async def test_an_edge_that_strips_traceparent_is_named_and_the_tuned_edge_passes_it_on() -> None:
+    tuned, _ = await _diagnose(only=("trace-context-dropped", "response-cached"))
+    assert {c.id for c in tuned.clear} == {"trace-context-dropped", "response-cached"}, explain(tuned)
+    result, log = await _diagnose("drop-trace-context", only=("trace-context-dropped",))
+    finding = result.finding("trace-context-dropped")
+    assert finding is not None, explain(result) + "\n" + log
+    assert finding.evidence["returned"][0]["trace_id"] != finding.evidence["sent_trace_id"]

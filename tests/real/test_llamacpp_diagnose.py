@@ -42,6 +42,9 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
     assert [(e.name, e.status) for e in diagnosis.experiments] == [
         ("baseline", "ok"),
         ("connection", "ok"),
+        ("caching", "ok"),
+        ("tracecontext", "ok"),
+        ("headers", "ok"),
         ("parsing", "ok"),
         ("queueing", "ok"),
         ("batching", "ok"),
@@ -52,9 +55,10 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
         ("streaming", "ok"),
     ], llama_server.log_tail()
     assert diagnosis.target["server"] == "uvicorn"
-    # over TLS only: this server is plain HTTP; and its context ends before prompts long enough for attention to
-    # show (about 1000 of latscope's tokens)
+    # over TLS only: this server is plain HTTP; its context ends before prompts long enough for attention to show
+    # (about 1000 of latscope's tokens); and it returns no trace id to compare the sent one with
     assert {o.id for o in diagnosis.not_tested} == {
+        "trace-context-dropped",
         "tls-no-resumption",
         "http2-not-negotiated",
         "prefill-superlinear",

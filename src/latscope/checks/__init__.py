@@ -4,6 +4,9 @@ One module per family, each holding its thresholds as named constants next to th
 
 * :mod:`~latscope.checks.dns` — ``slow-dns`` (reads the connection experiment's new connections)
 * :mod:`~latscope.checks.connection` — ``no-connection-reuse``, ``tls-no-resumption``, ``http2-not-negotiated``
+* :mod:`~latscope.checks.caching` — ``response-cached``
+* :mod:`~latscope.checks.tracecontext` — ``trace-context-dropped``
+* :mod:`~latscope.checks.headers` — ``request-header-bloat``
 * :mod:`~latscope.checks.parsing` — ``slow-request-parsing``
 * :mod:`~latscope.checks.queueing` — ``queue-head-of-line``
 * :mod:`~latscope.checks.batching` — ``batching-window``
@@ -24,9 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks.batching import check_batching_window
+from latscope.checks.caching import check_response_cached
 from latscope.checks.connection import check_connection_reuse, check_http2, check_tls_resumption
 from latscope.checks.dns import check_slow_dns
 from latscope.checks.evidence import Reference
+from latscope.checks.headers import check_header_bloat
 from latscope.checks.kvcache import check_kv_cache_pressure
 from latscope.checks.parsing import check_request_parsing
 from latscope.checks.prefill import check_prefill_superlinear
@@ -34,6 +39,7 @@ from latscope.checks.queueing import check_queue_head_of_line
 from latscope.checks.sampling import check_decode_host_overhead
 from latscope.checks.saturation import check_capacity_saturation
 from latscope.checks.streaming import check_nagle, check_proxy_buffering
+from latscope.checks.tracecontext import check_trace_context
 from latscope.findings import Outcome
 
 #: A check: ``(evidence of its family, the typical request or None) -> outcome``.
@@ -56,6 +62,9 @@ CHECKS: dict[str, Check] = {
         Check("no-connection-reuse", "connection", check_connection_reuse),
         Check("tls-no-resumption", "connection", check_tls_resumption),
         Check("http2-not-negotiated", "connection", check_http2),
+        Check("response-cached", "caching", check_response_cached),
+        Check("trace-context-dropped", "tracecontext", check_trace_context),
+        Check("request-header-bloat", "headers", check_header_bloat),
         Check("slow-request-parsing", "parsing", check_request_parsing),
         Check("queue-head-of-line", "queueing", check_queue_head_of_line),
         Check("batching-window", "batching", check_batching_window),

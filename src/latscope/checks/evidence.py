@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from latscope.signals.cache import CacheSignal
+from latscope.signals.traceresponse import ReturnedTraceId
 from latscope.timeline import metrics
 from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, ServerPhase, Timeline
 from latscope.units import NS_PER_MS
@@ -575,4 +577,77 @@ class SamplingEvidence:
     greedy: tuple[RequestSample, ...] = ()
     sampled: tuple[RequestSample, ...] = ()
     parameters: tuple[str, ...] = ()
+    refused: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceContextEvidence:
+    """The trace-context experiment: one request carrying a fresh W3C ``traceparent``.
+
+    Fields:
+        sample: the request (None when none was sent).
+        sent_trace_id: the trace id of the ``traceparent`` it carried, 32 hex digits (None when it carried none).
+        returned: the trace ids the response named (``traceresponse``, Server-Timing, id headers containing the
+            sent id; see :mod:`latscope.signals.traceresponse`).
+    """
+
+    sample: RequestSample | None = None
+    sent_trace_id: str | None = None
+    returned: tuple[ReturnedTraceId, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CachedReply:
+    """One request of the caching experiment with what its response said about caching.
+
+    Fields:
+        sample: the request.
+        cache: the response's cache headers (``Age``, ``X-Cache``, ``CF-Cache-Status``, ``Cache-Status`` …).
+        output_sha256: hex digest of the generated text (None when it generated none or failed).
+    """
+
+    sample: RequestSample
+    cache: CacheSignal = field(default_factory=CacheSignal)
+    output_sha256: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CachingEvidence:
+    """The caching experiment: a request, a varied one of the same size (the control), then the first again, byte
+    for byte, on one connection.
+
+    Fields:
+        first: the first request. control: the varied one. repeat: the first one's exact repeat.
+    """
+
+    first: CachedReply | None = None
+    control: CachedReply | None = None
+    repeat: CachedReply | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderPoint:
+    """One request of the header-size sweep: ``pad_bytes`` of harmless padding headers added to the client's own."""
+
+    pad_bytes: int
+    sample: RequestSample
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderEvidence:
+    """The header-size sweep: the same short request with growing padding headers (``X-Latscope-Pad-N``) on one
+    reused connection, the client's own headers (credentials included) unchanged.
+
+    Fields:
+        own_header_bytes: size of the client's own request headers, bytes (``name: value`` plus CRLF each; the
+            values are never kept).
+        points: the requests in the order sent, the first without padding (the control).
+        refused_at_bytes: the padding at which the server refused the request (431, 400, 494, or closed the
+            connection), None when it accepted every size; the sweep stops there.
+        refused: what the server answered then.
+    """
+
+    own_header_bytes: int
+    points: tuple[HeaderPoint, ...] = ()
+    refused_at_bytes: int | None = None
     refused: str | None = None

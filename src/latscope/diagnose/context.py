@@ -130,7 +130,24 @@ class Context:
         new_connection: bool = False,
         timeline: Timeline | None = None,
     ) -> RequestSample:
-        """Send one request, join the server's signals into its timeline, and return its sample.
+        """Send one request, join the server's signals into its timeline, and return its sample (see
+        :meth:`send_recorded`)."""
+        sample, _ = await self.send_recorded(
+            client, spec, label=label, new_connection=new_connection, timeline=timeline
+        )
+        return sample
+
+    async def send_recorded(
+        self,
+        client: Client,
+        spec: RequestSpec,
+        *,
+        label: str,
+        new_connection: bool = False,
+        timeline: Timeline | None = None,
+    ) -> tuple[RequestSample, Timeline]:
+        """Send one request, join the server's signals into its timeline, and return its sample and the timeline
+        (for an experiment that reads what a sample does not keep: response headers, the generated text).
 
         A request that went to a kept-alive connection the server had closed is sent once more on a new connection:
         by the client when nothing of a response had arrived (:func:`~latscope.wire.client.closed_before_reply`),
@@ -154,7 +171,7 @@ class Context:
         self._done += 1
         self._emit(ProgressEvent("request", self.experiment, self._done, self._planned, label))
         sample = RequestSample.from_timeline(t, label)
-        return dataclasses.replace(sample, stale_retry=True) if stale else sample
+        return (dataclasses.replace(sample, stale_retry=True) if stale else sample), t
 
     async def send_series(
         self,

@@ -19,8 +19,10 @@ from typing import Any
 
 from latscope.lab.batchlog import BatchLog
 from latscope.lab.certs import CertFiles, generate_self_signed, remove_cert_files
+from latscope.lab.front import ResponseCacheEdge, front_door
 from latscope.lab.gateway import Gateway
 from latscope.lab.handlers import LabService
+from latscope.lab.http.exchange import Handler
 from latscope.lab.http.server import HttpServer, ServerOptions
 from latscope.lab.metrics import LabMetrics
 from latscope.lab.records import RequestRecord, new_record_log
@@ -36,7 +38,7 @@ class Lab(Served, AsyncService):
 
     Attributes once started: :attr:`url` (``http[s]://HOST:PORT/v1``), :attr:`origin` (without ``/v1``),
     :attr:`port`, :attr:`cert_path` (TLS only: the certificate a client must trust), :attr:`records` (per-request
-    ground truth, newest last), :attr:`scheduler`, :attr:`metrics`, :attr:`faults`.
+    ground truth, newest last), :attr:`scheduler`, :attr:`metrics`, :attr:`faults`, :attr:`cache_hits`.
     """
 
     def __init__(self, settings: LabSettings | None = None, /, **overrides: Any) -> None:
@@ -57,6 +59,7 @@ class Lab(Served, AsyncService):
         self.port = 0
         self._cert: CertFiles | None = None
         self._server: HttpServer | None = None
+        self._front: Handler | None = None
 
     # -- addresses -------------------------------------------------------------------------------------------------
     @property
@@ -70,6 +73,12 @@ class Lab(Served, AsyncService):
     def connections_accepted(self) -> int:
         """TCP connections accepted so far."""
         return self._server.connections_accepted if self._server is not None else 0
+
+    @property
+    def cache_hits(self) -> int:
+        """Requests the ``response-cache`` fault answered from storage so far (0 without it): ground truth."""
+        front = self._front
+        return front.hits if isinstance(front, ResponseCacheEdge) else 0
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -98,7 +107,14 @@ class Lab(Served, AsyncService):
             tls=tls,
         )
         await self.scheduler.start()
-        server = HttpServer(service, options)
+        handler = front_door(
+            service,
+            drop_trace_context=settings.drop_trace_context,
+            response_cache=settings.response_cache,
+            header_scan_ms_per_kb=settings.header_scan_ms_per_kb,
+        )
+        self._front = handler
+        server = HttpServer(handler, options)
         try:
             self.host, self.port = await server.start(settings.host, settings.port)
         except BaseException:

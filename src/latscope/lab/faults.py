@@ -29,7 +29,9 @@ class Stage(StrEnum):
     """Where on the lab's request path a fault is injected (DESIGN.md, the lab's stages)."""
 
     EDGE = "edge"  #: connection handling: keep-alive, TLS, ALPN, socket options, buffering on the way out
-    GATEWAY = "gateway"  #: body parsing and validation
+    #: body parsing and validation, and a response cache the lab process puts in front of it (lab/front.py); behind a
+    #: real nginx edge these stay in the origin lab
+    GATEWAY = "gateway"
     SCHEDULER = "scheduler"  #: queueing and batching policy
     ENGINE = "engine"  #: the simulated GPU's costs and capacity
 
@@ -61,6 +63,10 @@ NAIVE_ATTENTION = "naive-attention"
 FEW_SLOTS = "few-slots"
 SMALL_KV_CACHE = "small-kv-cache"
 SLOW_SAMPLING = "slow-sampling"
+DROP_TRACE_CONTEXT = "drop-trace-context"
+RESPONSE_CACHE = "response-cache"
+SILENT_RESPONSE_CACHE = "silent-response-cache"
+HEADER_SCAN = "header-scan"
 
 #: Every fault, by name, in request-path order.
 FAULTS: dict[str, Fault] = {
@@ -89,6 +95,34 @@ FAULTS: dict[str, Fault] = {
             "ALPN offers only http/1.1 (no HTTP/2, also no cleartext h2 prior knowledge)",
             "http2-not-negotiated",
             Stage.EDGE,
+        ),
+        Fault(
+            DROP_TRACE_CONTEXT,
+            "the edge strips the incoming W3C traceparent, so the lab starts a new trace (its traceresponse names a "
+            "trace id the client never sent)",
+            "trace-context-dropped",
+            Stage.EDGE,
+        ),
+        Fault(
+            RESPONSE_CACHE,
+            "a cache in front keyed on the request body: a repeated request is replayed from storage at once, with "
+            "'Age' and 'X-Cache: HIT', and nothing is generated for it",
+            "response-cached",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            SILENT_RESPONSE_CACHE,
+            "the same cache without a word about it (no 'Age', no 'X-Cache'): only the replay's speed and its "
+            "identical text give it away",
+            "response-cached",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            HEADER_SCAN,
+            "a gateway that scans every request header before handling it (a WAF rule set over each value): "
+            "0.5 ms per KB of request headers",
+            "request-header-bloat",
+            Stage.GATEWAY,
         ),
         Fault(
             SLOW_PARSE,
@@ -179,6 +213,10 @@ SMALL_KV_CACHE_BLOCKS = 384
 #: The host's cost per decode step under ``slow-sampling``, ms: a sort and softmax over a 128k-token vocabulary,
 #: penalties over the generated tokens and the logprobs, in Python and off the GPU's stream.
 SLOW_SAMPLING_MS = 5.0
+
+#: What ``header-scan`` costs per KB of request headers, ms: a WAF's rule set run over every header value, a few
+#: MB/s (a 16 KB token and its cookies cost 8 ms, as much as a short prompt's prefill).
+HEADER_SCAN_MS_PER_KB = 0.5
 
 #: The buffering threshold of the ``proxy-buffering`` fault: nginx's default ``ssl_buffer_size`` (16 KB), the burst
 #: size measured through a real nginx (reference/network-timing.md).

@@ -11,8 +11,11 @@ from latscope.lab.faults import (
     BATCHING_TRIGGER,
     BATCHING_WINDOW,
     BATCHING_WINDOW_MS,
+    DROP_TRACE_CONTEXT,
     FEW_SLOTS,
     FEW_SLOTS_MAX_BATCH,
+    HEADER_SCAN,
+    HEADER_SCAN_MS_PER_KB,
     NAGLE,
     NAIVE_ATTENTION,
     NAIVE_ATTENTION_FACTOR,
@@ -21,8 +24,10 @@ from latscope.lab.faults import (
     PROXY_BUFFER_BYTES,
     PROXY_BUFFERING,
     QUEUE_HOL,
+    RESPONSE_CACHE,
     SHORT_KEEPALIVE,
     SHORT_KEEPALIVE_TIMEOUT_S,
+    SILENT_RESPONSE_CACHE,
     SLOW_PARSE,
     SLOW_SAMPLING,
     SLOW_SAMPLING_MS,
@@ -110,6 +115,25 @@ class LabSettings:
     @property
     def slow_parse(self) -> bool:
         return SLOW_PARSE in self.active_faults
+
+    @property
+    def drop_trace_context(self) -> bool:
+        """The edge strips the incoming ``traceparent`` (``drop-trace-context``)."""
+        return DROP_TRACE_CONTEXT in self.active_faults
+
+    @property
+    def header_scan_ms_per_kb(self) -> float | None:
+        """What the gateway spends per KB of request headers, ms (``header-scan``), None when nothing."""
+        return HEADER_SCAN_MS_PER_KB if HEADER_SCAN in self.active_faults else None
+
+    @property
+    def response_cache(self) -> Literal["headers", "silent"] | None:
+        """A response cache keyed on the request body sits in front: ``"headers"`` (``response-cache``: it says
+        so), ``"silent"`` (``silent-response-cache``: it does not), None without one."""
+        faults = self.active_faults
+        if RESPONSE_CACHE in faults:
+            return "headers"
+        return "silent" if SILENT_RESPONSE_CACHE in faults else None
 
     @property
     def proxy_buffer_bytes(self) -> int | None:

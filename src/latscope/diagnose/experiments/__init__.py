@@ -9,6 +9,9 @@ check module, one lab fault.
   the registry: every finding's severity is measured against it)
 * :mod:`~latscope.diagnose.experiments.connection` — DNS lookups, reuse, TLS resumption, ALPN, HTTP/1.1 under
   concurrency
+* :mod:`~latscope.diagnose.experiments.caching` — a request, a varied one and the first again: a cache in front?
+* :mod:`~latscope.diagnose.experiments.tracecontext` — one request with a fresh ``traceparent``: is it propagated?
+* :mod:`~latscope.diagnose.experiments.headers` — the same request with growing padding headers
 * :mod:`~latscope.diagnose.experiments.parsing` — server time vs request body size
 * :mod:`~latscope.diagnose.experiments.queueing` — a short prompt alone and behind long ones
 * :mod:`~latscope.diagnose.experiments.batching` — short requests alone and in staggered pairs
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 from latscope.diagnose.experiments import (
     batching,
+    caching,
     connection,
+    headers,
     kvcache,
     parsing,
     prefill,
@@ -31,6 +36,7 @@ from latscope.diagnose.experiments import (
     sampling,
     saturation,
     streaming,
+    tracecontext,
 )
 from latscope.diagnose.experiments.base import Experiment, Prior
 
@@ -43,7 +49,20 @@ def register_experiment(experiment: Experiment) -> None:
     EXPERIMENTS[experiment.family] = experiment
 
 
-for _module in (connection, parsing, queueing, batching, prefill, saturation, kvcache, sampling, streaming):
+for _module in (
+    connection,
+    caching,
+    tracecontext,
+    headers,
+    parsing,
+    queueing,
+    batching,
+    prefill,
+    saturation,
+    kvcache,
+    sampling,
+    streaming,
+):
     register_experiment(_module.EXPERIMENT)
 
 __all__ = ["EXPERIMENTS", "Experiment", "Prior", "register_experiment"]

@@ -17,6 +17,8 @@ fault                nginx
 ``no-keepalive``     ``keepalive_timeout 0;`` (HTTP/1.1: ``Connection: close`` on every response; HTTP/2: nginx
                      sends GOAWAY naming the request's stream as soon as the request arrives, answers it, then closes)
 ``nagle``            ``tcp_nodelay off;``
+``drop-trace-        ``proxy_set_header traceparent ""; proxy_set_header tracestate "";`` (an empty value removes
+context``            the header): the origin never sees the client's trace and answers a ``traceresponse`` of its own
 ===================  ============================================================================================
 
 The other faults (``slow-parse``, ``queue-hol``, ``batching-window``) live in the origin lab behind the edge.
@@ -28,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from latscope.lab.faults import (
+    DROP_TRACE_CONTEXT,
     FAULTS,
     NAGLE,
     NO_H2,
@@ -41,7 +44,9 @@ from latscope.lab.faults import (
 )
 
 #: The lab faults an nginx edge reproduces with its own directives (what :meth:`EdgeConfig.from_faults` maps).
-EDGE_FAULTS: frozenset[str] = frozenset({PROXY_BUFFERING, TLS_NO_TICKETS, NO_H2, NO_KEEPALIVE, SHORT_KEEPALIVE, NAGLE})
+EDGE_FAULTS: frozenset[str] = frozenset(
+    {PROXY_BUFFERING, TLS_NO_TICKETS, NO_H2, NO_KEEPALIVE, SHORT_KEEPALIVE, NAGLE, DROP_TRACE_CONTEXT}
+)
 
 #: nginx's own default ``keepalive_timeout`` (75 s), s: the tuned edge behaves like a stock nginx here.
 DEFAULT_KEEPALIVE_TIMEOUT_S = 75.0
@@ -80,6 +85,8 @@ class EdgeConfig:
         keepalive_timeout_s: idle time before nginx closes a client connection, s; 0 switches keep-alive off.
         keepalive_requests: requests one client connection carries before nginx closes it (HTTP/2: GOAWAY).
         tcp_nodelay: ``tcp_nodelay`` on client connections; False leaves Nagle's algorithm on.
+        propagate_trace_context: pass the client's ``traceparent`` / ``tracestate`` to the origin (nginx's default);
+            False removes both.
         upstream_keepalive: idle connections to the origin kept per worker; 0 opens one per request (HTTP/1.0
             with ``Connection: close``, nginx's default).
         upstream_keepalive_timeout_s: idle time before nginx drops an upstream connection, s; keep it below the
@@ -98,6 +105,7 @@ class EdgeConfig:
     keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
     keepalive_requests: int = DEFAULT_KEEPALIVE_REQUESTS
     tcp_nodelay: bool = True
+    propagate_trace_context: bool = True
     upstream_keepalive: int = DEFAULT_UPSTREAM_KEEPALIVE
     upstream_keepalive_timeout_s: float = DEFAULT_UPSTREAM_KEEPALIVE_TIMEOUT_S
     proxy_read_timeout_s: float = DEFAULT_PROXY_READ_TIMEOUT_S
@@ -162,6 +170,7 @@ class EdgeConfig:
                 else DEFAULT_KEEPALIVE_TIMEOUT_S
             ),
             tcp_nodelay=NAGLE not in edge_faults,
+            propagate_trace_context=DROP_TRACE_CONTEXT not in edge_faults,
             faults=edge_faults,
         )
 

@@ -272,6 +272,12 @@ def render_config(
             "            proxy_http_version 1.1;",
             '            proxy_set_header Connection "";',
         ]
+    if not config.propagate_trace_context:
+        # An empty value makes nginx leave the header out of the proxied request.
+        out += [
+            '            proxy_set_header traceparent "";',
+            '            proxy_set_header tracestate "";',
+        ]
     if config.proxy_buffering:
         # The lab origin sends "X-Accel-Buffering: no", which would switch buffering back off per response.
         out += [

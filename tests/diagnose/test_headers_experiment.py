@@ -1,0 +1,64 @@
+"""The header-size experiment: padding is its own headers only; the client's credentials reach the server byte for
+byte, on every request; a refusal of a padded head ends the sweep."""
+
+from __future__ import annotations
+
+from latscope.diagnose import diagnose
+from latscope.diagnose.experiments.headers import PAD_CHUNK_BYTES, header_bytes, padding
+from latscope.findings import Clear, Finding
+from latscope.lab.app import Lab
+from tests.diagnose.truth import TEST_COST
+from tests.support.stream_server import Received, Reply, StreamServer, models_handler, paced_stream
+
+#: A long signed-looking token: its exact bytes must arrive, never shortened, never replaced.
+TOKEN = "Bearer eyJhbGciOiJSUzI1NiJ9." + "QmxvYXRlZENsYWltcw" * 600 + ".c2lnbmF0dXJl"
+COOKIE = "session=" + "c" * 3000
+
+
+def test_padding_headers_total_the_size_asked_for_in_chunks_a_proxy_accepts() -> None:
+    pad = padding(24 * 1024)
+    assert abs(header_bytes(pad) - 24 * 1024) <= 8
+    assert all(len(name) + len(value) + 4 <= PAD_CHUNK_BYTES for name, value in pad)
+    assert all(name.lower().startswith("x-latscope-pad-") for name, _ in pad)
+    assert padding(0) == []
+
+
+async def test_the_credentials_on_the_wire_are_exactly_the_callers_on_every_request() -> None:
+    async with StreamServer(models_handler(paced_stream(2))) as server:
+        result = await diagnose(
+            server.base_url,
+            quick=True,
+            only="request-header-bloat",
+            headers=[("Authorization", TOKEN), ("Cookie", COOKIE)],
+        )
+    posts = [r for r in server.requests if r.method == "POST"]
+    sweep = posts[-3:]  # the experiment's, after the baseline's
+    assert len(posts) > 3 and result.outcome("request-header-bloat") is not None
+    for request in posts:
+        assert [v for k, v in request.headers if k == "authorization"] == [TOKEN]
+        assert [v for k, v in request.headers if k == "cookie"] == [COOKIE]
+    padded = [sum(len(v) for k, v in r.headers if k.startswith("x-latscope-pad-")) for r in sweep]
+    assert padded[0] == 0 and padded[1] < padded[2]
+
+
+async def test_a_server_that_refuses_big_heads_ends_the_sweep_with_the_size() -> None:
+    async def small_heads(request: Received, reply: Reply) -> None:
+        if sum(len(k) + len(v) for k, v in request.headers) > 16 * 1024:
+            await reply.send_json(431, {"error": {"message": "Request Header Fields Too Large"}})
+            return
+        await paced_stream(2)(request, reply)
+
+    async with StreamServer(models_handler(small_heads)) as server:
+        result = await diagnose(server.base_url, quick=True, only="request-header-bloat")
+    outcome = result.outcome("request-header-bloat")
+    assert isinstance(outcome, Clear) and outcome.evidence["refused_at_pad_bytes"] == 24 * 1024
+
+
+async def test_the_header_scan_fault_is_found_for_a_bloated_client_and_not_for_a_lean_one() -> None:
+    async with Lab(profile="tuned", faults=["header-scan"], cost=TEST_COST) as lab:
+        bloated = await diagnose(lab.url, quick=True, only="request-header-bloat", headers=[("Authorization", TOKEN)])
+        lean = await diagnose(lab.url, quick=True, only="request-header-bloat")
+    finding = bloated.outcome("request-header-bloat")
+    assert isinstance(finding, Finding), finding
+    assert 0.35 <= finding.evidence["ms_per_kb"] <= 0.75  # the fault's 0.5 ms per KB, through a busy host
+    assert isinstance(lean.outcome("request-header-bloat"), Clear)

@@ -33,7 +33,7 @@ def planned_requests(quick: bool, tls: bool = False) -> int:
     """Requests this experiment sends at most (over TLS, HTTP/2 may add the HTTP/1.1 pair)."""
     n = STREAM_REQUESTS_QUICK if quick else STREAM_REQUESTS
     http11 = 1 + 2 * n if tls else 0
-    return 2 + n * (5 if quick else 6) + http11
+    return 4 + n * (5 if quick else 6) + http11
 
 
 async def run(ctx: Context, prior: Prior) -> StreamEvidence:
@@ -48,12 +48,14 @@ async def run(ctx: Context, prior: Prior) -> StreamEvidence:
     delayed_ok = delayed_ack_supported()
     if delayed_ok:
         async with ctx.client(delayed_ack=True) as slow_acks, ctx.client(quickack=True) as quick_acks:
+            # a client's first connection pays its cold start (the TLS context, the server's first accept from it):
+            # one unmeasured request on a new connection each
+            for client, label in ((slow_acks, "delayed-ack"), (quick_acks, "quickack new connection")):
+                await ctx.send(client, ctx.spec(PROMPT_TOKENS, 1), label=f"{label} warm-up", new_connection=True)
             for i in range(n):
-                # alternately, so both pay a new connection's first request under the same host load
-                for client, label, samples in (
-                    (slow_acks, "delayed-ack", delayed),
-                    (quick_acks, "quickack new connection", quick_fresh),
-                ):
+                # alternately, each first in turn, so both pay a new connection's first request under the same load
+                pair = [(slow_acks, "delayed-ack", delayed), (quick_acks, "quickack new connection", quick_fresh)]
+                for client, label, samples in pair if i % 2 == 0 else pair[::-1]:
                     spec = ctx.spec(PROMPT_TOKENS, max_tokens)
                     samples.append(await ctx.send(client, spec, label=f"{label} {i + 1}/{n}", new_connection=True))
     quick_long: list[RequestSample] = []

@@ -29,7 +29,7 @@ class Stage(StrEnum):
     """Where on the lab's request path a fault is injected (DESIGN.md, the lab's stages)."""
 
     EDGE = "edge"  #: connection handling: keep-alive, TLS, ALPN, socket options, buffering on the way out
-    GATEWAY = "gateway"  #: body parsing and validation
+    GATEWAY = "gateway"  #: body parsing and validation, rate limiting
     SCHEDULER = "scheduler"  #: queueing and batching policy
     ENGINE = "engine"  #: the simulated GPU's costs and capacity
 
@@ -61,6 +61,8 @@ NAIVE_ATTENTION = "naive-attention"
 FEW_SLOTS = "few-slots"
 SMALL_KV_CACHE = "small-kv-cache"
 SLOW_SAMPLING = "slow-sampling"
+RATE_LIMIT = "rate-limit"
+GATEWAY_QUEUE = "gateway-queue"
 
 #: Every fault, by name, in request-path order.
 FAULTS: dict[str, Fault] = {
@@ -94,6 +96,20 @@ FAULTS: dict[str, Fault] = {
             SLOW_PARSE,
             "stdlib json, a naive validation walk over the whole document and a regex safety filter over every string",
             "slow-request-parsing",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            RATE_LIMIT,
+            "a token bucket of 20 requests per minute per API key that refuses what does not fit: 429 with "
+            "Retry-After, OpenAI's x-ratelimit-* and the IETF RateLimit headers",
+            "rate-limited",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            GATEWAY_QUEUE,
+            "a token bucket of 10 requests per second (a burst of 3) per API key that holds what does not fit, up to "
+            "2 s, before the scheduler: requests beyond the rate wait quietly for their first byte",
+            "gateway-queueing",
             Stage.GATEWAY,
         ),
         Fault(
@@ -179,6 +195,15 @@ SMALL_KV_CACHE_BLOCKS = 384
 #: The host's cost per decode step under ``slow-sampling``, ms: a sort and softmax over a 128k-token vocabulary,
 #: penalties over the generated tokens and the logprobs, in Python and off the GPU's stream.
 SLOW_SAMPLING_MS = 5.0
+
+#: The ``rate-limit`` fault's limit, requests per minute: a diagnosis's first contact and baseline fit in a full
+#: bucket, the experiments after them run into the limit; a refused request waits up to 3 s for the next one.
+RATE_LIMIT_REQUESTS_PER_MIN = 20
+#: The ``gateway-queue`` fault's rate, requests per minute (10 per second: a request each 100 ms, several times a
+#: short request's service time, so a client sending faster queues), its burst, and the longest a request queues (s).
+GATEWAY_QUEUE_REQUESTS_PER_MIN = 600
+GATEWAY_QUEUE_BURST = 3
+GATEWAY_QUEUE_MAX_WAIT_S = 2.0
 
 #: The buffering threshold of the ``proxy-buffering`` fault: nginx's default ``ssl_buffer_size`` (16 KB), the burst
 #: size measured through a real nginx (reference/network-timing.md).

@@ -11,6 +11,7 @@ One module per family, each holding its thresholds as named constants next to th
 * :mod:`~latscope.checks.kvcache` — ``kv-cache-pressure``
 * :mod:`~latscope.checks.sampling` — ``decode-host-overhead``
 * :mod:`~latscope.checks.streaming` — ``stream-coalescing-nagle``, ``stream-proxy-buffering``
+* :mod:`~latscope.checks.ratelimit` — ``rate-limited``
 
 :data:`CHECKS` is the registry: finding id → the evidence family it reads and the function. Checks never import
 :mod:`latscope.diagnose` (it imports them); their evidence classes live in :mod:`~latscope.checks.evidence`.
@@ -29,6 +30,7 @@ from latscope.checks.kvcache import check_kv_cache_pressure
 from latscope.checks.parsing import check_request_parsing
 from latscope.checks.prefill import check_prefill_superlinear
 from latscope.checks.queueing import check_queue_head_of_line
+from latscope.checks.ratelimit import check_rate_limited
 from latscope.checks.sampling import check_decode_host_overhead
 from latscope.checks.saturation import check_capacity_saturation
 from latscope.checks.streaming import check_nagle, check_proxy_buffering
@@ -62,6 +64,7 @@ CHECKS: dict[str, Check] = {
         Check("decode-host-overhead", "sampling", check_decode_host_overhead),
         Check("stream-coalescing-nagle", "streaming", check_nagle),
         Check("stream-proxy-buffering", "streaming", check_proxy_buffering),
+        Check("rate-limited", "ratelimit", check_rate_limited),
     )
 }
 

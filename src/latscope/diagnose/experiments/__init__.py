@@ -16,6 +16,8 @@ check module, one lab fault.
 * :mod:`~latscope.diagnose.experiments.kvcache` — long streams alone and many at once
 * :mod:`~latscope.diagnose.experiments.sampling` — the same prompt decoded greedily and with sampling parameters
 * :mod:`~latscope.diagnose.experiments.streaming` — per-read analysis under different ACK behaviours and lengths
+* :mod:`~latscope.diagnose.experiments.ratelimit` — a short probe, with every rate-limit refusal the run met (last:
+  it reads what the others met)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from latscope.diagnose.experiments import (
     parsing,
     prefill,
     queueing,
+    ratelimit,
     sampling,
     saturation,
     streaming,
@@ -42,7 +45,7 @@ def register_experiment(experiment: Experiment) -> None:
     EXPERIMENTS[experiment.family] = experiment
 
 
-for _module in (connection, parsing, queueing, batching, prefill, saturation, kvcache, sampling, streaming):
+for _module in (connection, parsing, queueing, batching, prefill, saturation, kvcache, sampling, streaming, ratelimit):
     register_experiment(_module.EXPERIMENT)
 
 __all__ = ["EXPERIMENTS", "Experiment", "Prior", "register_experiment"]

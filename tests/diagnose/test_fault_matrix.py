@@ -86,6 +86,10 @@ async def _sampling_truth(lab: Lab, result: Diagnosis) -> float:
     return truth.sampling_cost_ms(lab, finding.evidence["stream_tokens"])
 
 
+async def _retry_after_truth(lab: Lab, result: Diagnosis) -> float:
+    return truth.retry_after_ms(list(lab.records))
+
+
 #: fault, TLS, the finding it must produce, its ground truth, an absolute floor for the tolerance (ms)
 CASES: list[tuple[str, bool, str, Truth, float]] = [
     ("no-keepalive", False, "no-connection-reuse", _connection_truth, SETUP_FLOOR_MS),
@@ -101,6 +105,7 @@ CASES: list[tuple[str, bool, str, Truth, float]] = [
     ("few-slots", False, "capacity-saturation", _saturation_truth, 0.0),
     ("small-kv-cache", False, "kv-cache-pressure", _kv_truth, 0.0),
     ("slow-sampling", False, "decode-host-overhead", _sampling_truth, 0.0),
+    ("rate-limit", False, "rate-limited", _retry_after_truth, 0.0),
 ]
 
 
@@ -135,6 +140,7 @@ async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
     clear = {c.id for c in result.clear}
     assert {"no-connection-reuse", "queue-head-of-line", "stream-coalescing-nagle"} <= clear
     assert {"batching-window", "capacity-saturation", "prefill-superlinear", "decode-host-overhead"} <= clear
+    assert "rate-limited" in clear  # the probe went through; nothing was refused
     kv = result.outcome("kv-cache-pressure")
     assert isinstance(kv, NotTested) and "never came near filling" in kv.reason  # the cache is far from full
     if tls:

@@ -258,3 +258,11 @@ async def preempted_stall_ms(lab: Lab, prompt_tokens: int, max_tokens: int, conc
         stalls.append(sum(gaps) - len(gaps) * statistics.median(gaps))
     assert stalls, "the lab preempted no stream"
     return statistics.median(stalls)
+
+
+def retry_after_ms(records: list[RequestRecord]) -> float:
+    """Median wait the lab's rate limiter asked of the requests it refused (records' ``retry_after_ms``: the time
+    until its token bucket held a request again, from its own clock)."""
+    waits = [r.retry_after_ms for r in records if r.status == 429 and r.retry_after_ms is not None]
+    assert waits, "the lab refused nothing"
+    return statistics.median(waits)

@@ -50,6 +50,7 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
         ("kvcache", "ok"),
         ("sampling", "ok"),
         ("streaming", "ok"),
+        ("ratelimit", "ok"),
     ], llama_server.log_tail()
     assert diagnosis.target["server"] == "uvicorn"
     # over TLS only: this server is plain HTTP; and its context ends before prompts long enough for attention to

@@ -11,6 +11,7 @@ One module per family, each holding its thresholds as named constants next to th
 * :mod:`~latscope.checks.kvcache` — ``kv-cache-pressure``
 * :mod:`~latscope.checks.sampling` — ``decode-host-overhead``
 * :mod:`~latscope.checks.streaming` — ``stream-coalescing-nagle``, ``stream-proxy-buffering``
+* :mod:`~latscope.checks.gateway` — ``gateway-queueing``
 * :mod:`~latscope.checks.ratelimit` — ``rate-limited``
 
 :data:`CHECKS` is the registry: finding id → the evidence family it reads and the function. Checks never import
@@ -26,6 +27,7 @@ from typing import Any
 from latscope.checks.batching import check_batching_window
 from latscope.checks.connection import check_connection_reuse, check_http2, check_tls_resumption
 from latscope.checks.evidence import Reference
+from latscope.checks.gateway import check_gateway_queueing
 from latscope.checks.kvcache import check_kv_cache_pressure
 from latscope.checks.parsing import check_request_parsing
 from latscope.checks.prefill import check_prefill_superlinear
@@ -64,6 +66,7 @@ CHECKS: dict[str, Check] = {
         Check("decode-host-overhead", "sampling", check_decode_host_overhead),
         Check("stream-coalescing-nagle", "streaming", check_nagle),
         Check("stream-proxy-buffering", "streaming", check_proxy_buffering),
+        Check("gateway-queueing", "gateway", check_gateway_queueing),
         Check("rate-limited", "ratelimit", check_rate_limited),
     )
 }

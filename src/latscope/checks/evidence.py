@@ -620,3 +620,21 @@ class RateLimitEvidence:
     probe: tuple[RequestSample, ...] = ()
     refusals: tuple[RateLimitAnswer, ...] = ()
     quota: RateLimitAnswer | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayQueueEvidence:
+    """The offered-rate step: the same short requests at a low rate, then as many at once.
+
+    Fields:
+        low_interval_ms: the low rate's spacing between sends (ms).
+        low: the low-rate requests (the control), in send order.
+        high: the requests sent at once, in send order.
+        high_request_ids: the server's ``x-request-id`` of the ``high`` requests that carried one (lets a test find
+            them in a server's own records).
+    """
+
+    low_interval_ms: float
+    low: tuple[RequestSample, ...] = ()
+    high: tuple[RequestSample, ...] = ()
+    high_request_ids: tuple[str, ...] = ()

@@ -16,6 +16,7 @@ check module, one lab fault.
 * :mod:`~latscope.diagnose.experiments.kvcache` — long streams alone and many at once
 * :mod:`~latscope.diagnose.experiments.sampling` — the same prompt decoded greedily and with sampling parameters
 * :mod:`~latscope.diagnose.experiments.streaming` — per-read analysis under different ACK behaviours and lengths
+* :mod:`~latscope.diagnose.experiments.gateway` — short requests at a low rate, then at once
 * :mod:`~latscope.diagnose.experiments.ratelimit` — a short probe, with every rate-limit refusal the run met (last:
   it reads what the others met)
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 from latscope.diagnose.experiments import (
     batching,
     connection,
+    gateway,
     kvcache,
     parsing,
     prefill,
@@ -45,7 +47,19 @@ def register_experiment(experiment: Experiment) -> None:
     EXPERIMENTS[experiment.family] = experiment
 
 
-for _module in (connection, parsing, queueing, batching, prefill, saturation, kvcache, sampling, streaming, ratelimit):
+for _module in (
+    connection,
+    parsing,
+    queueing,
+    batching,
+    prefill,
+    saturation,
+    kvcache,
+    sampling,
+    streaming,
+    gateway,
+    ratelimit,
+):
     register_experiment(_module.EXPERIMENT)
 
 __all__ = ["EXPERIMENTS", "Experiment", "Prior", "register_experiment"]

@@ -21,6 +21,7 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "kv-cache-pressure",
         "decode-host-overhead",
         "rate-limited",
+        "gateway-queueing",
     }
     assert all(c.id in CATALOGUE for c in CHECKS.values())
     assert {c.family for c in CHECKS.values()} == {
@@ -33,5 +34,6 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "kvcache",
         "sampling",
         "streaming",
+        "gateway",
         "ratelimit",
     }

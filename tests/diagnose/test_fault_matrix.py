@@ -90,6 +90,12 @@ async def _retry_after_truth(lab: Lab, result: Diagnosis) -> float:
     return truth.retry_after_ms(list(lab.records))
 
 
+async def _gateway_wait_truth(lab: Lab, result: Diagnosis) -> float:
+    finding = result.finding("gateway-queueing")
+    assert finding is not None
+    return truth.gateway_wait_ms(list(lab.records), finding.evidence["high_request_ids"])
+
+
 #: fault, TLS, the finding it must produce, its ground truth, an absolute floor for the tolerance (ms)
 CASES: list[tuple[str, bool, str, Truth, float]] = [
     ("no-keepalive", False, "no-connection-reuse", _connection_truth, SETUP_FLOOR_MS),
@@ -106,6 +112,7 @@ CASES: list[tuple[str, bool, str, Truth, float]] = [
     ("small-kv-cache", False, "kv-cache-pressure", _kv_truth, 0.0),
     ("slow-sampling", False, "decode-host-overhead", _sampling_truth, 0.0),
     ("rate-limit", False, "rate-limited", _retry_after_truth, 0.0),
+    ("gateway-queue", False, "gateway-queueing", _gateway_wait_truth, 0.0),
 ]
 
 
@@ -140,7 +147,7 @@ async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
     clear = {c.id for c in result.clear}
     assert {"no-connection-reuse", "queue-head-of-line", "stream-coalescing-nagle"} <= clear
     assert {"batching-window", "capacity-saturation", "prefill-superlinear", "decode-host-overhead"} <= clear
-    assert "rate-limited" in clear  # the probe went through; nothing was refused
+    assert {"rate-limited", "gateway-queueing"} <= clear  # nothing refused; a burst waited no longer than a trickle
     kv = result.outcome("kv-cache-pressure")
     assert isinstance(kv, NotTested) and "never came near filling" in kv.reason  # the cache is far from full
     if tls:

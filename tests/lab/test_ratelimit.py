@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from latscope.cli.lab import settings_from_options
 from latscope.dialects.openai import chat_request
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
@@ -172,3 +173,15 @@ async def test_no_limiter_records_no_gateway_wait_and_sends_no_limit_headers() -
         record = lab.records[-1]
     assert rate_limit_state(t.response_headers, now=0.0).empty
     assert record.gateway_wait_ms is None and record.retry_after_ms is None
+
+
+def test_the_lab_commands_flags_set_the_limiter() -> None:
+    options = {
+        "rate_limit_mode": "queue",
+        "rate_limit_requests_per_min": 120,
+        "rate_limit_tokens_per_min": 5000,
+        "rate_limit_burst": 4,
+        "rate_limit_max_wait_s": 0.0,
+    }
+    config = settings_from_options(options).rate_limit()
+    assert config == RateLimitConfig(LimitMode.QUEUE, 120, 5000, burst=4, max_wait_s=0.0)

@@ -154,7 +154,7 @@ class LabSettings:
             requests_per_min=self.rate_limit_requests_per_min if self.rate_limit_requests_per_min is not None else rpm,
             tokens_per_min=self.rate_limit_tokens_per_min,
             burst=self.rate_limit_burst if self.rate_limit_burst is not None else burst,
-            max_wait_s=self.rate_limit_max_wait_s or wait or default.max_wait_s,
+            max_wait_s=next(w for w in (self.rate_limit_max_wait_s, wait, default.max_wait_s) if w is not None),
         )
 
     def limits(self) -> ConnectionLimits:

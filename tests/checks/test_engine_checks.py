@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from latscope.checks.batching import check_batching_window
@@ -21,6 +23,7 @@ from latscope.checks.prefill import check_prefill_superlinear
 from latscope.checks.sampling import check_decode_host_overhead
 from latscope.checks.saturation import check_capacity_saturation
 from latscope.findings import Clear, Finding, Inconclusive, NotTested, Severity
+from latscope.timeline.model import ServerPhase
 from tests.checks.builders import REF, failed, ok
 
 
@@ -188,6 +191,26 @@ def test_first_tokens_spread_while_the_servers_own_queue_stayed_empty_is_no_wait
     queued = tuple((0.05 * i, 4.0, 4.0) for i in range(10))
     found = check_capacity_saturation(SaturationEvidence(16, 16, levels, waiting_gauge=4.0, batch_series=queued), REF)
     assert isinstance(found, Finding) and found.evidence["capacity"] == 4
+
+
+def _reporting(level: SaturationLevel, queue_share: float) -> SaturationLevel:
+    """``level`` with the server reporting ``queue_share`` of each request's wait beyond 5 ms as queue time."""
+
+    def reported(s: RequestSample) -> RequestSample:
+        wait = max(0.0, (s.ttft_after_setup_ms or 0.0) - 5.0)
+        return replace(s, server_ms={ServerPhase.QUEUE: queue_share * wait, ServerPhase.PREFILL: 2.0})
+
+    return replace(level, rounds=tuple(tuple(reported(s) for s in burst) for burst in level.rounds))
+
+
+def test_requests_that_waited_before_reaching_the_server_did_not_wait_for_a_slot() -> None:
+    lone = SaturationLevel(1, ((_request(5.0, 105.0),) * 3,))
+    gateway = (lone, _reporting(_level(4, 4), 0.0), _reporting(_level(8, 4), 0.0))
+    out = check_capacity_saturation(SaturationEvidence(16, 16, gateway), REF)
+    assert isinstance(out, Clear) and "before reaching the server" in out.reason
+    engine = (lone, _reporting(_level(4, 4), 1.0), _reporting(_level(8, 4), 1.0))
+    found = check_capacity_saturation(SaturationEvidence(16, 16, engine), REF)
+    assert isinstance(found, Finding) and found.evidence["reported_queue_share"] == pytest.approx(1.0, abs=0.01)
 
 
 # -- kv-cache-pressure -------------------------------------------------------------------------------------------

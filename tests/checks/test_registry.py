@@ -1,4 +1,4 @@
-"""The check registry covers the sixteen finding ids diagnose decides, each with a catalogued title and fix."""
+"""The check registry covers the finding ids diagnose decides, each with a catalogued title and fix."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "capacity-saturation",
         "kv-cache-pressure",
         "decode-host-overhead",
+        "rate-limited",
+        "gateway-queueing",
     }
     assert all(c.id in CATALOGUE for c in CHECKS.values())
     assert {c.family for c in CHECKS.values()} == {
@@ -39,4 +41,6 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "kvcache",
         "sampling",
         "streaming",
+        "gateway",
+        "ratelimit",
     }

@@ -89,6 +89,16 @@ async def _sampling_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> flo
     return truth.sampling_cost_ms(lab, finding.evidence["stream_tokens"])
 
 
+async def _retry_after_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    return truth.retry_after_ms(list(lab.records))
+
+
+async def _gateway_wait_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    finding = result.finding("gateway-queueing")
+    assert finding is not None
+    return truth.gateway_wait_ms(list(lab.records), finding.evidence["high_request_ids"])
+
+
 class Case(NamedTuple):
     """One lab: its faults, TLS or not, the findings it must give (nothing else above low), the ground truth of the
     one whose cost is checked, and the tolerance's floor (ms)."""
@@ -120,6 +130,8 @@ SINGLE = [
     _single("few-slots", "capacity-saturation", _saturation_truth),
     _single("small-kv-cache", "kv-cache-pressure", _kv_truth),
     _single("slow-sampling", "decode-host-overhead", _sampling_truth),
+    _single("rate-limit", "rate-limited", _retry_after_truth),
+    _single("gateway-queue", "gateway-queueing", _gateway_wait_truth),
 ]
 TUNED = [Case("tuned", (), False, frozenset()), Case("tuned-tls", (), True, frozenset())]
 NAIVE_CASE = Case("naive", (), False, frozenset(NAIVE), profile="naive")
@@ -130,7 +142,17 @@ BOUNDED = [
     *[
         (Path(20.0), case)
         for case in SINGLE
-        if case.name in ("proxy-buffering", "tls-no-tickets", "no-h2", "batching-window", "few-slots", "small-kv-cache")
+        if case.name
+        in (
+            "proxy-buffering",
+            "tls-no-tickets",
+            "no-h2",
+            "batching-window",
+            "few-slots",
+            "small-kv-cache",
+            "rate-limit",
+            "gateway-queue",
+        )
     ],
     (Path(50.0), TUNED[0]),
     (Path(50.0), NAIVE_CASE),

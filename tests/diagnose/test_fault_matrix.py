@@ -87,6 +87,16 @@ async def _sampling_truth(lab: Lab, result: Diagnosis) -> float:
     return truth.sampling_cost_ms(lab, finding.evidence["stream_tokens"])
 
 
+async def _retry_after_truth(lab: Lab, result: Diagnosis) -> float:
+    return truth.retry_after_ms(list(lab.records))
+
+
+async def _gateway_wait_truth(lab: Lab, result: Diagnosis) -> float:
+    finding = result.finding("gateway-queueing")
+    assert finding is not None
+    return truth.gateway_wait_ms(list(lab.records), finding.evidence["high_request_ids"])
+
+
 #: fault, TLS, the finding it must produce, its ground truth, an absolute floor for the tolerance (ms)
 CASES: list[tuple[str, bool, str, Truth, float]] = [
     ("no-keepalive", False, "no-connection-reuse", _connection_truth, SETUP_FLOOR_MS),
@@ -102,6 +112,8 @@ CASES: list[tuple[str, bool, str, Truth, float]] = [
     ("few-slots", False, "capacity-saturation", _saturation_truth, 0.0),
     ("small-kv-cache", False, "kv-cache-pressure", _kv_truth, 0.0),
     ("slow-sampling", False, "decode-host-overhead", _sampling_truth, 0.0),
+    ("rate-limit", False, "rate-limited", _retry_after_truth, 0.0),
+    ("gateway-queue", False, "gateway-queueing", _gateway_wait_truth, 0.0),
 ]
 
 
@@ -192,6 +204,7 @@ async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
     assert {"batching-window", "capacity-saturation", "prefill-superlinear", "decode-host-overhead"} <= clear
     assert {"trace-context-dropped", "response-cached"} <= clear  # the lab echoes the trace and caches nothing
     assert "request-header-bloat" in clear
+    assert {"rate-limited", "gateway-queueing"} <= clear  # nothing refused; a burst waited no longer than a trickle
     kv = result.outcome("kv-cache-pressure")
     assert isinstance(kv, NotTested) and "never came near filling" in kv.reason  # the cache is far from full
     if tls:

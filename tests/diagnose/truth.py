@@ -258,3 +258,19 @@ async def preempted_stall_ms(lab: Lab, prompt_tokens: int, max_tokens: int, conc
         stalls.append(sum(gaps) - len(gaps) * statistics.median(gaps))
     assert stalls, "the lab preempted no stream"
     return statistics.median(stalls)
+
+
+def retry_after_ms(records: list[RequestRecord]) -> float:
+    """Median wait the lab's rate limiter asked of the requests it refused (records' ``retry_after_ms``: the time
+    until its token bucket held a request again, from its own clock)."""
+    waits = [r.retry_after_ms for r in records if r.status == 429 and r.retry_after_ms is not None]
+    assert waits, "the lab refused nothing"
+    return statistics.median(waits)
+
+
+def gateway_wait_ms(records: list[RequestRecord], request_ids: list[str]) -> float:
+    """Mean time the lab's gateway held the requests ``request_ids`` (the burst a finding timed, by the request ids
+    the lab gave them) before its scheduler (records' ``gateway_wait_ms``, the limiter's own clock)."""
+    waits = [r.gateway_wait_ms or 0.0 for r in records if r.request_id in set(request_ids)]
+    assert len(waits) == len(request_ids), (len(waits), len(request_ids))
+    return statistics.fmean(waits)

@@ -56,6 +56,8 @@ def test_every_fault_names_the_finding_it_should_trigger() -> None:
         "few-slots": "capacity-saturation",
         "small-kv-cache": "kv-cache-pressure",
         "slow-sampling": "decode-host-overhead",
+        "rate-limit": "rate-limited",
+        "gateway-queue": "gateway-queueing",
     }
     assert all(isinstance(fault.stage, Stage) and fault.description for fault in FAULTS.values())
 

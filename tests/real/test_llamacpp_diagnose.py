@@ -53,6 +53,8 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
         ("kvcache", "ok"),
         ("sampling", "ok"),
         ("streaming", "ok"),
+        ("gateway", "ok"),
+        ("ratelimit", "ok"),
     ], llama_server.log_tail()
     assert diagnosis.target["server"] == "uvicorn"
     # over TLS only: this server is plain HTTP; its context ends before prompts long enough for attention to show
@@ -63,6 +65,7 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
         "http2-not-negotiated",
         "prefill-superlinear",
         "kv-cache-pressure",
+        "gateway-queueing",  # it reports no queue time: a gateway's wait cannot be told from its slot's
     }, explain(diagnosis)
     prefill = diagnosis.outcome("prefill-superlinear")
     assert prefill is not None and "refused" in prefill.reason, prefill

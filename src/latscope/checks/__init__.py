@@ -15,6 +15,8 @@ One module per family, each holding its thresholds as named constants next to th
 * :mod:`~latscope.checks.kvcache` — ``kv-cache-pressure``
 * :mod:`~latscope.checks.sampling` — ``decode-host-overhead``
 * :mod:`~latscope.checks.streaming` — ``stream-coalescing-nagle``, ``stream-proxy-buffering``
+* :mod:`~latscope.checks.gateway` — ``gateway-queueing``
+* :mod:`~latscope.checks.ratelimit` — ``rate-limited``
 
 :data:`CHECKS` is the registry: finding id → the evidence family it reads and the function. Checks never import
 :mod:`latscope.diagnose` (it imports them); their evidence classes live in :mod:`~latscope.checks.evidence`.
@@ -31,11 +33,13 @@ from latscope.checks.caching import check_response_cached
 from latscope.checks.connection import check_connection_reuse, check_http2, check_tls_resumption
 from latscope.checks.dns import check_slow_dns
 from latscope.checks.evidence import Reference
+from latscope.checks.gateway import check_gateway_queueing
 from latscope.checks.headers import check_header_bloat
 from latscope.checks.kvcache import check_kv_cache_pressure
 from latscope.checks.parsing import check_request_parsing
 from latscope.checks.prefill import check_prefill_superlinear
 from latscope.checks.queueing import check_queue_head_of_line
+from latscope.checks.ratelimit import check_rate_limited
 from latscope.checks.sampling import check_decode_host_overhead
 from latscope.checks.saturation import check_capacity_saturation
 from latscope.checks.streaming import check_nagle, check_proxy_buffering
@@ -74,6 +78,8 @@ CHECKS: dict[str, Check] = {
         Check("decode-host-overhead", "sampling", check_decode_host_overhead),
         Check("stream-coalescing-nagle", "streaming", check_nagle),
         Check("stream-proxy-buffering", "streaming", check_proxy_buffering),
+        Check("gateway-queueing", "gateway", check_gateway_queueing),
+        Check("rate-limited", "ratelimit", check_rate_limited),
     )
 }
 

@@ -17,7 +17,10 @@ its writer) delivers an earlier request's last tokens after the next one's first
 the whole generation; across a network the tail's arrival is paced by TCP, not by the engine, so no end of a
 stream can be read from it. A continuous-batching engine that admits a burst over two steps delays the later
 requests' first tokens by about a prefill, which the threshold allows for. A host stall that delays every first
-token of a burst alike moves none of them apart.
+token of a burst alike moves none of them apart. A wait in front of the server (a gateway's queue) delays first
+tokens the same way, but the server's own clocks never see it: where the server reports its queue time
+(Server-Timing ``queue``, Ollama's ``load``) and it covers little of what the waiting requests waited, they did not
+wait for a slot (``gateway-queueing`` is that finding).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from latscope.checks.evidence import Reference, RequestSample, SaturationEvidenc
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, percentile
 from latscope.findings import Clear, Confidence, NotTested, Outcome
+from latscope.timeline.model import ServerPhase
 
 SATURATION_ID = "capacity-saturation"
 
@@ -47,6 +51,12 @@ MIN_SERVICE_SPAN_MS = 10.0
 #: first tokens as a queue would (llama.cpp's llama-server on a CPU: 8 of 8 running, none deferred, first tokens
 #: 50–230 ms apart).
 MIN_GAUGE_SCRAPES = 5
+#: Where the server reports its queue time, the waiting requests' reported queue time must cover at least this
+#: share of what they waited beyond a lone request for the wait to have been for a slot: a request held in front of
+#: the server (a gateway's queue) reaches it late and is reported as not queued at all.
+MIN_REPORTED_QUEUE_SHARE = 0.25
+#: The phases in which a server reports a wait for a slot (the lab's and Server-Timing's ``queue``, Ollama's ``load``).
+QUEUE_PHASES = (ServerPhase.QUEUE, ServerPhase.LOAD)
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -90,6 +100,25 @@ def level_waited(level: SaturationLevel, lone_ttft_ms: float, lone_e2e_ms: float
     needed = MIN_WAITERS_LARGE if level.concurrency >= MIN_WAITERS_FROM else MIN_WAITERS
     counts = [waiters(level, i, lone_ttft_ms, lone_e2e_ms, rtt_ms) for i in range(len(level.rounds))]
     return bool(counts) and all(n >= needed for n in counts)
+
+
+def reported_queue_share(level: SaturationLevel, lone_ttft_ms: float, lone_e2e_ms: float) -> float | None:
+    """The share of the level's waiting requests' wait (TTFT beyond the lone TTFT by more than :data:`WAIT_SHARE`
+    of a lone stream) that the server reported as queue time; None when it reported none for them."""
+    threshold = lone_ttft_ms + WAIT_SHARE * (lone_e2e_ms - lone_ttft_ms)
+    waited = 0.0
+    queued = 0.0
+    reported = False
+    for s in level.samples:
+        if not s.ok or s.ttft_after_setup_ms is None or s.ttft_after_setup_ms <= threshold:
+            continue
+        phases = [s.server_ms[p] for p in QUEUE_PHASES if p in s.server_ms]
+        if not phases:
+            continue
+        reported = True
+        waited += s.ttft_after_setup_ms - lone_ttft_ms
+        queued += sum(phases)
+    return queued / waited if reported and waited > 0 else None
 
 
 def _quietest(level: SaturationLevel) -> float:
@@ -153,6 +182,17 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
             SATURATION_ID,
             f"up to {top} concurrent short requests started without waiting for a slot (TTFT p90 "
             f"{rows[-1]['ttft_p90_ms']} ms vs {lone_ttft:.1f} ms alone)",
+            evidence,
+        )
+    share = reported_queue_share(waited, lone_ttft, lone_e2e)
+    evidence["reported_queue_share"] = _round(share)
+    if share is not None and share < MIN_REPORTED_QUEUE_SHARE:
+        # the server's own clocks say the waiting requests were hardly queued: they waited before reaching it
+        return Clear(
+            SATURATION_ID,
+            f"at {waited.concurrency} concurrent requests some first tokens came late, but the server reported queue "
+            f"time for only {share:.0%} of that wait: the requests waited before reaching the server (a queue in "
+            "front of it, see gateway-queueing), not for a slot",
             evidence,
         )
     scrapes = len(ev.batch_series)

@@ -25,6 +25,7 @@ from latscope.lab.http.limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
 )
+from latscope.lab.ratelimit import LimitMode
 from latscope.lab.scheduler import Policy
 from latscope.lab.settings import DEFAULT_MODEL, LabSettings
 from latscope.quietgc import QuietCollector, rss_bytes
@@ -154,6 +155,8 @@ def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -
     values = {name: value for name, value in options.items() if name in fields}
     if values.get("policy") is not None:
         values["policy"] = Policy(values["policy"])
+    if values.get("rate_limit_mode") is not None:
+        values["rate_limit_mode"] = LimitMode(values["rate_limit_mode"])
     settings = LabSettings(cost=cost.with_overrides(**overrides) if overrides else cost, **values)
     settings.active_faults  # noqa: B018 — validates the fault names before anything starts
     return settings
@@ -242,6 +245,39 @@ def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -
     type=click.IntRange(min=1),
     default=None,
     help="Cost model: prompt tokens per unchunked prefill step.",
+)
+@click.option(
+    "--rate-limit-mode",
+    type=click.Choice([m.value for m in LimitMode]),
+    default=None,
+    help="Gateway rate limiter per API key: reject (429 + Retry-After) or queue (a bounded wait, then 429) "
+    "[default: reject; queue with the gateway-queue fault].",
+)
+@click.option(
+    "--rate-limit-rpm",
+    "rate_limit_requests_per_min",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Requests per minute per API key [default: no limit; 20 with rate-limit, 600 with gateway-queue].",
+)
+@click.option(
+    "--rate-limit-tpm",
+    "rate_limit_tokens_per_min",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Tokens (prompt + max_tokens) per minute per API key [default: no limit].",
+)
+@click.option(
+    "--rate-limit-burst",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Requests a full bucket holds [default: a minute's quota; 3 with gateway-queue].",
+)
+@click.option(
+    "--rate-limit-max-wait-s",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="Queue mode: the longest a request waits before it gets 429 instead [default: 2].",
 )
 @click.option("--seed", type=int, default=0, help="Base seed of the generated token text.")
 @click.option(

@@ -10,15 +10,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import secrets
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from latscope.checks.evidence import RequestSample
+from latscope.checks.evidence import RateLimitAnswer, RequestSample
 from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.dialects.base import Dialect, RequestSpec
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.signals.join import join_server_signals
+from latscope.signals.ratelimit import rate_limit_state
 from latscope.timeline.model import Phase, Timeline
 from latscope.wire import Client, Timeouts
 from latscope.wire.client import CLOSED_KINDS
@@ -71,6 +73,10 @@ class Context:
     experiment: str = ""
     requests_sent: int = 0
     timelines: list[Timeline] | None = None
+    #: every rate-limit refusal an experiment's request met (429, 503 with Retry-After), in order
+    rate_limited: list[RateLimitAnswer] = field(default_factory=list)
+    #: the last answered request's rate-limit headers, None while no answer carried any
+    quota: RateLimitAnswer | None = None
     _planned: int = 0
     _done: int = 0
     _seeds: Iterator[int] = field(
@@ -166,12 +172,24 @@ class Context:
             t = await client.request(spec, self.base_url, label=label, new_connection=True)
             self.requests_sent += 1
         join_server_signals(t)
+        self._note_rate_limit(t, label)
         if self.timelines is not None:
             self.timelines.append(t)
         self._done += 1
         self._emit(ProgressEvent("request", self.experiment, self._done, self._planned, label))
         sample = RequestSample.from_timeline(t, label)
         return (dataclasses.replace(sample, stale_retry=True) if stale else sample), t
+
+    def _note_rate_limit(self, t: Timeline, label: str) -> None:
+        """Keep ``t``'s rate-limit headers: a refusal in :attr:`rate_limited`, an answer's quota in :attr:`quota`."""
+        state = rate_limit_state(t.response_headers, time.time())
+        if state.empty and t.status != 429:  # a bare 429 is a refusal all the same
+            return
+        answer = RateLimitAnswer(self.experiment, label, t.status, state)
+        if answer.refused:
+            self.rate_limited.append(answer)
+        elif t.status is not None and 200 <= t.status < 300:
+            self.quota = answer
 
     async def send_series(
         self,

@@ -95,6 +95,7 @@ class Lab(Served, AsyncService):
             api_key=settings.api_key,
             slow_parse=settings.slow_parse,
             max_context_tokens=settings.engine_cost.kv_capacity_tokens,
+            rate_limit=settings.rate_limit(),
         )
         service = LabService(
             settings, gateway=gateway, scheduler=self.scheduler, metrics=self.metrics, records=self.records

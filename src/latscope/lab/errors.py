@@ -67,6 +67,18 @@ def unauthorized(provided: bool) -> ErrorResponse:
     )
 
 
+def rate_limit_exceeded(retry_after_s: float, headers: tuple[tuple[bytes, bytes], ...]) -> ErrorResponse:
+    """429 for a request beyond the gateway's rate limit, worded like OpenAI's; ``headers`` carry Retry-After and
+    the limit state."""
+    return ErrorResponse(
+        429,
+        f"Rate limit reached for requests on this API key. Please try again in {retry_after_s * 1000:.0f}ms.",
+        type="requests",
+        code="rate_limit_exceeded",
+        headers=headers,
+    )
+
+
 def payload_too_large(limit_bytes: int) -> ErrorResponse:
     """413: the body is larger than the configured limit."""
     return ErrorResponse(413, f"Request body exceeds the limit of {limit_bytes} bytes.", code="request_too_large")

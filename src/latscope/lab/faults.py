@@ -29,8 +29,8 @@ class Stage(StrEnum):
     """Where on the lab's request path a fault is injected (DESIGN.md, the lab's stages)."""
 
     EDGE = "edge"  #: connection handling: keep-alive, TLS, ALPN, socket options, buffering on the way out
-    #: body parsing and validation, and a response cache the lab process puts in front of it (lab/front.py); behind a
-    #: real nginx edge these stay in the origin lab
+    #: body parsing and validation, rate limiting, and a response cache the lab process puts in front of it
+    #: (lab/front.py); behind a real nginx edge these stay in the origin lab
     GATEWAY = "gateway"
     SCHEDULER = "scheduler"  #: queueing and batching policy
     ENGINE = "engine"  #: the simulated GPU's costs and capacity
@@ -67,6 +67,8 @@ DROP_TRACE_CONTEXT = "drop-trace-context"
 RESPONSE_CACHE = "response-cache"
 SILENT_RESPONSE_CACHE = "silent-response-cache"
 HEADER_SCAN = "header-scan"
+RATE_LIMIT = "rate-limit"
+GATEWAY_QUEUE = "gateway-queue"
 
 #: Every fault, by name, in request-path order.
 FAULTS: dict[str, Fault] = {
@@ -128,6 +130,20 @@ FAULTS: dict[str, Fault] = {
             SLOW_PARSE,
             "stdlib json, a naive validation walk over the whole document and a regex safety filter over every string",
             "slow-request-parsing",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            RATE_LIMIT,
+            "a token bucket of 20 requests per minute per API key that refuses what does not fit: 429 with "
+            "Retry-After, OpenAI's x-ratelimit-* and the IETF RateLimit headers",
+            "rate-limited",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            GATEWAY_QUEUE,
+            "a token bucket of 10 requests per second (a burst of 3) per API key that holds what does not fit, up to "
+            "2 s, before the scheduler: requests beyond the rate wait quietly for their first byte",
+            "gateway-queueing",
             Stage.GATEWAY,
         ),
         Fault(
@@ -217,6 +233,14 @@ SLOW_SAMPLING_MS = 5.0
 #: What ``header-scan`` costs per KB of request headers, ms: a WAF's rule set run over every header value, a few
 #: MB/s (a 16 KB token and its cookies cost 8 ms, as much as a short prompt's prefill).
 HEADER_SCAN_MS_PER_KB = 0.5
+#: The ``rate-limit`` fault's limit, requests per minute: a diagnosis's first contact and baseline fit in a full
+#: bucket, the experiments after them run into the limit; a refused request waits up to 3 s for the next one.
+RATE_LIMIT_REQUESTS_PER_MIN = 20
+#: The ``gateway-queue`` fault's rate, requests per minute (10 per second: a request each 100 ms, several times a
+#: short request's service time, so a client sending faster queues), its burst, and the longest a request queues (s).
+GATEWAY_QUEUE_REQUESTS_PER_MIN = 600
+GATEWAY_QUEUE_BURST = 3
+GATEWAY_QUEUE_MAX_WAIT_S = 2.0
 
 #: The buffering threshold of the ``proxy-buffering`` fault: nginx's default ``ssl_buffer_size`` (16 KB), the burst
 #: size measured through a real nginx (reference/network-timing.md).

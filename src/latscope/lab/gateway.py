@@ -1,4 +1,4 @@
-"""The gateway stage: authentication, body parsing, validation and prompt token counting.
+"""The gateway stage: authentication, body parsing, validation, prompt token counting and rate limiting.
 
 Two parsing paths, chosen by the ``slow-parse`` fault:
 
@@ -9,12 +9,15 @@ Two parsing paths, chosen by the ``slow-parse`` fault:
 
 Both measure what they spend: ``parse_ns`` (bytes → document) and ``validate_ns`` (document → accepted request,
 prompt tokenisation included), reported in ``Server-Timing`` and the ``latscope`` object of the final chunk.
-Validation errors follow OpenAI's shapes: 400 ``invalid_request_error`` with ``param`` and ``code``, 404
-``model_not_found``, 401 ``invalid_api_key``.
+The rate limiter (:mod:`latscope.lab.ratelimit`, off unless configured or a ``rate-limit`` / ``gateway-queue``
+fault is on) runs after validation, when the request's tokens are known, and before the scheduler: it refuses (429)
+or holds the request. Validation errors follow OpenAI's shapes: 400 ``invalid_request_error`` with ``param`` and
+``code``, 404 ``model_not_found``, 401 ``invalid_api_key``; a rate limiter's refusal, 429 ``rate_limit_exceeded``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from collections.abc import Mapping
@@ -26,7 +29,8 @@ import orjson
 
 from latscope.lab import tokenizer
 from latscope.lab.apis import ApiFields, ErrorStyle, read_messages, read_ollama, read_responses, read_tgi
-from latscope.lab.errors import ErrorResponse, invalid_request, model_not_found, unauthorized
+from latscope.lab.errors import ErrorResponse, invalid_request, model_not_found, rate_limit_exceeded, unauthorized
+from latscope.lab.ratelimit import RateLimitConfig, RateLimiter, key_digest, limit_headers
 from latscope.lab.slowparse import naive_inspect, naive_parse
 
 #: max_tokens when the request names none. Chat: OpenAI generates up to the context limit; the lab stops earlier so an
@@ -123,14 +127,47 @@ def host_sampled(document: Mapping[str, Any]) -> bool:
     )
 
 
-class Gateway:
-    """Authenticates and parses generation requests for one served model."""
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A request the rate limiter let through: how long it was held (ms, 0 when it was not) and the rate-limit
+    headers its response carries (empty without a limiter)."""
 
-    def __init__(self, *, model: str, api_key: str | None, slow_parse: bool, max_context_tokens: int) -> None:
+    wait_ms: float = 0.0
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+
+
+class Gateway:
+    """Authenticates, parses and rate-limits generation requests for one served model."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_key: str | None,
+        slow_parse: bool,
+        max_context_tokens: int,
+        rate_limit: RateLimitConfig | None = None,
+    ) -> None:
         self.model = model
         self.slow_parse = slow_parse
         self.max_context_tokens = max_context_tokens
         self._expected_auth = f"Bearer {api_key}".encode() if api_key is not None else None
+        self.limiter = RateLimiter(rate_limit) if rate_limit is not None and rate_limit.enabled else None
+
+    async def admit(self, credential: bytes | None, request: CompletionRequest) -> Admitted:
+        """Pass ``request`` through the rate limiter of the key ``credential`` (the ``Authorization`` or
+        ``x-api-key`` value; only its digest is kept): at once, after a wait in queue mode, or not at all (raises a
+        429 :class:`ErrorResponse` with ``Retry-After`` and the limit headers)."""
+        if self.limiter is None:
+            return Admitted()
+        tokens = request.prompt_tokens + request.max_tokens
+        admission = self.limiter.admit(key_digest(credential), tokens, time.monotonic())
+        headers = tuple(limit_headers(admission))
+        if not admission.admitted:
+            raise rate_limit_exceeded(admission.retry_after_s or 0.0, headers)
+        if admission.wait_s > 0:
+            await asyncio.sleep(admission.wait_s)
+        return Admitted(admission.wait_s * 1000.0, headers)
 
     def authorize(self, authorization: bytes | None, api_key: bytes | None = None) -> None:
         """Check ``Authorization: Bearer KEY`` (or Anthropic's ``x-api-key: KEY``, given as ``api_key``) when the lab

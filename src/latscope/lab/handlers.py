@@ -103,7 +103,20 @@ def error_style(path: str) -> ErrorStyle:
 class _Trace:
     """What one request's handling learned, turned into a :class:`RequestRecord` at the end."""
 
-    __slots__ = ("endpoint", "error", "parsed", "request", "request_id", "stats", "status", "stream", "writer")
+    __slots__ = (
+        "endpoint",
+        "error",
+        "gateway_wait_ms",
+        "limit_headers",
+        "parsed",
+        "request",
+        "request_id",
+        "retry_after_ms",
+        "stats",
+        "status",
+        "stream",
+        "writer",
+    )
 
     def __init__(self, request: Request) -> None:
         self.request = request
@@ -115,6 +128,9 @@ class _Trace:
         self.parsed: CompletionRequest | None = None
         self.stats: RequestStats | None = None
         self.writer: StreamWriter | None = None
+        self.gateway_wait_ms: float | None = None  #: held by the rate limiter in queue mode
+        self.retry_after_ms: float | None = None  #: the wait a 429 of the rate limiter asked for
+        self.limit_headers: tuple[tuple[bytes, bytes], ...] = ()  #: the limiter's headers for a success
 
     def record(self, channel: ResponseChannel, faults: frozenset[str], completion_tokens: int) -> RequestRecord:
         request = self.request
@@ -161,7 +177,17 @@ class _Trace:
             cancelled=cancelled,
             error=self.error if self.error is not None else ("client went away" if cancelled else None),
             traceparent=_traceparent(request),
+            gateway_wait_ms=self.gateway_wait_ms,
+            retry_after_ms=self.retry_after_ms,
         )
+
+
+def _retry_after_ms(refused: ErrorResponse) -> float | None:
+    """The wait a 429 asks for, ms, from its ``retry-after-ms`` header (None without one)."""
+    for name, value in refused.headers:
+        if name == b"retry-after-ms":
+            return float(value)
+    return None
 
 
 def _traceparent(request: Request) -> str | None:
@@ -323,6 +349,17 @@ class LabService:
         parsed = trace.parsed = self.gateway.parse(endpoint, request.body)
         trace.stream = parsed.stream
         self.metrics.observe_parse((parsed.parse_ns + parsed.validate_ns) / 1e9)
+        credential = request.header(b"authorization") or request.header(b"x-api-key")
+        try:
+            admitted = await self.gateway.admit(credential, parsed)
+        except ErrorResponse as refused:
+            if refused.status == 429:
+                trace.retry_after_ms = _retry_after_ms(refused)
+            raise
+        trace.gateway_wait_ms = admitted.wait_ms if self.gateway.limiter is not None else None
+        trace.limit_headers = admitted.headers
+        # the engine's queue starts when the gateway lets the request through: a gateway's wait is not the engine's
+        arrived_ns = request.received_ns if not admitted.wait_ms else time.monotonic_ns()
         try:
             stream = self.scheduler.submit(
                 GenerationRequest(
@@ -330,7 +367,7 @@ class LabService:
                     parsed.prompt_tokens,
                     parsed.max_tokens,
                     parsed.seed,
-                    arrived_ns=request.received_ns,
+                    arrived_ns=arrived_ns,
                     sampled=parsed.sampled,
                 )
             )
@@ -345,9 +382,9 @@ class LabService:
             elif parsed.stream:
                 await self._stream_api(request, channel, trace, parsed, stream, request_id)
             elif openai:
-                await self._complete(channel, parsed, stream, request_id)
+                await self._complete(channel, parsed, stream, request_id, trace.limit_headers)
             else:
-                await self._complete_api(request, channel, parsed, stream, request_id)
+                await self._complete_api(request, channel, parsed, stream, request_id, trace.limit_headers)
             completed = True
         except GenerationError as exc:
             trace.error = f"generation failed: {exc}"
@@ -389,6 +426,7 @@ class LabService:
                 *self._stream_headers,
                 (b"x-request-id", request_id.encode()),
                 (b"server-timing", server_timing(parsed, stats)),
+                *trace.limit_headers,
             ],
         )
         if parsed.endpoint is Endpoint.CHAT:
@@ -409,7 +447,12 @@ class LabService:
         writer.close()
 
     async def _complete(
-        self, channel: ResponseChannel, parsed: CompletionRequest, stream: RequestStream, request_id: str
+        self,
+        channel: ResponseChannel,
+        parsed: CompletionRequest,
+        stream: RequestStream,
+        request_id: str,
+        extra_headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> None:
         texts: list[str] = []
         last: TokenOut | None = None
@@ -451,6 +494,7 @@ class LabService:
                 SERVER,
                 (b"x-request-id", request_id.encode()),
                 (b"server-timing", server_timing(parsed, stats, decode=True)),
+                *extra_headers,
             ],
             orjson.dumps(body),
         )
@@ -501,7 +545,12 @@ class LabService:
         headers = [(b"content-type", fmt.media_type), *self._stream_headers[1:]]
         channel.start(
             200,
-            [*headers, (b"x-request-id", request_id.encode()), (b"server-timing", server_timing(parsed, stats))],
+            [
+                *headers,
+                (b"x-request-id", request_id.encode()),
+                (b"server-timing", server_timing(parsed, stats)),
+                *trace.limit_headers,
+            ],
         )
         for event in fmt.opening():
             writer.send_json(event)
@@ -518,6 +567,7 @@ class LabService:
         parsed: CompletionRequest,
         stream: RequestStream,
         request_id: str,
+        extra_headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> None:
         """A non-streamed answer in another API's shape."""
         texts: list[str] = []
@@ -598,6 +648,7 @@ class LabService:
                 SERVER,
                 (b"x-request-id", request_id.encode()),
                 (b"server-timing", server_timing(parsed, stats, decode=True)),
+                *extra_headers,
             ],
             orjson.dumps(answer),
         )

@@ -61,6 +61,11 @@ class RequestRecord:
     #: the W3C ``traceparent`` header the request carried, as received (None without one): lets a test check that a
     #: client's exported spans and the trace context on the wire agree
     traceparent: str | None = None
+    #: how long the gateway's rate limiter held the request before the scheduler (queue mode), ms; 0 when it let it
+    #: through at once, None without a limiter's decision (no limiter, or the request never got that far)
+    gateway_wait_ms: float | None = None
+    #: the wait the rate limiter's 429 asked for (its ``retry-after-ms``), ms; None when it did not refuse
+    retry_after_ms: float | None = None
 
 
 def new_record_log(maxlen: int = DEFAULT_RECORDS_MAX) -> collections.deque[RequestRecord]:

@@ -14,6 +14,10 @@ from latscope.lab.faults import (
     DROP_TRACE_CONTEXT,
     FEW_SLOTS,
     FEW_SLOTS_MAX_BATCH,
+    GATEWAY_QUEUE,
+    GATEWAY_QUEUE_BURST,
+    GATEWAY_QUEUE_MAX_WAIT_S,
+    GATEWAY_QUEUE_REQUESTS_PER_MIN,
     HEADER_SCAN,
     HEADER_SCAN_MS_PER_KB,
     NAGLE,
@@ -24,6 +28,8 @@ from latscope.lab.faults import (
     PROXY_BUFFER_BYTES,
     PROXY_BUFFERING,
     QUEUE_HOL,
+    RATE_LIMIT,
+    RATE_LIMIT_REQUESTS_PER_MIN,
     RESPONSE_CACHE,
     SHORT_KEEPALIVE,
     SHORT_KEEPALIVE_TIMEOUT_S,
@@ -43,6 +49,7 @@ from latscope.lab.http.limits import (
     DEFAULT_MAX_HEADER_BYTES,
     ConnectionLimits,
 )
+from latscope.lab.ratelimit import LimitMode, RateLimitConfig
 from latscope.lab.records import DEFAULT_RECORDS_MAX
 from latscope.lab.scheduler import Policy, SchedulerConfig
 
@@ -81,6 +88,14 @@ class LabSettings:
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
     records_max: int = DEFAULT_RECORDS_MAX
+    #: the gateway's rate limiter per API key (:mod:`latscope.lab.ratelimit`): requests and tokens (prompt +
+    #: max_tokens) per minute, None for no limit; explicit values win over what ``rate-limit`` / ``gateway-queue``
+    #: imply
+    rate_limit_mode: LimitMode | None = None
+    rate_limit_requests_per_min: int | None = None
+    rate_limit_tokens_per_min: int | None = None
+    rate_limit_burst: int | None = None  #: the requests bucket's size; None: a whole minute's quota
+    rate_limit_max_wait_s: float | None = None  #: queue mode: the longest wait before a 429 instead
 
     def __post_init__(self) -> None:
         # the Python API takes lists and strings where these are tuples and paths; a frozen value holds them as such
@@ -146,6 +161,25 @@ class LabSettings:
         if SHORT_KEEPALIVE in self.active_faults:
             return min(self.keepalive_timeout_s, SHORT_KEEPALIVE_TIMEOUT_S)
         return self.keepalive_timeout_s
+
+    def rate_limit(self) -> RateLimitConfig:
+        """The gateway's limiter: the explicit settings, else what ``rate-limit`` (reject) or ``gateway-queue``
+        (queue) implies; :attr:`RateLimitConfig.enabled` is False when neither limits anything."""
+        faults = self.active_faults
+        mode, rpm, burst, wait = None, None, None, None
+        if GATEWAY_QUEUE in faults:
+            mode, rpm, burst = LimitMode.QUEUE, GATEWAY_QUEUE_REQUESTS_PER_MIN, GATEWAY_QUEUE_BURST
+            wait = GATEWAY_QUEUE_MAX_WAIT_S
+        elif RATE_LIMIT in faults:
+            mode, rpm = LimitMode.REJECT, RATE_LIMIT_REQUESTS_PER_MIN
+        default = RateLimitConfig()
+        return RateLimitConfig(
+            mode=self.rate_limit_mode or mode or default.mode,
+            requests_per_min=self.rate_limit_requests_per_min if self.rate_limit_requests_per_min is not None else rpm,
+            tokens_per_min=self.rate_limit_tokens_per_min,
+            burst=self.rate_limit_burst if self.rate_limit_burst is not None else burst,
+            max_wait_s=next(w for w in (self.rate_limit_max_wait_s, wait, default.max_wait_s) if w is not None),
+        )
 
     def limits(self) -> ConnectionLimits:
         return ConnectionLimits(

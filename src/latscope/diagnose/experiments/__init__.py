@@ -20,6 +20,9 @@ check module, one lab fault.
 * :mod:`~latscope.diagnose.experiments.kvcache` — long streams alone and many at once
 * :mod:`~latscope.diagnose.experiments.sampling` — the same prompt decoded greedily and with sampling parameters
 * :mod:`~latscope.diagnose.experiments.streaming` — per-read analysis under different ACK behaviours and lengths
+* :mod:`~latscope.diagnose.experiments.gateway` — short requests at a low rate, then at once
+* :mod:`~latscope.diagnose.experiments.ratelimit` — a short probe, with every rate-limit refusal the run met (last:
+  it reads what the others met)
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from latscope.diagnose.experiments import (
     batching,
     caching,
     connection,
+    gateway,
     headers,
     kvcache,
     parsing,
     prefill,
     queueing,
+    ratelimit,
     sampling,
     saturation,
     streaming,
@@ -62,6 +67,8 @@ for _module in (
     kvcache,
     sampling,
     streaming,
+    gateway,
+    ratelimit,
 ):
     register_experiment(_module.EXPERIMENT)
 

@@ -1,0 +1,157 @@
+"""``gateway-queueing``: a gateway holds requests beyond a rate before the server starts any work on them.
+
+Mechanism: a limiter in queue mode (or any admission queue in front of the engine) lets requests through at its
+rate; a burst above it waits in the gateway, one refill interval more for each request in line. That wait comes
+before the server's own clocks start, so what the server reports for the request (Server-Timing parse, validate,
+queue, prefill; TGI's, Ollama's equivalents) stays flat while the client's time to the first token grows. An engine
+out of slots also makes a burst wait, but in its own queue, which the server reports as queue time
+(``capacity-saturation`` is that finding). So, per request: the time to the first token (the connection's setup
+excluded) less everything the server says it spent before it — what no server phase accounts for — is compared
+between a control at a low rate and a burst; the path's round trip and the client's own costs are in both. A finding
+needs that unaccounted time to grow in the burst, for several requests, well beyond the control's spread, while the
+server's reported queue time does not grow with it; and no refusal (a limiter that refuses is ``rate-limited``).
+Without a server-reported queue time, a gateway's queue cannot be told from the engine's: not tested.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from latscope.checks import failures
+from latscope.checks.evidence import GatewayQueueEvidence, Reference, RequestSample
+from latscope.checks.severity import costed_finding
+from latscope.checks.stats import median
+from latscope.findings import Clear, Confidence, NotTested, Outcome
+from latscope.timeline.model import ServerPhase
+
+GATEWAY_QUEUEING_ID = "gateway-queueing"
+
+#: The server phases before the first token that a client's time to it is set against (``window_wait`` is inside
+#: ``queue``, so it is not counted twice).
+ACCOUNTED_PHASES = (
+    ServerPhase.PARSE,
+    ServerPhase.VALIDATE,
+    ServerPhase.QUEUE,
+    ServerPhase.LOAD,
+    ServerPhase.SLOT_WAIT_TEMPLATING,
+    ServerPhase.PREFILL,
+)
+#: The phases in which an engine's own queue shows (the lab's and vLLM-style ``queue``, Ollama's ``load``).
+ENGINE_WAIT_PHASES = (ServerPhase.QUEUE, ServerPhase.LOAD)
+#: A burst request waited in the gateway when its unaccounted time exceeded the control's median by the largest of:
+#: this many times the control's spread (its own noise) …
+GROWTH_SPREADS = 3.0
+#: … this share of the control's median time to the first token (the client's and the path's costs grow a little
+#: with concurrency: a busy client reads several streams at once) …
+GROWTH_SHARE = 0.5
+#: … and this floor, ms: a loopback control's spread can be a fraction of a millisecond, while a busy client host
+#: delays a burst's streams by several (measured on 2 shared cores: 6 streams at once over TLS and HTTP/2 reached
+#: 7–9 ms before any server phase against 3–4 ms at a low rate); a gateway queue worth naming holds requests longer.
+GROWTH_FLOOR_MS = 20.0
+#: Requests of the burst that must have waited: a queue holds each one a refill interval longer than the one
+#: before, so more than one waits; one slow request is a stall.
+MIN_WAITERS = 2
+#: The server's reported queue time may grow by at most this share of the unaccounted growth: beyond it, the burst
+#: waited (also) in the engine's queue, which is ``capacity-saturation``'s mechanism.
+MAX_ENGINE_SHARE = 0.25
+#: Requests of each phase that must have measured values.
+MIN_MEASURED = 3
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def engine_wait_ms(sample: RequestSample) -> float | None:
+    """What the server reported as its own queue time (ms), None when it reports none."""
+    waits = [sample.server_ms[p] for p in ENGINE_WAIT_PHASES if p in sample.server_ms]
+    return sum(waits) if waits else None
+
+
+def unaccounted_ms(sample: RequestSample) -> float | None:
+    """Time to the first token after the connection was ready, less every server phase before it (ms); None when
+    the request failed or the server reports no queue time (without one, nothing tells where a wait happened)."""
+    if not sample.ok or sample.ttft_after_setup_ms is None or engine_wait_ms(sample) is None:
+        return None
+    return sample.ttft_after_setup_ms - sum(sample.server_ms.get(p, 0.0) for p in ACCOUNTED_PHASES)
+
+
+def _values(samples: tuple[RequestSample, ...], of: Any) -> list[float]:
+    return [v for v in (of(s) for s in samples) if v is not None]
+
+
+def check_gateway_queueing(ev: GatewayQueueEvidence, reference: Reference | None) -> Outcome:
+    """Finding when the burst's requests waited before any reported server work, beyond the low-rate control
+    (see the module docstring); cost = the mean time per burst request that no server phase accounts for, over the
+    control's."""
+    samples = ev.low + ev.high
+    if failures.rate_limited(samples) or any(s.status == 503 for s in samples):
+        return NotTested(
+            GATEWAY_QUEUEING_ID,
+            "the server refused requests of the rate step (429/503): a limiter that refuses is rate-limited; what "
+            "the others waited is not a queue's measure",
+        )
+    broken = failures.too_many_failed(samples)
+    if broken:
+        return NotTested(GATEWAY_QUEUEING_ID, f"the target misbehaved during the rate step: {broken}")
+    low, high = _values(ev.low, unaccounted_ms), _values(ev.high, unaccounted_ms)
+    if len(low) < MIN_MEASURED or len(high) < MIN_MEASURED:
+        if not any(engine_wait_ms(s) is not None for s in samples):
+            return NotTested(
+                GATEWAY_QUEUEING_ID,
+                "the server reports no queue time (Server-Timing queue or the like): a wait in front of the server "
+                "cannot be told from one in its engine's queue",
+            )
+        reason = failures.summarise(samples) or "too few requests completed"
+        return NotTested(GATEWAY_QUEUEING_ID, f"the rate step could not measure: {reason}")
+    control = median(low) or 0.0
+    spread = max(low) - min(low)
+    low_ttft = median(_values(ev.low, lambda s: s.ttft_after_setup_ms if s.ok else None)) or 0.0
+    threshold = max(GROWTH_SPREADS * spread, GROWTH_SHARE * low_ttft, GROWTH_FLOOR_MS)
+    waited = [v for v in high if v - control > threshold]
+    growth = sum(high) / len(high) - control
+    engine_low = median(_values(ev.low, engine_wait_ms)) or 0.0
+    engine_high = _values(ev.high, engine_wait_ms)
+    engine_growth = sum(engine_high) / len(engine_high) - engine_low if engine_high else 0.0
+    evidence: dict[str, Any] = {
+        "low_interval_ms": ev.low_interval_ms,
+        "low_unaccounted_ms": [_round(v) for v in low],
+        "burst_unaccounted_ms": [_round(v) for v in high],
+        "control_ms": _round(control),
+        "control_spread_ms": _round(spread),
+        "threshold_ms": _round(threshold),
+        "waited": len(waited),
+        "unaccounted_growth_ms": _round(growth),
+        "engine_queue_growth_ms": _round(engine_growth),
+        "high_request_ids": list(ev.high_request_ids),
+    }
+    if len(waited) < MIN_WAITERS:
+        return Clear(
+            GATEWAY_QUEUEING_ID,
+            f"{len(ev.high)} requests at once waited no longer before the server's work than {len(ev.low)} sent "
+            f"{ev.low_interval_ms:.0f} ms apart ({len(waited)} beyond {threshold:.1f} ms)",
+            evidence,
+        )
+    if engine_growth > MAX_ENGINE_SHARE * growth:
+        return Clear(
+            GATEWAY_QUEUEING_ID,
+            f"the burst waited, but in the server's own queue (its reported queue time grew {engine_growth:.1f} ms "
+            f"of the {growth:.1f} ms): an engine out of slots, not a gateway",
+            evidence,
+        )
+    return costed_finding(
+        GATEWAY_QUEUEING_ID,
+        growth,
+        reference,
+        cost_basis=(
+            f"mean ms per request of a burst of {len(ev.high)} that passed before any server-reported work, beyond "
+            f"the same requests sent {ev.low_interval_ms:.0f} ms apart ({control:.1f} ms)"
+        ),
+        evidence=evidence,
+        rule=(
+            f"{len(waited)} of {len(ev.high)} requests sent at once waited more than {threshold:.1f} ms longer before "
+            "the server's reported parse/validate/queue/prefill than at a low rate, while the server's queue time "
+            f"grew {engine_growth:.1f} ms and nothing was refused: a queue in front of the server"
+        ),
+        confidence=Confidence.HIGH if len(waited) >= MIN_WAITERS + 1 else Confidence.MEDIUM,
+    )

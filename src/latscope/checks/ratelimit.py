@@ -1,0 +1,118 @@
+"""``rate-limited``: the gateway refused requests for their rate (429, or 503 with ``Retry-After``).
+
+Mechanism: a rate limiter answers a request beyond the quota at once, before any work, with 429 and (usually) when
+to come back: ``Retry-After`` / ``retry-after-ms``, or a quota window that reads ``remaining 0`` and resets in so
+many seconds (OpenAI, Anthropic, IETF and X-RateLimit headers, :mod:`latscope.signals.ratelimit`). A client that
+honours it waits that long before the request can even start, so the cost of one refusal is that wait. The
+evidence is every refusal the run met, in any experiment, plus a short probe that stops at its first refusal. A
+server without a limiter answers the probe and never refuses: clear. Those refusals also leave the other
+experiments with failed requests, which their checks count (:func:`latscope.checks.failures.too_many_failed`) and
+so answer "not tested" rather than decide on the survivors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from latscope.checks import failures
+from latscope.checks.evidence import RateLimitAnswer, RateLimitEvidence, Reference
+from latscope.checks.severity import costed_finding
+from latscope.checks.stats import median
+from latscope.findings import Clear, Confidence, NotTested, Outcome
+
+RATE_LIMITED_ID = "rate-limited"
+
+#: Refusals quoted in the evidence, first ones first: enough to show what the server said, bounded for the report.
+MAX_QUOTED = 5
+
+
+def _round(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def describe_answer(answer: RateLimitAnswer) -> dict[str, Any]:
+    """One answer's rate-limit facts as plain values (seconds turned into ms)."""
+    state = answer.state
+    return {
+        "experiment": answer.experiment,
+        "label": answer.label,
+        "status": answer.status,
+        "retry_after_ms": _round(None if state.retry_after_s is None else state.retry_after_s * 1000.0),
+        "retry_after_source": state.retry_after_source,
+        "windows": [
+            {
+                "dimension": w.dimension,
+                "source": w.source,
+                "limit": w.limit,
+                "remaining": w.remaining,
+                "reset_ms": _round(None if w.reset_s is None else w.reset_s * 1000.0),
+                "window_s": w.window_s,
+            }
+            for w in state.windows
+        ],
+    }
+
+
+def _quota_text(answer: RateLimitAnswer | None) -> str:
+    """What the last answer's quota headers said, for a clear outcome's reason ("" without any)."""
+    if answer is None or not answer.state.windows:
+        return ""
+    parts = [
+        f"{w.dimension} {w.remaining if w.remaining is not None else '?'} of {w.limit if w.limit is not None else '?'}"
+        f" left ({w.source})"
+        for w in answer.state.windows
+    ]
+    return "; the server's quota headers said: " + ", ".join(parts)
+
+
+def check_rate_limited(ev: RateLimitEvidence, reference: Reference | None) -> Outcome:
+    """Finding when any request of the run was refused for its rate; cost = the median wait a refusal imposed
+    (``Retry-After``, else the exhausted window's reset). Clear when the probe's requests all went through."""
+    refusals = ev.refusals
+    sent = len(ev.probe)
+    evidence: dict[str, Any] = {
+        "probe_sent": sent,
+        "probe_limit": ev.probe_limit,
+        "probe_statuses": [s.status for s in ev.probe],
+        "refusals": len(refusals),
+        "refused_in": sorted({r.experiment for r in refusals}),
+        "quota": None if ev.quota is None else describe_answer(ev.quota),
+    }
+    if refusals:
+        evidence["answers"] = [describe_answer(r) for r in refusals[:MAX_QUOTED]]
+        waits = [w for w in (r.wait_ms for r in refusals) if w is not None]
+        wait = median(waits)
+        evidence["wait_ms_per_refusal"] = _round(wait)
+        statuses = sorted({r.status for r in refusals if r.status is not None})
+        where = ", ".join(evidence["refused_in"])
+        exhausted = sorted({f"{w.dimension} ({w.source})" for r in refusals for w in r.state.exhausted})
+        said = f"; quota exhausted: {', '.join(exhausted)}" if exhausted else ""
+        if wait is None:
+            basis = "the server refused without saying when to retry (no Retry-After, no reset): the wait is unknown"
+        else:
+            basis = (
+                f"ms a client must wait per refused request before it may retry (median of {len(waits)} "
+                "Retry-After / reset values the server sent)"
+            )
+        return costed_finding(
+            RATE_LIMITED_ID,
+            wait or 0.0,
+            reference,
+            cost_basis=basis,
+            evidence=evidence,
+            rule=(
+                f"{len(refusals)} request{'s' if len(refusals) != 1 else ''} refused for their rate (HTTP "
+                f"{'/'.join(str(s) for s in statuses)}) during: {where}{said}"
+            ),
+            confidence=Confidence.HIGH,
+        )
+    ok = [s for s in ev.probe if s.ok]
+    if not ok:
+        reason = failures.summarise(ev.probe, sent) or "the probe sent nothing"
+        return NotTested(RATE_LIMITED_ID, f"the rate-limit probe could not measure: {reason}")
+    return Clear(
+        RATE_LIMITED_ID,
+        f"no request of this run was refused for its rate, and {len(ok)} short requests sent back to back all went "
+        f"through (a limit above that is not excluded){_quota_text(ev.quota)}",
+        evidence,
+    )

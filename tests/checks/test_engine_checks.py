@@ -291,6 +291,16 @@ def test_a_difference_inside_the_noise_is_not_a_finding() -> None:
     assert isinstance(out, Clear)
 
 
+def test_a_difference_that_some_pairs_do_not_show_is_inconclusive() -> None:
+    # measured at 50 ms one way on a busy host: the medians differ by 10 % with a tiny spread in each group, but the
+    # third pair, sent back to back, shows no difference at all; a per-step cost would show in every pair
+    greedy = tuple(ok(itl_ms=(v,) * 15) for v in (5.05, 5.85, 5.83))
+    sampled = tuple(ok(itl_ms=(v,) * 15) for v in (6.48, 6.44, 5.83))
+    out = check_decode_host_overhead(SamplingEvidence(16, greedy=greedy, sampled=sampled, parameters=PARAMS), REF)
+    assert isinstance(out, Inconclusive), out
+    assert out.evidence["pair_differences_ms"] == [1.43, 0.59, 0.0]
+
+
 def test_a_server_that_refuses_sampling_parameters_leaves_it_not_tested() -> None:
     ev = SamplingEvidence(32, greedy=_tpot_streams(6.0), refused="HTTP 400: Unrecognized request argument: top_p")
     out = check_decode_host_overhead(ev, REF)

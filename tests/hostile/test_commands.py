@@ -59,7 +59,16 @@ def _run(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedPro
 
 def _interrupt_after(seconds: float, *args: str, cwd: Path) -> tuple[int, str]:
     """Start ``latscope ARGS``, send it SIGINT (Ctrl-C) after ``seconds``; its exit status and output."""
-    proc = subprocess.Popen([LATSCOPE, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Ctrl-C's default action in the child, whatever this process inherited (a shell without job control starts
+    # background jobs with SIGINT ignored, and an ignored signal stays ignored across exec)
+    proc = subprocess.Popen(
+        [LATSCOPE, *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     time.sleep(seconds)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
@@ -124,7 +133,22 @@ def test_bench_exits_2_when_every_request_failed(hostile: str, tmp_path: Path) -
     assert "every one of the 5 measured requests failed: http-status (5)" in " ".join(done.stdout.split())
 
 
-@pytest.mark.parametrize("hostile", ["rate-limited", "reset"], indirect=True)
+@pytest.mark.parametrize("hostile", ["rate-limited"], indirect=True)
+def test_a_server_that_refuses_every_request_for_its_rate_is_diagnosed_as_rate_limited(
+    hostile: str, tmp_path: Path
+) -> None:
+    # the refusals are the diagnosis: the wait they impose, and every other check not tested because of them
+    done = _run("diagnose", hostile, "--quick", "-m", "hostile-model", "--json", "d.json", cwd=tmp_path)
+    out = " ".join(done.stdout.split())
+    assert done.returncode == 0, out
+    data = orjson.loads((tmp_path / "d.json").read_bytes())
+    assert data["diagnosed"] is True and [f["id"] for f in data["findings"]] == ["rate-limited"]
+    assert data["findings"][0]["evidence"]["probe_statuses"] == [429]  # the probe stopped at the first refusal
+    assert data["clear"] == [] and data["inconclusive"] == []
+    assert any("429" in o["reason"] for o in data["not_tested"])
+
+
+@pytest.mark.parametrize("hostile", ["reset"], indirect=True)
 def test_diagnose_says_it_could_not_diagnose_when_nothing_could_be_measured(hostile: str, tmp_path: Path) -> None:
     done = _run("diagnose", hostile, "--quick", "-m", "hostile-model", "--json", "d.json", cwd=tmp_path)
     out = " ".join(done.stdout.split())

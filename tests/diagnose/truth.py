@@ -231,6 +231,24 @@ def sweep_queue_ms(records: list[RequestRecord], concurrency: int) -> float:
     return min(statistics.fmean((r.queue_ms or 0.0) - (r.window_wait_ms or 0.0) for r in b) for b in measured)
 
 
+def preempted_hold_ms(records: list[RequestRecord], timelines: list[Timeline]) -> float:
+    """Median, over the streams of ``timelines`` that the lab preempted (its ``records``), of the longest hold
+    between two of its tokens beyond its own cadence (ms), by the lab's send stamps (``truth=True``): how long the
+    lab kept each preempted stream from decoding. Given a diagnosis's own burst (``keep_timelines``), the very
+    streams its finding timed, under the very load it ran with."""
+    by_id = {r.request_id: r for r in records if r.request_id}
+    holds = []
+    for t in timelines:
+        record = by_id.get(t.response_headers.get("x-request-id"))
+        if record is None or record.preemptions == 0:
+            continue
+        sent = [e.server_sent_ns for e in t.events if e.kind in TOKEN_KINDS and e.server_sent_ns is not None]
+        gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(sent)]
+        holds.append(max(gaps) - statistics.median(gaps))
+    assert holds, "the lab preempted no stream of these"
+    return statistics.median(holds)
+
+
 def sampling_cost_ms(lab: Lab, stream_tokens: int) -> float:
     """What the lab's host-side sampling adds to a sampled stream of ``stream_tokens`` tokens decoded alone: its
     per-step cost on every decode step after the first token (the prefill step emits that one)."""

@@ -236,15 +236,7 @@ def preempted_hold_ms(records: list[RequestRecord], timelines: list[Timeline]) -
     between two of its tokens beyond its own cadence (ms), by the lab's send stamps (``truth=True``): how long the
     lab kept each preempted stream from decoding. Given a diagnosis's own burst (``keep_timelines``), the very
     streams its finding timed, under the very load it ran with."""
-    by_id = {r.request_id: r for r in records if r.request_id}
-    holds = []
-    for t in timelines:
-        record = by_id.get(t.response_headers.get("x-request-id"))
-        if record is None or record.preemptions == 0:
-            continue
-        sent = [e.server_sent_ns for e in t.events if e.kind in TOKEN_KINDS and e.server_sent_ns is not None]
-        gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(sent)]
-        holds.append(max(gaps) - statistics.median(gaps))
+    holds = [max(gaps) - statistics.median(gaps) for gaps in _preempted_gaps(records, timelines)]
     assert holds, "the lab preempted no stream of these"
     return statistics.median(holds)
 
@@ -265,17 +257,23 @@ async def preempted_stall_ms(lab: Lab, prompt_tokens: int, max_tokens: int, conc
     ]
     async with _client(lab, quickack=True) as client:
         timelines = await asyncio.gather(*(client.request(spec, lab.url) for spec in specs))
-    by_id = {r.request_id: r for r in lab.records if r.request_id}
-    stalls = []
+    stalls = [sum(gaps) - len(gaps) * statistics.median(gaps) for gaps in _preempted_gaps(list(lab.records), timelines)]
+    assert stalls, "the lab preempted no stream"
+    return statistics.median(stalls)
+
+
+def _preempted_gaps(records: list[RequestRecord], timelines: list[Timeline]) -> list[list[float]]:
+    """The gaps between tokens (ms, by the lab's send stamps) of each stream of ``timelines`` that the lab's
+    ``records`` say it preempted."""
+    by_id = {r.request_id: r for r in records if r.request_id}
+    out = []
     for t in timelines:
         record = by_id.get(t.response_headers.get("x-request-id"))
         if record is None or record.preemptions == 0:
             continue
         sent = [e.server_sent_ns for e in t.events if e.kind in TOKEN_KINDS and e.server_sent_ns is not None]
-        gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(sent)]
-        stalls.append(sum(gaps) - len(gaps) * statistics.median(gaps))
-    assert stalls, "the lab preempted no stream"
-    return statistics.median(stalls)
+        out.append([(b - a) / 1e6 for a, b in itertools.pairwise(sent)])
+    return out
 
 
 def retry_after_ms(records: list[RequestRecord]) -> float:

@@ -1,7 +1,10 @@
 """The saturation experiment: a bounded concurrency sweep of identical short requests.
 
-Level 1 is :data:`LONE_REQUESTS` requests one after another (the lone TTFT and a lone request's end-to-end time);
-every further level sends ``c`` requests at once on a client of ``c`` connections, first to open the connections
+Level 1 is :data:`LONE_REQUESTS` requests one after another (the lone TTFT and a lone request's end-to-end time).
+Each request generates :data:`MAX_TOKENS` tokens, unless a lone request streams them in less than
+:data:`TARGET_SERVICE_SPAN_MS`: then level 1 is measured again with streams lengthened in proportion (up to
+:data:`MAX_TOKENS_CEILING`), and the whole sweep uses that length. A wait for a slot shows as a share of a lone
+stream, so a stream of a few milliseconds (a tiny model on a fast engine) hides it in noise. Every further level sends ``c`` requests at once on a client of ``c`` connections, first to open the connections
 (not measured: a server accepting ``c`` new connections at once takes them in one by one, so their requests reach
 its engine over several of its steps), then :data:`ROUNDS` times on them. The sweep stops one level after requests
 started to wait for a slot (:func:`latscope.checks.saturation.level_waited`), at :data:`LEVELS`' end, or when a
@@ -12,6 +15,7 @@ level took longer than :data:`LEVEL_BUDGET_S`. The target's metrics are scraped 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 
@@ -28,6 +32,11 @@ from latscope.wire import Client
 
 PROMPT_TOKENS = 16
 MAX_TOKENS = 16
+#: A lone stream (first token to last) shorter than this (ms) is lengthened: waiting for a slot is told by a share of
+#: it, four times :data:`latscope.checks.saturation.MIN_SERVICE_SPAN_MS` keeps that share clear of noise.
+TARGET_SERVICE_SPAN_MS = 40.0
+#: The most tokens a lengthened stream asks for.
+MAX_TOKENS_CEILING = 256
 LONE_REQUESTS = 3
 LEVELS = (2, 4, 8, 16, 32)
 LEVELS_QUICK = (2, 4, 8, 16)
@@ -39,7 +48,17 @@ LEVEL_BUDGET_S = 8.0
 
 def planned_requests(quick: bool) -> int:
     """Requests this experiment sends at most."""
-    return LONE_REQUESTS + (1 + ROUNDS) * sum(LEVELS_QUICK if quick else LEVELS)
+    return 2 * LONE_REQUESTS + (1 + ROUNDS) * sum(LEVELS_QUICK if quick else LEVELS)
+
+
+def lengthened_max_tokens(lone_span_ms: float, max_tokens: int = MAX_TOKENS) -> int:
+    """Tokens a stream needs to last about :data:`TARGET_SERVICE_SPAN_MS` when ``max_tokens`` of them took
+    ``lone_span_ms`` from first token to last (``max_tokens`` when they already last that long; at most
+    :data:`MAX_TOKENS_CEILING`)."""
+    if lone_span_ms >= TARGET_SERVICE_SPAN_MS:
+        return max_tokens
+    scaled = math.ceil(max_tokens * TARGET_SERVICE_SPAN_MS / max(lone_span_ms, 1.0))
+    return max(max_tokens, min(MAX_TOKENS_CEILING, scaled))
 
 
 async def run(ctx: Context, prior: Prior) -> SaturationEvidence:
@@ -48,19 +67,19 @@ async def run(ctx: Context, prior: Prior) -> SaturationEvidence:
     starts: list[tuple[int, float]] = []
     began = time.monotonic()
     async with scraping(ctx) as scrape:
-        await _sweep(ctx, levels, lambda c: starts.append((c, round(time.monotonic() - began, 3))))
+        max_tokens = await _sweep(ctx, levels, lambda c: starts.append((c, round(time.monotonic() - began, 3))))
     window = scrape.result
     if isinstance(window, NotAvailable):
-        return SaturationEvidence(PROMPT_TOKENS, MAX_TOKENS, tuple(levels), metrics=f"no metrics: {window.why}")
+        return SaturationEvidence(PROMPT_TOKENS, max_tokens, tuple(levels), metrics=f"no metrics: {window.why}")
     stats = window.stats
     if stats is None:
         return SaturationEvidence(
-            PROMPT_TOKENS, MAX_TOKENS, tuple(levels), metrics=f"metrics at {window.url} of no known server family"
+            PROMPT_TOKENS, max_tokens, tuple(levels), metrics=f"metrics at {window.url} of no known server family"
         )
     series = tuple((at, running, waiting) for at, running, waiting, _ in gauge_series(stats, began))
     return SaturationEvidence(
         PROMPT_TOKENS,
-        MAX_TOKENS,
+        max_tokens,
         tuple(levels),
         waiting_gauge=None if stats.waiting is None else stats.waiting.max,
         running_gauge=None if stats.running is None else stats.running.max,
@@ -70,15 +89,28 @@ async def run(ctx: Context, prior: Prior) -> SaturationEvidence:
     )
 
 
-async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[[int], None]) -> None:
-    """The levels, appended to ``levels`` as they complete; ``started(concurrency)`` as each begins."""
+async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[[int], None]) -> int:
+    """The levels, appended to ``levels`` as they complete; ``started(concurrency)`` as each begins. Returns the
+    tokens each request generated."""
     started(1)
+    max_tokens = MAX_TOKENS
     async with ctx.client(quickack=True) as client:
-        lone = tuple(await ctx.send_series(client, LONE_REQUESTS, PROMPT_TOKENS, MAX_TOKENS, "concurrency 1"))
+        lone = tuple(await ctx.send_series(client, LONE_REQUESTS, PROMPT_TOKENS, max_tokens, "concurrency 1"))
+        ok = _timed(lone)
+        if ok:
+            span = min(s.e2e_after_setup_ms or 0.0 for s in ok) - min(s.ttft_after_setup_ms or 0.0 for s in ok)
+            longer = lengthened_max_tokens(span)
+            if longer > max_tokens:
+                max_tokens = longer
+                lone = tuple(
+                    await ctx.send_series(
+                        client, LONE_REQUESTS, PROMPT_TOKENS, max_tokens, f"concurrency 1 ({max_tokens} tokens)"
+                    )
+                )
+                ok = _timed(lone)
     levels.append(SaturationLevel(1, (lone,)))
-    ok = [s for s in lone if s.ok and s.ttft_after_setup_ms is not None and s.e2e_after_setup_ms is not None]
     if not ok:
-        return
+        return max_tokens
     lone_ttft = min(s.ttft_after_setup_ms or 0.0 for s in ok)
     lone_e2e = min(s.e2e_after_setup_ms or 0.0 for s in ok)
     rtt = lone_rtt_ms(ok)
@@ -88,9 +120,9 @@ async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[
         bursts: list[tuple[RequestSample, ...]] = []
         lags: list[tuple[float | None, ...]] = []
         async with ctx.client(quickack=True, max_connections_per_origin=concurrency) as client:
-            await _burst(ctx, client, concurrency, "connections")
+            await _burst(ctx, client, concurrency, max_tokens, "connections")
             for round_index in range(ROUNDS):
-                samples, burst_lags = await _burst(ctx, client, concurrency, f"round {round_index + 1}")
+                samples, burst_lags = await _burst(ctx, client, concurrency, max_tokens, f"round {round_index + 1}")
                 bursts.append(samples)
                 lags.append(burst_lags)
         level = SaturationLevel(concurrency, tuple(bursts), tuple(lags))
@@ -99,18 +131,24 @@ async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[
             break
         if all(not s.ok for s in level.samples):
             break
+    return max_tokens
+
+
+def _timed(samples: tuple[RequestSample, ...]) -> list[RequestSample]:
+    """The samples that succeeded with both a TTFT and an end-to-end time."""
+    return [s for s in samples if s.ok and s.ttft_after_setup_ms is not None and s.e2e_after_setup_ms is not None]
 
 
 async def _burst(
-    ctx: Context, client: Client, concurrency: int, name: str
+    ctx: Context, client: Client, concurrency: int, max_tokens: int, name: str
 ) -> tuple[tuple[RequestSample, ...], tuple[float | None, ...]]:
-    """``concurrency`` requests at once (labelled with ``name``): their samples, and how long after the earliest
+    """``concurrency`` requests at once of ``max_tokens`` tokens (labelled with ``name``): their samples, and how long after the earliest
     first token of the others each one's first token came, ms (None where either is missing)."""
     label = f"concurrency {concurrency} {name}"
     timelines = [Timeline() for _ in range(concurrency)]
     samples = await asyncio.gather(
         *(
-            ctx.send(client, ctx.spec(PROMPT_TOKENS, MAX_TOKENS), label=f"{label} #{n + 1}", timeline=timelines[n])
+            ctx.send(client, ctx.spec(PROMPT_TOKENS, max_tokens), label=f"{label} #{n + 1}", timeline=timelines[n])
             for n in range(concurrency)
         )
     )

@@ -36,7 +36,31 @@ def directives(text: str) -> list[str]:
 
 
 def test_every_edge_stage_fault_of_the_lab_has_an_nginx_mapping() -> None:
-    assert {name for name, fault in FAULTS.items() if fault.stage is Stage.EDGE} == EDGE_FAULTS
+    edge_stage = {name for name, fault in FAULTS.items() if fault.stage is Stage.EDGE}
+    assert edge_stage <= EDGE_FAULTS
+    # beyond the edge stage, nginx plays only the gateway's limiter
+    assert EDGE_FAULTS - edge_stage == {"rate-limit", "gateway-queue"}
+    assert all(FAULTS[name].stage is Stage.GATEWAY for name in EDGE_FAULTS - edge_stage)
+
+
+def test_rate_limit_refuses_beyond_the_labs_bucket_with_a_retry_after() -> None:
+    assert "limit_req" not in render(EdgeConfig.from_faults([], tls=True))
+    config = EdgeConfig.from_faults(["rate-limit"], tls=True)
+    text = directives(render(config))
+    # the lab's 20 requests per minute, a whole minute's bucket, refused at once
+    assert "limit_req_zone $binary_remote_addr zone=latscope_rate:1m rate=20r/m;" in text
+    assert "limit_req zone=latscope_rate burst=19 nodelay;" in text
+    assert "limit_req_status 429;" in text and "error_page 429 = @rate_limited;" in text
+    assert "add_header Retry-After 3 always;" in text  # one request's share of the minute
+    assert split_faults(["rate-limit", "slow-parse"]) == (frozenset({"rate-limit"}), frozenset({"slow-parse"}))
+
+
+def test_gateway_queue_holds_requests_beyond_the_rate_in_nginx() -> None:
+    text = directives(render(EdgeConfig.from_faults(["gateway-queue"], tls=False)))
+    # 10 requests per second, 3 beyond it at once, then up to 2 s (20 requests) of waiting before a 429
+    assert "limit_req_zone $binary_remote_addr zone=latscope_rate:1m rate=10r/s;" in text
+    assert "limit_req zone=latscope_rate burst=23 delay=3;" in text
+    assert not any(line.startswith("limit_req ") and "nodelay" in line for line in text)
 
 
 def test_the_tuned_edge_streams_unbuffered_keeps_connections_and_resumes_tls() -> None:

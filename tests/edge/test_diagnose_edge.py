@@ -14,6 +14,7 @@ import pytest
 
 from latscope.diagnose import Diagnosis, diagnose
 from latscope.findings import Severity
+from latscope.lab.edge.config import EdgeConfig
 from latscope.lab.edge.lab import EdgeLab
 from tests.diagnose.truth import TEST_COST
 from tests.edge.support import needs_nginx
@@ -106,3 +107,48 @@ async def test_an_edge_that_strips_traceparent_is_named_and_the_tuned_edge_passe
     finding = result.finding("trace-context-dropped")
     assert finding is not None, explain(result) + "\n" + log
     assert finding.evidence["returned"][0]["trace_id"] != finding.evidence["sent_trace_id"]
+
+
+def _held_by_nginx_ms(access_log: str, request_ids: list[str]) -> float:
+    """Mean time nginx held the requests ``request_ids`` before its answer began to come from the origin, ms: its
+    own ``$request_time`` less ``$upstream_response_time`` (the origin's whole response, streamed through as it
+    came), from its access log; the request ids are the origin's ``x-request-id``, which nginx logs."""
+    held: dict[str, float] = {}
+    for line in access_log.splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        rid = fields.get("request_id")
+        if rid in request_ids:
+            held[rid] = (float(fields["request_time"]) - float(fields["upstream_response"])) * 1000.0
+    assert set(held) == set(request_ids), (sorted(held), request_ids)
+    return sum(held.values()) / len(held)
+
+
+async def test_nginx_limit_req_refusing_is_named_rate_limited_with_its_retry_after() -> None:
+    async with EdgeLab(faults=["rate-limit"], cost=TEST_COST) as lab:
+        result = await diagnose(
+            lab.url, ca_file=str(lab.cert_path), quick=True, only=("rate-limited", "gateway-queueing")
+        )
+        log = lab.edge.error_log_tail() if lab.edge is not None else ""
+    finding = result.finding("rate-limited")
+    assert finding is not None, explain(result) + "\n" + log
+    assert finding.evidence["answers"][0]["status"] == 429, finding.evidence
+    # the wait is what nginx said (the Retry-After its configuration adds to a refusal), not a guess
+    limit = EdgeConfig.from_faults(["rate-limit"], tls=True).rate_limit
+    assert limit is not None and finding.cost_ms == limit.retry_after_s * 1000.0, finding.evidence
+    assert _above_low(result) - {"rate-limited"} == set(), explain(result)
+
+
+async def test_nginx_limit_req_queueing_is_named_gateway_queueing_with_the_time_nginx_held_requests() -> None:
+    async with EdgeLab(faults=["gateway-queue"], cost=TEST_COST) as lab:
+        result = await diagnose(
+            lab.url, ca_file=str(lab.cert_path), quick=True, only=("rate-limited", "gateway-queueing")
+        )
+        log = lab.edge.error_log_tail() if lab.edge is not None else ""
+        access_path = lab.edge.access_log_path if lab.edge is not None else None
+        access = access_path.read_text() if access_path is not None else ""
+    assert _above_low(result) == {"gateway-queueing"}, explain(result) + "\n" + log
+    assert "rate-limited" in {c.id for c in result.clear}, explain(result)  # it held, it never refused
+    finding = result.finding("gateway-queueing")
+    assert finding is not None
+    real = _held_by_nginx_ms(access, finding.evidence["high_request_ids"])
+    assert abs(finding.cost_ms - real) <= 0.25 * real, (finding.cost_ms, real, finding.evidence)

@@ -4,7 +4,9 @@ Level 1 is :data:`LONE_REQUESTS` requests one after another (the lone TTFT and a
 Each request generates :data:`MAX_TOKENS` tokens, unless a lone request streams them in less than
 :data:`TARGET_SERVICE_SPAN_MS`: then level 1 is measured again with streams lengthened in proportion (up to
 :data:`MAX_TOKENS_CEILING`), and the whole sweep uses that length. A wait for a slot shows as a share of a lone
-stream, so a stream of a few milliseconds (a tiny model on a fast engine) hides it in noise. Every further level sends ``c`` requests at once on a client of ``c`` connections, first to open the connections
+stream, so a stream of a few milliseconds (a tiny model on a fast engine) hides it in noise.
+
+Every further level sends ``c`` requests at once on a client of ``c`` connections, first to open the connections
 (not measured: a server accepting ``c`` new connections at once takes them in one by one, so their requests reach
 its engine over several of its steps), then :data:`ROUNDS` times on them. The sweep stops one level after requests
 started to wait for a slot (:func:`latscope.checks.saturation.level_waited`), at :data:`LEVELS`' end, or when a
@@ -142,8 +144,9 @@ def _timed(samples: tuple[RequestSample, ...]) -> list[RequestSample]:
 async def _burst(
     ctx: Context, client: Client, concurrency: int, max_tokens: int, name: str
 ) -> tuple[tuple[RequestSample, ...], tuple[float | None, ...]]:
-    """``concurrency`` requests at once of ``max_tokens`` tokens (labelled with ``name``): their samples, and how long after the earliest
-    first token of the others each one's first token came, ms (None where either is missing)."""
+    """``concurrency`` requests at once of ``max_tokens`` tokens (labelled with ``name``): their samples, and how
+    long after the earliest first token of the others each one's first token came, ms (None where either is
+    missing)."""
     label = f"concurrency {concurrency} {name}"
     timelines = [Timeline() for _ in range(concurrency)]
     samples = await asyncio.gather(

@@ -19,23 +19,37 @@ fault                nginx
 ``nagle``            ``tcp_nodelay off;``
 ``drop-trace-        ``proxy_set_header traceparent ""; proxy_set_header tracestate "";`` (an empty value removes
 context``            the header): the origin never sees the client's trace and answers a ``traceresponse`` of its own
+``rate-limit``       ``limit_req zone=… burst=19 nodelay; limit_req_status 429;`` with a ``rate=20r/m`` zone keyed on
+                     the client address: a bucket of 20 requests refilled one each 3 s, refusals answered 429 with
+                     ``Retry-After: 3`` (nginx sends none by itself; an ``error_page`` adds it, as operators do)
+``gateway-queue``    ``limit_req zone=… burst=20 delay=3;`` with a ``rate=10r/s`` zone: three requests beyond the
+                     rate pass at once, the next wait in nginx to fit the rate, up to 20 (2 s); beyond that 429
 ===================  ============================================================================================
 
-The other faults (``slow-parse``, ``queue-hol``, ``batching-window``) live in the origin lab behind the edge.
+The two gateway faults are the lab's own limiter (:mod:`latscope.lab.ratelimit`) played by nginx's ``limit_req``
+with the same rates; the origin behind such an edge limits nothing. The other faults (``slow-parse``,
+``queue-hol``, ``batching-window``, …) live in the origin lab behind the edge.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from latscope.lab.faults import (
     DROP_TRACE_CONTEXT,
     FAULTS,
+    GATEWAY_QUEUE,
+    GATEWAY_QUEUE_BURST,
+    GATEWAY_QUEUE_MAX_WAIT_S,
+    GATEWAY_QUEUE_REQUESTS_PER_MIN,
     NAGLE,
     NO_H2,
     NO_KEEPALIVE,
     PROXY_BUFFERING,
+    RATE_LIMIT,
+    RATE_LIMIT_REQUESTS_PER_MIN,
     SHORT_KEEPALIVE,
     SHORT_KEEPALIVE_TIMEOUT_S,
     TLS_NO_TICKETS,
@@ -43,10 +57,77 @@ from latscope.lab.faults import (
     UnknownFaultError,
 )
 
-#: The lab faults an nginx edge reproduces with its own directives (what :meth:`EdgeConfig.from_faults` maps).
+#: The lab faults an nginx edge reproduces with its own directives (what :meth:`EdgeConfig.from_faults` maps): every
+#: edge-stage fault, and the gateway faults nginx's ``limit_req`` plays.
 EDGE_FAULTS: frozenset[str] = frozenset(
-    {PROXY_BUFFERING, TLS_NO_TICKETS, NO_H2, NO_KEEPALIVE, SHORT_KEEPALIVE, NAGLE, DROP_TRACE_CONTEXT}
+    {
+        PROXY_BUFFERING,
+        TLS_NO_TICKETS,
+        NO_H2,
+        NO_KEEPALIVE,
+        SHORT_KEEPALIVE,
+        NAGLE,
+        DROP_TRACE_CONTEXT,
+        RATE_LIMIT,
+        GATEWAY_QUEUE,
+    }
 )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EdgeRateLimit:
+    """nginx's ``limit_req`` on every request, keyed on the client's address.
+
+    Fields:
+        requests_per_min: the rate requests are let through at, per minute (nginx's ``rate=``; whole requests per
+            second where it divides evenly, so nginx keeps its millisecond accounting exact).
+        burst: requests beyond the rate nginx accepts (``burst=``); more than that are refused at once.
+        delay: queue mode: how many of the ``burst`` pass at once (``delay=``), the rest wait in nginx until the rate
+            lets them through; None: reject mode (``nodelay``), the whole burst passes at once and nothing waits.
+        retry_after_s: the ``Retry-After`` a refusal carries, s: one request's share of the rate, rounded up.
+    """
+
+    requests_per_min: int
+    burst: int
+    delay: int | None = None
+    retry_after_s: int = 1
+
+    def __post_init__(self) -> None:
+        if self.requests_per_min < 1:
+            raise ValueError(f"EdgeRateLimit.requests_per_min must be >= 1, got {self.requests_per_min!r}")
+        if self.burst < 0 or (self.delay is not None and not 0 <= self.delay <= self.burst):
+            raise ValueError(f"EdgeRateLimit needs 0 <= delay <= burst, got burst={self.burst!r} delay={self.delay!r}")
+        if self.retry_after_s < 1:
+            raise ValueError(f"EdgeRateLimit.retry_after_s must be >= 1, got {self.retry_after_s!r}")
+
+    @property
+    def rate(self) -> str:
+        """nginx's ``rate=`` value: per second where the per-minute rate divides evenly, else per minute."""
+        if self.requests_per_min % 60 == 0:
+            return f"{self.requests_per_min // 60}r/s"
+        return f"{self.requests_per_min}r/m"
+
+    @classmethod
+    def reject(cls, requests_per_min: int) -> EdgeRateLimit:
+        """The lab's ``rate-limit``: a bucket of a whole minute's quota, refusals at once (429)."""
+        return cls(
+            requests_per_min=requests_per_min,
+            burst=requests_per_min - 1,
+            retry_after_s=math.ceil(60 / requests_per_min),
+        )
+
+    @classmethod
+    def queue(cls, requests_per_min: int, burst: int, max_wait_s: float) -> EdgeRateLimit:
+        """The lab's ``gateway-queue``: ``burst`` requests beyond the rate at once, then a wait of up to
+        ``max_wait_s`` (s) in nginx before a 429."""
+        waiting = math.floor(max_wait_s * requests_per_min / 60)
+        return cls(
+            requests_per_min=requests_per_min,
+            burst=burst + waiting,
+            delay=burst,
+            retry_after_s=math.ceil(60 / requests_per_min),
+        )
+
 
 #: nginx's own default ``keepalive_timeout`` (75 s), s: the tuned edge behaves like a stock nginx here.
 DEFAULT_KEEPALIVE_TIMEOUT_S = 75.0
@@ -94,6 +175,7 @@ class EdgeConfig:
         proxy_read_timeout_s: longest gap between two reads from the origin, s.
         client_max_body_bytes: largest request body accepted, bytes (413 above).
         worker_connections: simultaneous connections (client + upstream) nginx handles.
+        rate_limit: nginx's ``limit_req`` in front of the origin (None: no limit).
         faults: the lab fault names this configuration reproduces (informational; set by :meth:`from_faults`).
     """
 
@@ -111,6 +193,7 @@ class EdgeConfig:
     proxy_read_timeout_s: float = DEFAULT_PROXY_READ_TIMEOUT_S
     client_max_body_bytes: int = DEFAULT_CLIENT_MAX_BODY_BYTES
     worker_connections: int = DEFAULT_WORKER_CONNECTIONS
+    rate_limit: EdgeRateLimit | None = None
     faults: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -171,6 +254,13 @@ class EdgeConfig:
             ),
             tcp_nodelay=NAGLE not in edge_faults,
             propagate_trace_context=DROP_TRACE_CONTEXT not in edge_faults,
+            rate_limit=(
+                EdgeRateLimit.queue(GATEWAY_QUEUE_REQUESTS_PER_MIN, GATEWAY_QUEUE_BURST, GATEWAY_QUEUE_MAX_WAIT_S)
+                if GATEWAY_QUEUE in edge_faults
+                else EdgeRateLimit.reject(RATE_LIMIT_REQUESTS_PER_MIN)
+                if RATE_LIMIT in edge_faults
+                else None
+            ),
             faults=edge_faults,
         )
 

@@ -69,6 +69,8 @@ ERROR_LOG_OPTION_VERSION = (1, 19, 5)
 
 _VERSION = re.compile(rb"nginx/(\d+)\.(\d+)\.(\d+)")
 _UPSTREAM = "latscope_origin"
+#: The shared-memory zone of the edge's ``limit_req`` (1 MB: state for about 16 000 client addresses).
+_RATE_ZONE = "latscope_rate"
 
 
 def find_nginx(path: str | None = None) -> str:
@@ -218,7 +220,8 @@ def render_config(
         "    log_format latscope '$remote_addr:$remote_port \"$request\" $status $body_bytes_sent '",
         "                        'request_time=$request_time upstream_connect=$upstream_connect_time '",
         "                        'upstream_header=$upstream_header_time upstream_response=$upstream_response_time '",
-        "                        'connection=$connection requests=$connection_requests';",
+        "                        'connection=$connection requests=$connection_requests '",
+        "                        'request_id=$upstream_http_x_request_id';",
         f"    access_log {_quote(paths.access_log)} latscope;",
         f"    client_body_temp_path {_quote(paths.temp_dir('client_body'))};",
         f"    proxy_temp_path {_quote(paths.temp_dir('proxy'))};",
@@ -231,6 +234,14 @@ def render_config(
         f"    keepalive_requests {config.keepalive_requests};",
         f"    client_max_body_size {config.client_max_body_bytes};",
         f"    send_timeout {_duration(config.proxy_read_timeout_s)};",
+    ]
+    if config.rate_limit is not None:
+        out += [
+            f"    limit_req_zone $binary_remote_addr zone={_RATE_ZONE}:1m rate={config.rate_limit.rate};",
+            "    limit_req_status 429;",
+            "    limit_req_log_level warn;",
+        ]
+    out += [
         "",
         f"    upstream {_UPSTREAM} {{",
         f"        server {_address(origin_host, origin_port)};",
@@ -258,6 +269,18 @@ def render_config(
             f"        ssl_session_tickets {'on' if config.session_tickets else 'off'};",
             "        ssl_session_timeout 1h;",
         ]
+    limit = config.rate_limit
+    if limit is not None:
+        # nginx refuses with an empty page and no Retry-After; operators add both, as here
+        body = '{"error":{"message":"rate limit exceeded at the edge","type":"rate_limit_exceeded"}}'
+        out += [
+            "",
+            "        location @rate_limited {",
+            f"            add_header Retry-After {limit.retry_after_s} always;",
+            "            default_type application/json;",
+            f"            return 429 '{body}';",
+            "        }",
+        ]
     out += [
         "",
         "        location / {",
@@ -271,6 +294,12 @@ def render_config(
         out += [
             "            proxy_http_version 1.1;",
             '            proxy_set_header Connection "";',
+        ]
+    if limit is not None:
+        mode = "nodelay" if limit.delay is None else f"delay={limit.delay}"
+        out += [
+            f"            limit_req zone={_RATE_ZONE} burst={limit.burst} {mode};",
+            "            error_page 429 = @rate_limited;",
         ]
     if not config.propagate_trace_context:
         # An empty value makes nginx leave the header out of the proxied request.

@@ -38,8 +38,8 @@ def directives(text: str) -> list[str]:
 def test_every_edge_stage_fault_of_the_lab_has_an_nginx_mapping() -> None:
     edge_stage = {name for name, fault in FAULTS.items() if fault.stage is Stage.EDGE}
     assert edge_stage <= EDGE_FAULTS
-    # beyond the edge stage, nginx plays only the gateway's limiter
-    assert EDGE_FAULTS - edge_stage == {"rate-limit", "gateway-queue"}
+    # beyond the edge stage, nginx plays only the gateway's limiter and its response cache
+    assert EDGE_FAULTS - edge_stage == {"rate-limit", "gateway-queue", "response-cache", "silent-response-cache"}
     assert all(FAULTS[name].stage is Stage.GATEWAY for name in EDGE_FAULTS - edge_stage)
 
 
@@ -158,3 +158,19 @@ def test_invalid_settings_are_refused() -> None:
         EdgeConfig(keepalive_timeout_s=-1.0)
     with pytest.raises(ValueError, match="upstream_keepalive"):
         EdgeConfig(upstream_keepalive=-1)
+
+
+def test_response_cache_keys_on_the_body_and_buffers_what_it_caches() -> None:
+    assert "proxy_cache" not in render(EdgeConfig.from_faults([], tls=True))
+    text = directives(render(EdgeConfig.from_faults(["response-cache"], tls=True)))
+    assert 'proxy_cache_key "$request_method $request_uri $request_body";' in text
+    assert "proxy_cache_methods GET HEAD POST;" in text
+    # nginx caches only buffered answers; the origin's no-cache and X-Accel-Buffering would keep streams out
+    assert "proxy_buffering on;" in text and "proxy_buffering off;" not in text
+    assert "proxy_ignore_headers X-Accel-Buffering Cache-Control Expires Set-Cookie;" in text
+    # a body spooled to a file has no $request_body: it must never share the empty key
+    assert "proxy_no_cache $latscope_body_unseen;" in text and "proxy_cache_bypass $latscope_body_unseen;" in text
+    assert "add_header X-Cache-Status $upstream_cache_status always;" in text
+    silent = directives(render(EdgeConfig.from_faults(["silent-response-cache"], tls=True)))
+    assert "proxy_cache latscope_cache;" in silent
+    assert not any("X-Cache-Status" in line for line in silent)

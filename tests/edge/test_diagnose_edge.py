@@ -152,3 +152,19 @@ async def test_nginx_limit_req_queueing_is_named_gateway_queueing_with_the_time_
     assert finding is not None
     real = _held_by_nginx_ms(access, finding.evidence["high_request_ids"])
     assert abs(finding.cost_ms - real) <= 0.25 * real, (finding.cost_ms, real, finding.evidence)
+
+
+@pytest.mark.parametrize(
+    ("fault", "evidence"), [("response-cache", "headers"), ("silent-response-cache", "replay")], ids=["said", "silent"]
+)
+async def test_an_nginx_proxy_cache_in_front_is_named_response_cached(fault: str, evidence: str) -> None:
+    result, log = await _diagnose(fault, only=("response-cached", "trace-context-dropped"))
+    finding = result.finding("response-cached")
+    assert finding is not None, explain(result) + "\n" + log
+    if evidence == "headers":
+        headers = finding.evidence["cache_headers"]
+        assert headers["first"]["status"] == "MISS" and headers["repeat"]["status"] == "HIT", finding.evidence
+        assert headers["repeat"]["source"] == "x-cache-status", finding.evidence  # nginx's own convention
+    else:
+        assert finding.confidence.value == "medium", finding.evidence  # the replay's speed and text alone
+    assert _above_low(result) == {"response-cached"}, explain(result)

@@ -24,10 +24,16 @@ context``            the header): the origin never sees the client's trace and a
                      ``Retry-After: 3`` (nginx sends none by itself; an ``error_page`` adds it, as operators do)
 ``gateway-queue``    ``limit_req zone=… burst=20 delay=3;`` with a ``rate=10r/s`` zone: three requests beyond the
                      rate pass at once, the next wait in nginx to fit the rate, up to 20 (2 s); beyond that 429
+``response-cache``   ``proxy_cache`` keyed on method, URI and request body (``proxy_cache_methods POST``), the
+                     origin's ``Cache-Control: no-cache`` and ``X-Accel-Buffering: no`` ignored (nginx caches only
+                     what it buffers), ``add_header X-Cache-Status $upstream_cache_status``
+``silent-response-   the same cache without the ``X-Cache-Status`` header
+cache``
 ===================  ============================================================================================
 
-The two gateway faults are the lab's own limiter (:mod:`latscope.lab.ratelimit`) played by nginx's ``limit_req``
-with the same rates; the origin behind such an edge limits nothing. The other faults (``slow-parse``,
+The gateway faults are the lab's own limiter (:mod:`latscope.lab.ratelimit`) played by nginx's ``limit_req``
+with the same rates, and its response cache (:mod:`latscope.lab.front`) played by nginx's ``proxy_cache``; the
+origin behind such an edge limits and caches nothing. The other faults (``slow-parse``,
 ``queue-hol``, ``batching-window``, …) live in the origin lab behind the edge.
 """
 
@@ -50,8 +56,10 @@ from latscope.lab.faults import (
     PROXY_BUFFERING,
     RATE_LIMIT,
     RATE_LIMIT_REQUESTS_PER_MIN,
+    RESPONSE_CACHE,
     SHORT_KEEPALIVE,
     SHORT_KEEPALIVE_TIMEOUT_S,
+    SILENT_RESPONSE_CACHE,
     TLS_NO_TICKETS,
     Stage,
     UnknownFaultError,
@@ -70,6 +78,8 @@ EDGE_FAULTS: frozenset[str] = frozenset(
         DROP_TRACE_CONTEXT,
         RATE_LIMIT,
         GATEWAY_QUEUE,
+        RESPONSE_CACHE,
+        SILENT_RESPONSE_CACHE,
     }
 )
 
@@ -176,6 +186,8 @@ class EdgeConfig:
         client_max_body_bytes: largest request body accepted, bytes (413 above).
         worker_connections: simultaneous connections (client + upstream) nginx handles.
         rate_limit: nginx's ``limit_req`` in front of the origin (None: no limit).
+        response_cache: cache the origin's answers (``proxy_cache`` keyed on the request body; buffers them).
+        cache_status_header: with ``response_cache``, say ``X-Cache-Status: HIT`` / ``MISS`` on every answer.
         faults: the lab fault names this configuration reproduces (informational; set by :meth:`from_faults`).
     """
 
@@ -194,6 +206,8 @@ class EdgeConfig:
     client_max_body_bytes: int = DEFAULT_CLIENT_MAX_BODY_BYTES
     worker_connections: int = DEFAULT_WORKER_CONNECTIONS
     rate_limit: EdgeRateLimit | None = None
+    response_cache: bool = False
+    cache_status_header: bool = True
     faults: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
@@ -261,6 +275,8 @@ class EdgeConfig:
                 if RATE_LIMIT in edge_faults
                 else None
             ),
+            response_cache=bool(edge_faults & {RESPONSE_CACHE, SILENT_RESPONSE_CACHE}),
+            cache_status_header=RESPONSE_CACHE in edge_faults,
             faults=edge_faults,
         )
 

@@ -69,6 +69,11 @@ ERROR_LOG_OPTION_VERSION = (1, 19, 5)
 
 _VERSION = re.compile(rb"nginx/(\d+)\.(\d+)\.(\d+)")
 _UPSTREAM = "latscope_origin"
+#: The shared-memory zone of the ``response-cache`` faults' keys (1 MB: about 8 000 entries).
+_CACHE_ZONE = "latscope_cache"
+#: Request bodies the ``response-cache`` faults keep in memory, bytes: nginx keys the cache on ``$request_body``,
+#: which is empty for a body spooled to a file (such requests bypass the cache).
+CACHE_BODY_BUFFER_BYTES = 1024 * 1024
 #: The shared-memory zone of the edge's ``limit_req`` (1 MB: state for about 16 000 client addresses).
 _RATE_ZONE = "latscope_rate"
 
@@ -153,6 +158,11 @@ class PrefixPaths:
         """``client_body``, ``proxy``, ``fastcgi``, ``uwsgi`` or ``scgi``."""
         return self.temp / kind
 
+    @property
+    def cache(self) -> Path:
+        """Where ``proxy_cache`` keeps its entries (the ``response-cache`` faults)."""
+        return self.prefix / "cache"
+
 
 def _duration(seconds: float) -> str:
     """An nginx time value in whole milliseconds (``"75000ms"``; ``"0"`` for zero)."""
@@ -235,6 +245,16 @@ def render_config(
         f"    client_max_body_size {config.client_max_body_bytes};",
         f"    send_timeout {_duration(config.proxy_read_timeout_s)};",
     ]
+    if config.response_cache:
+        out += [
+            f"    proxy_cache_path {_quote(paths.cache)} levels=1:2 keys_zone={_CACHE_ZONE}:1m max_size=64m "
+            "inactive=10m use_temp_path=off;",
+            # a body nginx had to spool to a file leaves $request_body empty: such a request must not share a key
+            "    map $request_body $latscope_body_unseen {",
+            '        "" 1;',
+            "        default 0;",
+            "    }",
+        ]
     if config.rate_limit is not None:
         out += [
             f"    limit_req_zone $binary_remote_addr zone={_RATE_ZONE}:1m rate={config.rate_limit.rate};",
@@ -307,7 +327,24 @@ def render_config(
             '            proxy_set_header traceparent "";',
             '            proxy_set_header tracestate "";',
         ]
-    if config.proxy_buffering:
+    if config.response_cache:
+        # nginx caches only what it buffers: the origin's "X-Accel-Buffering: no" and "Cache-Control: no-cache"
+        # would each keep its streams out of the cache
+        out += [
+            f"            proxy_cache {_CACHE_ZONE};",
+            "            proxy_cache_methods GET HEAD POST;",
+            '            proxy_cache_key "$request_method $request_uri $request_body";',
+            "            proxy_cache_valid 200 10m;",
+            "            proxy_cache_lock on;",
+            "            proxy_no_cache $latscope_body_unseen;",
+            "            proxy_cache_bypass $latscope_body_unseen;",
+            f"            client_body_buffer_size {CACHE_BODY_BUFFER_BYTES};",
+            "            proxy_buffering on;",
+            "            proxy_ignore_headers X-Accel-Buffering Cache-Control Expires Set-Cookie;",
+        ]
+        if config.cache_status_header:
+            out.append("            add_header X-Cache-Status $upstream_cache_status always;")
+    elif config.proxy_buffering:
         # The lab origin sends "X-Accel-Buffering: no", which would switch buffering back off per response.
         out += [
             "            proxy_buffering on;",
@@ -551,6 +588,7 @@ class NginxEdge(Served, ManagedProcess):
         paths.logs.mkdir()
         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
             paths.temp_dir(kind).mkdir(parents=True)
+        paths.cache.mkdir()
         if self.config.tls:
             paths.tls.mkdir()
             self._cert = generate_self_signed(paths.tls, hosts=(self.host,))

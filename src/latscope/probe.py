@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from latscope import callable_module
 from latscope.dialects import DEFAULT_DIALECT, get_dialect
-from latscope.dialects.base import Dialect
+from latscope.dialects.base import Dialect, RequestSpec
 from latscope.signals.join import TtftSplit, join_server_signals, ttft_split
 from latscope.signals.scrape import MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
 from latscope.timeline import metrics
@@ -32,6 +32,7 @@ from latscope.timeline.serialize import timeline_to_dict
 from latscope.units import NS_PER_MS
 from latscope.wire import Client, ModelListError, Timeouts, WireError
 from latscope.wire.models import OriginStats, normalise_base_url
+from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST, DEFAULT_MAX_CONNECTIONS_PER_ORIGIN
 
 SCHEMA = "latscope.probe/1"
 
@@ -137,6 +138,9 @@ class ProbeResult:
     #: the server's Prometheus metrics over the probe (scraped before the first request and after the last);
     #: NotAvailable says why there are none; None when scraping was turned off
     server_metrics: MetricsWindow | NotAvailable | None = None
+    #: the requests went at once through a browser's pool (:data:`~latscope.wire.pool.BROWSER_CONNECTIONS_PER_HOST`
+    #: connections per host), not one after another
+    browser: bool = False
     #: Ctrl-C (or a cancellation) stopped the probe: ``timelines`` holds the requests sent so far, the one in flight
     #: with a "cancelled" error
     interrupted: bool = False
@@ -190,6 +194,7 @@ class ProbeResult:
                 for t, split in zip(self.timelines, self.ttft_splits(), strict=True)
             ],
             "server_metrics": _metrics_dict(self.server_metrics),
+            "browser": self.browser,
             "interrupted": self.interrupted,
         }
 
@@ -253,6 +258,7 @@ async def probe(
     scrape_metrics: bool = True,
     trace_context: bool = True,
     on_request: RequestStarted | None = None,
+    browser: bool = False,
 ) -> ProbeResult:
     """Send ``n`` streamed requests to ``base_url`` one after another on one client and return their timelines.
 
@@ -273,6 +279,11 @@ async def probe(
     failure. ``trace_context`` False sends no W3C ``traceparent`` (some gateways reject or log unknown trace headers).
     ``on_request`` is told as each request starts (for progress). Cancelled (Ctrl-C), the probe returns what it
     measured with ``interrupted`` set.
+
+    ``browser`` sends the ``n`` requests at once through a pool of
+    :data:`~latscope.wire.pool.BROWSER_CONNECTIONS_PER_HOST` connections per host, as a web page's requests go: over
+    HTTP/1.1 those beyond it wait for a connection (each timeline's ``pool`` phase), over HTTP/2 one connection
+    carries them all.
     """
     if n < 1:
         raise ValueError("n must be at least 1")
@@ -298,7 +309,12 @@ async def probe(
     # the streamed request a probe sends (usage asked for, so token counts come from the server when it can)
     spec = speaks.build_request(model, prompt, max_tokens)
     result = ProbeResult(
-        base_url=base_url, model=model, dialect=dialect, models=models, models_timeline=models_timeline
+        base_url=base_url,
+        model=model,
+        dialect=dialect,
+        models=models,
+        models_timeline=models_timeline,
+        browser=browser,
     )
     scraper: MetricsScraper | None = None
     metrics_client: Client | None = None
@@ -326,17 +342,23 @@ async def probe(
             headers=all_headers,
             timeouts=timeouts,
             trace_context=trace_context,
+            max_connections_per_origin=(
+                BROWSER_CONNECTIONS_PER_HOST if browser else DEFAULT_MAX_CONNECTIONS_PER_ORIGIN
+            ),
         ) as client:
             try:
-                for index in range(n):
-                    t = Timeline()
-                    result.timelines.append(t)
-                    if on_request is not None:
-                        on_request(index + 1, n, t)
-                    await client.request(spec, base_url, label=f"probe {index + 1}/{n}", timeline=t)
-                    join_server_signals(t)
-                    if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
-                        break
+                if browser:
+                    await _all_at_once(client, spec, base_url, n, result.timelines, on_request)
+                else:
+                    for index in range(n):
+                        t = Timeline()
+                        result.timelines.append(t)
+                        if on_request is not None:
+                            on_request(index + 1, n, t)
+                        await client.request(spec, base_url, label=f"probe {index + 1}/{n}", timeline=t)
+                        join_server_signals(t)
+                        if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
+                            break
             except asyncio.CancelledError:
                 result.interrupted = True  # the request in flight keeps its marks and a "cancelled" error
             result.pool = client.stats()
@@ -346,6 +368,27 @@ async def probe(
         if metrics_client is not None:
             await metrics_client.aclose()
     return result
+
+
+async def _all_at_once(
+    client: Client,
+    spec: RequestSpec,
+    base_url: str,
+    n: int,
+    timelines: list[Timeline],
+    on_request: RequestStarted | None,
+) -> None:
+    """``n`` requests sent at once on ``client``, their timelines appended to ``timelines`` in the order sent."""
+    batch = [Timeline() for _ in range(n)]
+    timelines.extend(batch)
+
+    async def one(index: int, t: Timeline) -> None:
+        if on_request is not None:
+            on_request(index + 1, n, t)
+        await client.request(spec, base_url, label=f"probe {index + 1}/{n}", timeline=t)
+        join_server_signals(t)
+
+    await asyncio.gather(*(one(index, t) for index, t in enumerate(batch)))
 
 
 def _origin(url: str) -> tuple[str, str]:

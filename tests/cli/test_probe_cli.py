@@ -98,3 +98,15 @@ def test_help_teaches_with_examples() -> None:
     code, out, _ = _invoke("--help")
     assert code == 0
     assert "Examples:" in out and "latscope probe http://127.0.0.1:8000" in out and "OPENAI_API_KEY" in out
+
+
+def test_browser_sends_twelve_at_once_over_six_connections_and_says_how_many_waited() -> None:
+    with ServerThread(paced_stream(4, interval_s=0.02)) as server:
+        code, out, err = _invoke(server.base_url, "-m", "m", "--browser", "--http1", "--no-metrics", "--json", "-")
+    assert code == 0, err
+    data = orjson.loads(out)
+    assert data["browser"] is True and len(data["requests"]) == 12
+    (pool,) = data["pool"].values()
+    assert pool["connections_opened"] == 6, pool
+    said = " ".join(err.split())  # the report wraps at the terminal's width
+    assert "browser pool: 12 requests at once, at most 6 connections per host: 6 waited for a connection" in said

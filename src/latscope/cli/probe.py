@@ -22,14 +22,16 @@ from latscope.export.spans import Span, spans_of
 from latscope.probe import SCHEMA as PROBE_SCHEMA
 from latscope.probe import ProbeError, ProbeResult, probe, ttft_side
 from latscope.report.server import server_window
-from latscope.report.waterfall import TtftSegment, requests_table, waterfall
+from latscope.report.waterfall import POOL_ROW_MIN_MS, TtftSegment, requests_table, waterfall
 from latscope.signals.join import TtftSplit
+from latscope.timeline.metrics import pool_ms
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.redact import scrub_data
 from latscope.timeline.serialize import timeline_to_dict
 from latscope.wire import Timeouts, WireError
 from latscope.wire.loop import run
 from latscope.wire.models import normalise_base_url
+from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST
 
 #: exit statuses: 0 every request completed; 1 some failed; 2 none completed (or the target could not be probed);
 #: 130 interrupted (Ctrl-C), after showing and writing what was measured
@@ -38,6 +40,10 @@ EXIT_UNREACHABLE = 2
 EXIT_INTERRUPTED = 130
 #: how often the progress line is redrawn while a request runs, s
 PROGRESS_TICK_S = 0.25
+#: requests a probe sends by default, one after another; and at once with --browser (twice a browser's connections
+#: per host, so that half of them wait over HTTP/1.1)
+DEFAULT_REQUESTS = 3
+BROWSER_REQUESTS = 2 * BROWSER_CONNECTIONS_PER_HOST
 
 
 class _Waiting:
@@ -125,6 +131,25 @@ def ttft_segments(split: TtftSplit | None) -> list[TtftSegment] | None:
     return [TtftSegment(part.name, part.ns, part.source, ttft_side(part.name)) for part in split.parts]
 
 
+def _browser_line(timelines: list[Timeline]) -> Text:
+    """How many of a ``--browser`` probe's requests waited for a connection, and how long."""
+    waits = sorted(w for w in (pool_ms(t) for t in timelines) if w is not None and w >= POOL_ROW_MIN_MS)
+    line = Text(
+        f"browser pool: {len(timelines)} requests at once, at most {BROWSER_CONNECTIONS_PER_HOST} connections per "
+        "host: ",
+        style="bold",
+    )
+    if not waits:
+        line.append("none waited for a connection", style="green")
+    else:
+        middle = waits[len(waits) // 2]
+        line.append(
+            f"{len(waits)} waited for a connection (median {middle:.1f} ms, longest {waits[-1]:.1f} ms)",
+            style="yellow",
+        )
+    return line
+
+
 def _print_result(console: Console, result: ProbeResult) -> None:
     n = len(result.timelines)
     head = Text("latscope probe ", style="bold")
@@ -137,6 +162,8 @@ def _print_result(console: Console, result: ProbeResult) -> None:
         console.print(waterfall(t, title=title, ttft_split=ttft_segments(split)))
     if n > 1:
         console.print(requests_table(result.timelines))
+    if result.browser:
+        console.print(_browser_line(result.timelines))
     for origin, stats in result.pool.items():
         line = (
             f"{origin}: {stats.connections_opened} connection(s) opened for {stats.requests} request(s), "
@@ -157,7 +184,18 @@ def _print_result(console: Console, result: ProbeResult) -> None:
     "--prompt-tokens", type=click.IntRange(min=1), help="Send a synthetic prompt of about this many tokens instead."
 )
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True, help="max_tokens per request.")
-@click.option("-n", "count", type=click.IntRange(1, 1000), default=3, show_default=True, help="Requests to send.")
+@click.option(
+    "-n", "count", type=click.IntRange(1, 1000), default=None, help="Requests to send (default: 3; 12 with --browser)."
+)
+@click.option(
+    "--browser",
+    is_flag=True,
+    help=(
+        "Send the requests at once through at most 6 connections per host, as a browser's page does: over HTTP/1.1 "
+        "the requests beyond 6 wait for a connection (the 'pool' row of their waterfall); over HTTP/2 one "
+        "connection carries them all."
+    ),
+)
 @click.option("--http1/--http2", "http1", default=False, help="Offer only HTTP/1.1, or also h2 (default) over TLS.")
 @dialect_option
 @click.option(
@@ -208,7 +246,8 @@ def command(
     prompt: str | None,
     prompt_tokens: int | None,
     max_tokens: int,
-    count: int,
+    count: int | None,
+    browser: bool,
     http1: bool,
     dialect: str,
     completions: bool,
@@ -254,6 +293,7 @@ def command(
       latscope probe https://api.anthropic.com --dialect anthropic.messages -m claude-haiku-4-5  # x-api-key
       latscope probe http://tgi-box:8080 --dialect tgi.generate                # TGI's /generate_stream
       latscope probe http://127.0.0.1:8000 --otlp http://127.0.0.1:4318/v1/traces  # spans to a Collector
+      latscope probe https://my-gateway/v1 --browser --http1   # 12 at once, 6 connections: half wait
 
     Exit status: 0 when every request completed, 1 when some failed, 2 when none did (or the model list could not
     be read), 130 when interrupted (Ctrl-C; what was measured is still shown and written).
@@ -284,7 +324,8 @@ def command(
                         prompt=prompt,
                         prompt_tokens=prompt_tokens,
                         max_tokens=max_tokens,
-                        n=count,
+                        n=count if count is not None else BROWSER_REQUESTS if browser else DEFAULT_REQUESTS,
+                        browser=browser,
                         http2=not http1,
                         verify=not insecure,
                         ca_file=ca_file,

@@ -28,7 +28,7 @@ from latscope.wire.encoding import STREAM_ACCEPT_ENCODING
 from latscope.wire.errors import ModelListError, WireError, make_error, timeout_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Limits, Origin, OriginStats, Response, Timeouts, join_url, split_url
-from latscope.wire.pool import ConnectionPool
+from latscope.wire.pool import DEFAULT_MAX_CONNECTIONS_PER_ORIGIN, ConnectionPool
 from latscope.wire.request import BODY_METHODS, HeaderSet, Outgoing, merge_headers
 from latscope.wire.tcpinfo import send_backlog
 from latscope.wire.tls import SessionCache, make_ssl_context
@@ -109,7 +109,7 @@ class Client:
         delayed_ack: bool = False,
         timeouts: Timeouts = Timeouts(),  # noqa: B008 - frozen, so one shared default is safe
         limits: Limits = Limits(),  # noqa: B008 - frozen too
-        max_connections_per_origin: int = 256,
+        max_connections_per_origin: int = DEFAULT_MAX_CONNECTIONS_PER_ORIGIN,
         headers: Sequence[tuple[str, str]] = (),
         keep_text: bool = False,
         trace_context: bool = True,

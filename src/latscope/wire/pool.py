@@ -58,6 +58,13 @@ class _OriginPool:
         self.stats = stats
 
 
+#: Connections a client opens to one origin at most, unless told otherwise: more than any load on one host needs.
+DEFAULT_MAX_CONNECTIONS_PER_ORIGIN = 256
+#: Browsers open at most this many HTTP/1.1 connections per host (Chrome, Firefox): a page's further requests wait
+#: for one of them; over HTTP/2 one connection carries them all.
+BROWSER_CONNECTIONS_PER_HOST = 6
+
+
 class ConnectionPool:
     """Connections per origin, at most ``max_per_origin`` open at once (``new_connection`` requests may exceed it).
 

@@ -20,6 +20,7 @@ from latscope.checks.evidence import ConcurrencyEvidence, ConnectionEvidence, Re
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.wire.connection import is_ip_literal
+from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST
 
 SEQUENTIAL_REQUESTS = 3
 #: Idle pauses (s) before a further request on the same pool: shorter than a user's pause between prompts (seconds),
@@ -29,9 +30,8 @@ IDLE_PAUSES_S_QUICK = (1.0,)
 FRESH_REQUESTS = 4
 #: Quick runs keep four: the TLS check costs a full handshake by the lower quartile of these alone.
 FRESH_REQUESTS_QUICK = 4
-#: Browsers open at most 6 connections per host over HTTP/1.1 (Chrome, Firefox); twice that many requests queue half.
-BROWSER_CONNECTIONS_PER_HOST = 6
-CONCURRENT_REQUESTS = 12
+#: Twice a browser's connections per host (:data:`~latscope.wire.pool.BROWSER_CONNECTIONS_PER_HOST`): half queue.
+CONCURRENT_REQUESTS = 2 * BROWSER_CONNECTIONS_PER_HOST
 #: Bursts of concurrent requests: the quietest counts (a host stall during one burst delays all its requests).
 CONCURRENT_ROUNDS = 3
 PROMPT_TOKENS = 16

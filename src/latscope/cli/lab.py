@@ -25,6 +25,7 @@ from latscope.lab.http.limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
 )
+from latscope.lab.idempotency import DEFAULT_TTL_S, DEFAULT_WAIT_S, StoreUnavailableError, check_store_spec
 from latscope.lab.ratelimit import LimitMode
 from latscope.lab.scheduler import Policy
 from latscope.lab.settings import DEFAULT_MODEL, LabSettings
@@ -118,6 +119,8 @@ async def serve(settings: LabSettings, ready_file: Path | None, console: Console
         console.print(f"[bold green]latscope lab[/]{through} profile [bold]{settings.profile}[/], faults: {faults}")
         if lab.cert_path is not None:
             console.print(f"certificate to trust: {lab.cert_path}")
+        if origin.idempotency_store is not None and settings.idempotency:
+            console.print(f"idempotency keys: store {origin.idempotency_store.describe()}")
         console.print(f"metrics: {lab.origin}/metrics   health: {lab.origin}/health   (Ctrl-C stops)")
         click.echo(lab.url)  # alone on its line, last: easy for a script to take
         if ready_file is not None:
@@ -157,6 +160,8 @@ def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -
         values["policy"] = Policy(values["policy"])
     if values.get("rate_limit_mode") is not None:
         values["rate_limit_mode"] = LimitMode(values["rate_limit_mode"])
+    if values.get("idempotency_store") is not None:
+        check_store_spec(values["idempotency_store"])
     settings = LabSettings(cost=cost.with_overrides(**overrides) if overrides else cost, **values)
     settings.active_faults  # noqa: B018 — validates the fault names before anything starts
     return settings
@@ -279,6 +284,25 @@ def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -
     default=None,
     help="Queue mode: the longest a request waits before it gets 429 instead [default: 2].",
 )
+@click.option(
+    "--idempotency-store",
+    default="memory",
+    help="Where the gateway keeps Idempotency-Key claims and answers: memory (this process) or a Redis URL "
+    "(redis://host:port/db) that several labs share.",
+)
+@click.option(
+    "--idempotency-ttl",
+    "idempotency_ttl_s",
+    type=click.FloatRange(min=0.001),
+    default=DEFAULT_TTL_S,
+    help="Seconds a finished answer is replayed to a request with the same Idempotency-Key.",
+)
+@click.option(
+    "--idempotency-wait-s",
+    type=click.FloatRange(min=0.0),
+    default=DEFAULT_WAIT_S,
+    help="How long a duplicate waits for the running original before it gets 409.",
+)
 @click.option("--seed", type=int, default=0, help="Base seed of the generated token text.")
 @click.option(
     "--metrics-names",
@@ -362,6 +386,10 @@ def command(
         run(settings, ready_file, console, edge)
     except EdgeError as exc:
         raise click.ClickException(f"the nginx edge did not start: {exc}") from None
+    except StoreUnavailableError as exc:
+        raise click.ClickException(f"the idempotency store does not answer: {exc}") from None
+    except ValueError as exc:  # a Redis store without redis-py installed
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
         where = f"{settings.host}:{settings.port}"
         raise click.ClickException(f"cannot serve on {where}: {exc.strerror or exc}") from None

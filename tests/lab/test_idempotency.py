@@ -115,6 +115,15 @@ async def test_the_store_stays_bounded_dropping_the_oldest_finished_keys() -> No
     assert (await store.claim("k1", "t", "f", 60.0)).claimed  # k1's answer was the one dropped
 
 
+async def test_the_answers_bytes_stay_within_the_budget() -> None:
+    store = MemoryStore(max_bytes=250)
+    for n in range(3):
+        await store.claim(f"k{n}", "t", "f", 60.0)
+        await store.complete(f"k{n}", "t", answer(body=b"x" * 100), 60.0)
+    assert store.answer_bytes == 200 and len(store) == 2
+    assert (await store.claim("k0", "t", "f", 60.0)).claimed  # the oldest answer made room for the newest
+
+
 async def test_a_duplicate_waits_for_the_running_original_then_replays_it() -> None:
     gate = Idempotency(MemoryStore(), wait_s=5.0)
     first = await gate.begin("scope", "k", "f")

@@ -63,8 +63,10 @@ DEFAULT_TTL_S = 86_400.0
 #: How long a duplicate waits for the original to finish before it gets 409, s: longer than any lab generation of
 #: the default cost model (a 4096-token answer streams in about 50 s only at its very largest).
 DEFAULT_WAIT_S = 30.0
-#: Keys the in-memory store keeps at most (oldest finished dropped first): bounded memory for a long-lived lab.
+#: Keys the in-memory store keeps at most, and the bytes of their answers (oldest finished dropped first): bounded
+#: memory for a long-lived lab (a long stream's answer is a few hundred KB).
 MEMORY_ENTRIES = 10_000
+MEMORY_BYTES = 256 * 1024 * 1024
 
 #: What a request's record says about its key (``RequestRecord.idempotency``).
 EXECUTED = "executed"  #: it claimed the key and ran
@@ -179,12 +181,20 @@ class _Entry:
 
 class MemoryStore:
     """The in-process store: a dict of keys, each claimed by one execution and woken when it finishes. One lab
-    process only: replicas need a shared store. At most ``entries`` keys (the oldest finished are dropped first);
-    ``clock`` is monotonic seconds (injected by tests)."""
+    process only: replicas need a shared store. At most ``entries`` keys and ``max_bytes`` of answers (the oldest
+    finished are dropped first); ``clock`` is monotonic seconds (injected by tests)."""
 
-    def __init__(self, *, entries: int = MEMORY_ENTRIES, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        entries: int = MEMORY_ENTRIES,
+        max_bytes: int = MEMORY_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.entries = entries
+        self.max_bytes = max_bytes
         self.clock = clock
+        self.answer_bytes = 0  #: bytes of the answers held
         self._keys: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
 
     def describe(self) -> str:
@@ -203,23 +213,32 @@ class MemoryStore:
     def _drop(self, key: str) -> None:
         entry = self._keys.pop(key, None)
         if entry is not None:
+            if entry.answer is not None:
+                self.answer_bytes -= len(entry.answer.body)
             entry.changed.set()
 
     async def claim(self, key: str, token: str, fingerprint: str, lease_s: float) -> KeyState:
         entry = self._live(key)
         if entry is not None:
             return KeyState(False, entry.fingerprint, entry.answer)
-        self._make_room()
+        self._make_room(keys=1)
         self._keys[key] = _Entry(token, fingerprint, self.clock() + lease_s)
         return KeyState(True, fingerprint)
 
-    def _make_room(self) -> None:
-        if len(self._keys) < self.entries:
+    def _make_room(self, *, keys: int = 0, answer_bytes: int = 0) -> None:
+        """Drop expired keys, then the oldest finished ones, until ``keys`` more keys and ``answer_bytes`` more bytes
+        of answers fit."""
+
+        def full() -> bool:
+            too_many = len(self._keys) + keys > self.entries
+            return too_many or (self.answer_bytes + answer_bytes > self.max_bytes and self.answer_bytes > 0)
+
+        if not full():
             return
         now = self.clock()
         for key in [k for k, e in self._keys.items() if e.expires_s <= now]:
             self._drop(key)
-        while len(self._keys) >= self.entries:
+        while full():
             oldest = next((k for k, e in self._keys.items() if e.answer is not None), None)
             if oldest is None:
                 return  # every key is running: they end by themselves, and a lab's concurrency is bounded
@@ -229,7 +248,9 @@ class MemoryStore:
         entry = self._keys.get(key)
         if entry is None or entry.token != token:
             return  # the claim expired meanwhile: whoever holds the key now keeps it
+        self._make_room(answer_bytes=len(answer.body))
         entry.answer = answer
+        self.answer_bytes += len(answer.body)
         entry.expires_s = self.clock() + ttl_s
         self._keys.move_to_end(key)
         entry.changed.set()

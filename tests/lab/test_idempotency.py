@@ -326,3 +326,9 @@ def test_the_lab_commands_flags_choose_the_store_its_ttl_and_wait() -> None:
     assert settings_from_options({}).idempotency_store == "memory"
     result = CliRunner().invoke(lab_command, ["--idempotency-store", "mongodb://x"])
     assert result.exit_code != 0 and "unknown idempotency store" in result.output
+
+
+@pytest.mark.parametrize("extra", [["--tls"], ["--edge", "nginx"]])
+def test_replicas_refuse_what_each_replica_cannot_do_alone(extra: list[str]) -> None:
+    result = CliRunner().invoke(lab_command, ["--replicas", "2", *extra])
+    assert result.exit_code == 2 and "--replicas" in result.output

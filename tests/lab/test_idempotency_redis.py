@@ -16,6 +16,7 @@ import pytest
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
 from latscope.lab.idempotency import StoredAnswer, StoreUnavailableError
+from latscope.lab.process import LabProcess
 from latscope.lab.records import RequestRecord
 from tests.lab.rawhttp import RawConnection, chat_body, post
 from tests.lab.test_idempotency import by_key, generation_records, paced, send, streamed_tokens
@@ -156,3 +157,33 @@ async def test_a_redis_stopped_midrun_answers_503_and_nothing_runs_twice(
     assert outcomes["new"] == collections.Counter(unavailable=1)
     unavailable = [r for r in records if r.idempotency == "unavailable"]
     assert len(unavailable) == 7 and all(r.prefill_ms is None and r.status == 503 for r in unavailable)
+
+
+# -- replicas behind one port ---------------------------------------------------------------------------------------
+PACED_ARGS = ["--prefill-base-ms", "0.5", "--prefill-ms-per-token", "0", "--decode-base-ms", "5", "--decode-ms-per-seq"]
+
+
+async def test_replicas_behind_one_port_share_redis_and_run_each_key_once(redis: RedisServer) -> None:
+    args = ["--replicas", "2", "--idempotency-store", redis.url, *PACED_ARGS, "0"]
+    keys = [f"port-{n:02d}" for n in range(40)]
+    plan = [key for key in keys for _ in range(4)]
+    random.Random(5).shuffle(plan)
+    async with LabProcess(args=args, ready_timeout_s=60.0) as lab:
+        assert lab.url is not None
+        origin = lab.url.removesuffix("/v1")
+        pids = set()
+        for _ in range(16):  # a new connection each: the kernel spreads them over the replicas
+            async with httpx.AsyncClient(base_url=origin) as fresh:
+                pids.add((await fresh.get("/health")).json()["pid"])
+        limits = httpx.Limits(max_connections=160)
+        async with httpx.AsyncClient(base_url=origin, limits=limits) as client:
+            responses = await asyncio.gather(*(send(client, key, chat_body(8, user=key)) for key in plan))
+    assert len(pids) == 2
+    assert all(r.status_code == 200 for r in responses)
+    answers: dict[str, list[httpx.Response]] = collections.defaultdict(list)
+    for key, response in zip(plan, responses, strict=True):
+        answers[key].append(response)
+    for key, group in answers.items():
+        assert len({r.headers["x-request-id"] for r in group}) == 1 and len({r.content for r in group}) == 1, key
+        executed = [r for r in group if "idempotent-replayed" not in r.headers]
+        assert len(executed) == 1, key  # every other answer is a replay: the key ran once, on one of the replicas

@@ -128,6 +128,7 @@ class Lab(Served, AsyncService):
             nodelay=settings.nodelay,
             http2=settings.http2_enabled,
             tls=tls,
+            reuse_port=settings.reuse_port,
         )
         await self.scheduler.start()
         handler = front_door(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -351,6 +352,7 @@ class LabService:
             {
                 "status": "ok",
                 "model": self.model,
+                "pid": os.getpid(),  # which process answered: replicas share one port
                 "running": scheduler.running,
                 "waiting": scheduler.waiting,
                 "kv_usage": scheduler.kv_usage,

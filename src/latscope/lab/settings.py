@@ -73,6 +73,8 @@ class LabSettings:
     no_faults: tuple[str, ...] = ()
     host: str = "127.0.0.1"  #: loopback by default: the lab is a test server, not a public one
     port: int = 0  #: 0 binds an ephemeral port
+    #: bind with SO_REUSEPORT, so several lab processes serve one port (``latscope lab --replicas``)
+    reuse_port: bool = False
     tls: bool = False  #: serve HTTPS with a self-signed certificate generated on start
     http2: bool = True  #: offer HTTP/2 (ALPN h2 over TLS, prior knowledge over cleartext) unless ``no-h2``
     truth: bool = False  #: stamp every stream event with the lab's send time (``latscope.sent_ns``)

@@ -332,3 +332,15 @@ def test_the_lab_commands_flags_choose_the_store_its_ttl_and_wait() -> None:
 def test_replicas_refuse_what_each_replica_cannot_do_alone(extra: list[str]) -> None:
     result = CliRunner().invoke(lab_command, ["--replicas", "2", *extra])
     assert result.exit_code == 2 and "--replicas" in result.output
+
+
+async def test_every_api_replays_in_its_own_shape() -> None:
+    body = orjson.dumps(
+        {"model": "lab-model", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    )
+    headers = {"content-type": "application/json", "idempotency-key": "anthropic-1"}
+    async with Lab(cost=CostModel.zero()) as lab, httpx.AsyncClient(base_url=lab.origin) as client:
+        first, second = [await client.post("/v1/messages", content=body, headers=headers) for _ in range(2)]
+    assert first.status_code == second.status_code == 200
+    assert second.headers["idempotent-replayed"] == "true" and second.content == first.content
+    assert second.headers["content-type"].startswith("text/event-stream") and b"event: message_stop" in second.content

@@ -20,6 +20,11 @@ them; each answers its errors in its own shape (:mod:`latscope.lab.apis`). The A
 Anthropic's clients send it. Every request leaves a
 :class:`~latscope.lab.records.RequestRecord` in the lab's record log, whatever its outcome.
 
+A generation request with an ``Idempotency-Key`` goes through the gateway's idempotency stage
+(:mod:`latscope.lab.idempotency`) after it is parsed and before the rate limiter: it claims its key and executes in a
+task of its own that its client hanging up does not cancel (the answer is stored for the retry), or it gets the
+stored answer of the request that did (``Idempotent-Replayed: true``), or 409 / 422 / 503.
+
 A streamed response's head is written when the first token is ready — so time to first byte includes queueing and
 prefill, as on real servers — and carries ``Server-Timing`` with the gateway's and the engine's phases.
 """

@@ -8,6 +8,7 @@ import dataclasses
 import gc
 import os
 import signal
+import socket
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,9 @@ from latscope.lab.http.limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
 )
+from latscope.lab.idempotency import DEFAULT_TTL_S, DEFAULT_WAIT_S, StoreUnavailableError, check_store_spec
 from latscope.lab.ratelimit import LimitMode
+from latscope.lab.replicas import Replicas, ReplicaStartError
 from latscope.lab.scheduler import Policy
 from latscope.lab.settings import DEFAULT_MODEL, LabSettings
 from latscope.quietgc import QuietCollector, rss_bytes
@@ -94,9 +97,30 @@ async def collect_when_idle(lab: Lab, quiet: QuietCollector) -> None:
             quiet.check(rss_bytes())
 
 
-async def serve(settings: LabSettings, ready_file: Path | None, console: Console, edge: str = "none") -> None:
-    """Start the lab (behind a real nginx with ``edge`` "nginx"), announce it, serve until SIGINT/SIGTERM, stop
-    cleanly."""
+#: How often a replica looks whether the ``latscope lab`` that started it is still there, s.
+PARENT_CHECK_S = 1.0
+
+
+async def watch_parent(parent_pid: int, stop: asyncio.Event) -> None:
+    """Set ``stop`` once the process ``parent_pid`` is no longer this one's parent (it exited): a replica never
+    outlives the lab that started it."""
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(PARENT_CHECK_S)
+    stop.set()
+
+
+async def serve(
+    settings: LabSettings,
+    ready_file: Path | None,
+    console: Console,
+    edge: str = "none",
+    *,
+    replicas: int = 1,
+    parent_pid: int | None = None,
+) -> None:
+    """Start the lab (behind a real nginx with ``edge`` "nginx"; with ``replicas`` − 1 more lab processes on its
+    port), announce it, serve until SIGINT/SIGTERM, stop cleanly. ``parent_pid``: this is a replica of that
+    process, which it does not outlive; it announces nothing but its ready file."""
     # imported here so `latscope lab --list-faults` stays light
     from latscope.lab.app import Lab
     from latscope.lab.edge.lab import EdgeLab
@@ -109,15 +133,30 @@ async def serve(settings: LabSettings, ready_file: Path | None, console: Console
     quiet = QuietCollector()
     quiet.enter(rss_bytes())
     housekeeping = loop.create_task(collect_when_idle(origin, quiet), name="latscope-lab-gc")
+    watcher = loop.create_task(watch_parent(parent_pid, stop)) if parent_pid is not None else None
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):  # no signal handlers on Windows loops
             loop.add_signal_handler(signum, stop.set)
+    others: Replicas | None = None
     try:
+        if replicas > 1:
+            others = Replicas(replica_main, dataclasses.replace(settings, port=origin.port), replicas - 1)
+            await others.start()
+        if parent_pid is not None:
+            if ready_file is not None:
+                write_ready_file(ready_file, lab.url, lab.cert_path)
+            await stop.wait()
+            return
         faults = ", ".join(sorted(lab.faults)) or "none"
         through = " through nginx" if isinstance(lab, EdgeLab) else ""
         console.print(f"[bold green]latscope lab[/]{through} profile [bold]{settings.profile}[/], faults: {faults}")
         if lab.cert_path is not None:
             console.print(f"certificate to trust: {lab.cert_path}")
+        if origin.idempotency_store is not None and settings.idempotency:
+            console.print(f"idempotency keys: store {origin.idempotency_store.describe()}")
+        if others is not None:
+            pids = ", ".join(str(pid) for pid in [os.getpid(), *others.pids])
+            console.print(f"{replicas} replicas on one port (SO_REUSEPORT), processes {pids}")
         console.print(f"metrics: {lab.origin}/metrics   health: {lab.origin}/health   (Ctrl-C stops)")
         click.echo(lab.url)  # alone on its line, last: easy for a script to take
         if ready_file is not None:
@@ -125,6 +164,10 @@ async def serve(settings: LabSettings, ready_file: Path | None, console: Console
         await stop.wait()
     finally:
         housekeeping.cancel()
+        if watcher is not None:
+            watcher.cancel()
+        if others is not None:
+            await asyncio.to_thread(others.stop)
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signum)
@@ -134,14 +177,30 @@ async def serve(settings: LabSettings, ready_file: Path | None, console: Console
             ready_file.unlink(missing_ok=True)
 
 
-def run(settings: LabSettings, ready_file: Path | None, console: Console, edge: str = "none") -> None:
+def run(
+    settings: LabSettings,
+    ready_file: Path | None,
+    console: Console,
+    edge: str = "none",
+    *,
+    replicas: int = 1,
+    parent_pid: int | None = None,
+) -> None:
     """Run :func:`serve` on uvloop when it is installed, else on asyncio's default loop."""
+    main = serve(settings, ready_file, console, edge, replicas=replicas, parent_pid=parent_pid)
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(settings, ready_file, console, edge))
+        asyncio.run(main)
         return
-    uvloop.run(serve(settings, ready_file, console, edge))
+    uvloop.run(main)
+
+
+def replica_main(settings: LabSettings, ready_file: Path, parent_pid: int) -> None:
+    """A replica process of ``latscope lab --replicas`` (:mod:`latscope.lab.replicas`): serves ``settings`` on the
+    first lab's port, quietly, until SIGTERM, Ctrl-C or its parent's exit."""
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C at the terminal reaches every replica as well
+        run(settings, ready_file, Console(stderr=True, quiet=True), parent_pid=parent_pid)
 
 
 def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -> LabSettings:
@@ -157,9 +216,28 @@ def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -
         values["policy"] = Policy(values["policy"])
     if values.get("rate_limit_mode") is not None:
         values["rate_limit_mode"] = LimitMode(values["rate_limit_mode"])
+    if values.get("idempotency_store") is not None:
+        check_store_spec(values["idempotency_store"])
     settings = LabSettings(cost=cost.with_overrides(**overrides) if overrides else cost, **values)
     settings.active_faults  # noqa: B018 — validates the fault names before anything starts
     return settings
+
+
+def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabSettings:
+    """``settings`` for a lab of several replicas (SO_REUSEPORT on the port); a :class:`click.UsageError` for what
+    replicas cannot do: TLS (each would generate its own certificate) and the nginx edge (one nginx per lab)."""
+    if settings.tls:
+        raise click.UsageError("--replicas serves plain HTTP: each replica would generate its own certificate")
+    if edge != "none":
+        raise click.UsageError("--replicas and --edge nginx do not combine: put one nginx in front of the port")
+    if not hasattr(socket, "SO_REUSEPORT"):
+        raise click.UsageError("--replicas needs SO_REUSEPORT, which this system does not have")
+    if settings.idempotency_store == "memory" and settings.idempotency:
+        console.print(
+            "[yellow]warning:[/] each replica keeps its own idempotency keys: a duplicate that reaches another "
+            "replica runs again (share --idempotency-store redis://…)"
+        )
+    return dataclasses.replace(settings, reuse_port=True)
 
 
 @click.command(name="lab", context_settings={"show_default": True})
@@ -279,6 +357,25 @@ def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -
     default=None,
     help="Queue mode: the longest a request waits before it gets 429 instead [default: 2].",
 )
+@click.option(
+    "--idempotency-store",
+    default="memory",
+    help="Where the gateway keeps Idempotency-Key claims and answers: memory (this process) or a Redis URL "
+    "(redis://host:port/db) that several labs share.",
+)
+@click.option(
+    "--idempotency-ttl",
+    "idempotency_ttl_s",
+    type=click.FloatRange(min=0.001),
+    default=DEFAULT_TTL_S,
+    help="Seconds a finished answer is replayed to a request with the same Idempotency-Key.",
+)
+@click.option(
+    "--idempotency-wait-s",
+    type=click.FloatRange(min=0.0),
+    default=DEFAULT_WAIT_S,
+    help="How long a duplicate waits for the running original before it gets 409.",
+)
 @click.option("--seed", type=int, default=0, help="Base seed of the generated token text.")
 @click.option(
     "--metrics-names",
@@ -328,11 +425,19 @@ def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -
     default="none",
     help="Serve through a real nginx (needs nginx): edge faults become nginx directives.",
 )
+@click.option(
+    "--replicas",
+    type=click.IntRange(min=1),
+    default=1,
+    help="Lab processes serving one port (SO_REUSEPORT: the kernel spreads connections among them). They share "
+    "idempotency keys only through --idempotency-store redis://…",
+)
 @click.option("--list-faults", is_flag=True, help="Print the fault catalogue and exit.")
 def command(
     zero_cost: bool,
     ready_file: Path | None,
     edge: str,
+    replicas: int,
     list_faults: bool,
     **options: Any,
 ) -> None:
@@ -349,6 +454,7 @@ def command(
       latscope lab --fault proxy-buffering --tls    one fault on top of the tuned profile
       latscope lab --list-faults                    every fault and the finding it should trigger
       latscope lab --tls --edge nginx --fault proxy-buffering   a real nginx in front, buffering the stream
+      latscope lab --replicas 4 --idempotency-store redis://127.0.0.1:6379/0   four labs, one port, shared keys
     """
     console = Console(stderr=True)
     if list_faults:
@@ -358,10 +464,18 @@ def command(
         settings = settings_from_options(options, zero_cost=zero_cost)
     except (UnknownFaultError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    if replicas > 1:
+        settings = replica_settings(settings, edge, console)
     try:
-        run(settings, ready_file, console, edge)
+        run(settings, ready_file, console, edge, replicas=replicas)
     except EdgeError as exc:
         raise click.ClickException(f"the nginx edge did not start: {exc}") from None
+    except ReplicaStartError as exc:
+        raise click.ClickException(f"the lab's replicas did not start: {exc}") from None
+    except StoreUnavailableError as exc:
+        raise click.ClickException(f"the idempotency store does not answer: {exc}") from None
+    except ValueError as exc:  # a Redis store without redis-py installed
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
         where = f"{settings.host}:{settings.port}"
         raise click.ClickException(f"cannot serve on {where}: {exc.strerror or exc}") from None

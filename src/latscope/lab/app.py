@@ -24,6 +24,7 @@ from latscope.lab.gateway import Gateway
 from latscope.lab.handlers import LabService
 from latscope.lab.http.exchange import Handler
 from latscope.lab.http.server import HttpServer, ServerOptions
+from latscope.lab.idempotency import Idempotency, IdempotencyStore, open_store
 from latscope.lab.metrics import LabMetrics
 from latscope.lab.records import RequestRecord, new_record_log
 from latscope.lab.scheduler import Scheduler
@@ -60,6 +61,9 @@ class Lab(Served, AsyncService):
         self._cert: CertFiles | None = None
         self._server: HttpServer | None = None
         self._front: Handler | None = None
+        self._service: LabService | None = None
+        #: where ``Idempotency-Key`` claims and answers are kept (``settings.idempotency_store``), once started
+        self.idempotency_store: IdempotencyStore | None = None
 
     # -- addresses -------------------------------------------------------------------------------------------------
     @property
@@ -82,10 +86,18 @@ class Lab(Served, AsyncService):
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Generate the certificate (TLS), start the engine loop, bind and listen."""
+        """Open the idempotency store (a Redis one must answer), generate the certificate (TLS), start the engine
+        loop, bind and listen."""
         if self._server is not None:
             return
         settings = self.settings
+        store = open_store(settings.idempotency_store)  # ValueError for an unknown store
+        try:
+            await store.check()  # StoreUnavailableError: say so now rather than 503 every keyed request
+        except BaseException:
+            await store.close()
+            raise
+        self.idempotency_store = store
         tls = None
         if settings.tls:
             self._cert = generate_self_signed(hosts=(settings.host,))
@@ -97,8 +109,18 @@ class Lab(Served, AsyncService):
             max_context_tokens=settings.engine_cost.kv_capacity_tokens,
             rate_limit=settings.rate_limit(),
         )
-        service = LabService(
-            settings, gateway=gateway, scheduler=self.scheduler, metrics=self.metrics, records=self.records
+        idempotency = (
+            Idempotency(store, ttl_s=settings.idempotency_ttl_s, wait_s=settings.idempotency_wait_s)
+            if settings.idempotency
+            else None
+        )
+        service = self._service = LabService(
+            settings,
+            gateway=gateway,
+            scheduler=self.scheduler,
+            metrics=self.metrics,
+            records=self.records,
+            idempotency=idempotency,
         )
         options = ServerOptions(
             limits=settings.limits(),
@@ -106,6 +128,7 @@ class Lab(Served, AsyncService):
             nodelay=settings.nodelay,
             http2=settings.http2_enabled,
             tls=tls,
+            reuse_port=settings.reuse_port,
         )
         await self.scheduler.start()
         handler = front_door(
@@ -120,6 +143,7 @@ class Lab(Served, AsyncService):
             self.host, self.port = await server.start(settings.host, settings.port)
         except BaseException:
             await self.scheduler.stop()
+            await self._close_store()
             self._remove_cert()
             raise
         self._server = server
@@ -129,8 +153,17 @@ class Lab(Served, AsyncService):
         server, self._server = self._server, None
         if server is not None:
             await server.close()
+        service, self._service = self._service, None
+        if service is not None:
+            await service.close()
         await self.scheduler.stop()
+        await self._close_store()
         self._remove_cert()
+
+    async def _close_store(self) -> None:
+        store, self.idempotency_store = self.idempotency_store, None
+        if store is not None:
+            await store.close()
 
     def _remove_cert(self) -> None:
         if self._cert is not None:

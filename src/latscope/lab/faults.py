@@ -69,6 +69,7 @@ SILENT_RESPONSE_CACHE = "silent-response-cache"
 HEADER_SCAN = "header-scan"
 RATE_LIMIT = "rate-limit"
 GATEWAY_QUEUE = "gateway-queue"
+NO_IDEMPOTENCY = "no-idempotency"
 
 #: Every fault, by name, in request-path order.
 FAULTS: dict[str, Fault] = {
@@ -144,6 +145,13 @@ FAULTS: dict[str, Fault] = {
             "a token bucket of 10 requests per second (a burst of 3) per API key that holds what does not fit, up to "
             "2 s, before the scheduler: requests beyond the rate wait quietly for their first byte",
             "gateway-queueing",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            NO_IDEMPOTENCY,
+            "the gateway ignores 'Idempotency-Key': a retried or duplicated request is generated again, with a new "
+            "id and new text, instead of getting the first one's answer",
+            "retry-amplification",
             Stage.GATEWAY,
         ),
         Fault(

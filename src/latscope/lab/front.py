@@ -58,7 +58,7 @@ def trace_response(traceparent: bytes | None) -> bytes:
     return f"00-{trace_id}-{_hex_id(8)}-{flags}".encode()
 
 
-class _ForwardingChannel(ResponseChannel):
+class ForwardingChannel(ResponseChannel):
     """A channel that passes everything to ``inner``; subclasses change the head or keep a copy."""
 
     def __init__(self, inner: ResponseChannel) -> None:
@@ -121,7 +121,7 @@ class _ForwardingChannel(ResponseChannel):
         await self.inner.drain()
 
 
-class _ExtraHeaders(_ForwardingChannel):
+class _ExtraHeaders(ForwardingChannel):
     def __init__(self, inner: ResponseChannel, extra: list[tuple[bytes, bytes]]) -> None:
         super().__init__(inner)
         self.extra = extra
@@ -256,4 +256,12 @@ def front_door(
     return handler
 
 
-__all__ = ["HeaderScanEdge", "ResponseCacheEdge", "StoredResponse", "TraceContextEdge", "front_door", "trace_response"]
+__all__ = [
+    "ForwardingChannel",
+    "HeaderScanEdge",
+    "ResponseCacheEdge",
+    "StoredResponse",
+    "TraceContextEdge",
+    "front_door",
+    "trace_response",
+]

@@ -20,13 +20,20 @@ them; each answers its errors in its own shape (:mod:`latscope.lab.apis`). The A
 Anthropic's clients send it. Every request leaves a
 :class:`~latscope.lab.records.RequestRecord` in the lab's record log, whatever its outcome.
 
+A generation request with an ``Idempotency-Key`` goes through the gateway's idempotency stage
+(:mod:`latscope.lab.idempotency`) after it is parsed and before the rate limiter: it claims its key and executes in a
+task of its own that its client hanging up does not cancel (the answer is stored for the retry), or it gets the
+stored answer of the request that did (``Idempotent-Replayed: true``), or 409 / 422 / 503.
+
 A streamed response's head is written when the first token is ready — so time to first byte includes queueing and
 prefill, as on real servers — and carries ``Server-Timing`` with the gateway's and the engine's phases.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -52,7 +59,23 @@ from latscope.lab.formats import (
 )
 from latscope.lab.gateway import CompletionRequest, Endpoint, Gateway
 from latscope.lab.http.exchange import Request, ResponseChannel
+from latscope.lab.idempotency import (
+    EXECUTED,
+    IGNORED,
+    IN_USE,
+    REPLAYED,
+    REUSED,
+    UNAVAILABLE,
+    Claimed,
+    Idempotency,
+    RecordingChannel,
+    Replay,
+    idempotency_key,
+    replay,
+    request_fingerprint,
+)
 from latscope.lab.metrics import LabMetrics
+from latscope.lab.ratelimit import key_digest
 from latscope.lab.records import RequestRecord
 from latscope.lab.scheduler import (
     GenerationError,
@@ -107,6 +130,9 @@ class _Trace:
         "endpoint",
         "error",
         "gateway_wait_ms",
+        "idempotency",
+        "idempotency_key",
+        "idempotency_ms",
         "limit_headers",
         "parsed",
         "request",
@@ -131,6 +157,9 @@ class _Trace:
         self.gateway_wait_ms: float | None = None  #: held by the rate limiter in queue mode
         self.retry_after_ms: float | None = None  #: the wait a 429 of the rate limiter asked for
         self.limit_headers: tuple[tuple[bytes, bytes], ...] = ()  #: the limiter's headers for a success
+        self.idempotency_key: str | None = None  #: the request's ``Idempotency-Key``
+        self.idempotency: str | None = None  #: what the gateway did with it (``RequestRecord.idempotency``)
+        self.idempotency_ms: float | None = None  #: the store's claim or lookup and a duplicate's wait, ms
 
     def record(self, channel: ResponseChannel, faults: frozenset[str], completion_tokens: int) -> RequestRecord:
         request = self.request
@@ -179,6 +208,9 @@ class _Trace:
             traceparent=_traceparent(request),
             gateway_wait_ms=self.gateway_wait_ms,
             retry_after_ms=self.retry_after_ms,
+            idempotency_key=self.idempotency_key,
+            idempotency=self.idempotency,
+            idempotency_ms=self.idempotency_ms,
         )
 
 
@@ -206,8 +238,13 @@ class LabService:
         scheduler: Scheduler,
         metrics: LabMetrics,
         records: collections.deque[RequestRecord],
+        idempotency: Idempotency | None = None,
     ) -> None:
         self.gateway = gateway
+        #: the gateway's idempotency stage; None under ``no-idempotency`` (keys are recorded, not honoured)
+        self.idempotency = idempotency
+        #: executions of claimed keys, which outlive their client's connection (:meth:`_run_claimed`)
+        self._claimed_runs: set[asyncio.Task[None]] = set()
         self.scheduler = scheduler
         self.metrics = metrics
         self.records = records
@@ -320,6 +357,7 @@ class LabService:
             {
                 "status": "ok",
                 "model": self.model,
+                "pid": os.getpid(),  # which process answered: replicas share one port
                 "running": scheduler.running,
                 "waiting": scheduler.waiting,
                 "kv_usage": scheduler.kv_usage,
@@ -344,12 +382,95 @@ class LabService:
 
     async def _generate(self, request: Request, channel: ResponseChannel, trace: _Trace, endpoint: Endpoint) -> None:
         prefix = _ID_PREFIXES.get(endpoint, "gen-")
-        request_id = trace.request_id = prefix + secrets.token_hex(12)
+        trace.request_id = prefix + secrets.token_hex(12)
         trace.endpoint = endpoint
         parsed = trace.parsed = self.gateway.parse(endpoint, request.body)
         trace.stream = parsed.stream
         self.metrics.observe_parse((parsed.parse_ns + parsed.validate_ns) / 1e9)
         credential = request.header(b"authorization") or request.header(b"x-api-key")
+        if self.idempotency is None:
+            # no-idempotency: the key is noted for the record and nothing else (an unreadable one too)
+            try:
+                trace.idempotency_key = idempotency_key(request)
+            except ErrorResponse:
+                trace.idempotency_key = None
+            trace.idempotency = IGNORED if trace.idempotency_key is not None else None
+            await self._execute(request, channel, trace, parsed, credential)
+            return
+        key = trace.idempotency_key = idempotency_key(request)
+        if key is None:
+            await self._execute(request, channel, trace, parsed, credential)
+            return
+        started_ns = time.monotonic_ns()
+        try:
+            begun = await self.idempotency.begin(key_digest(credential)[:16], key, request_fingerprint(request))
+        except ErrorResponse as refused:
+            trace.idempotency = {409: IN_USE, 422: REUSED}.get(refused.status, UNAVAILABLE)
+            raise
+        finally:
+            trace.idempotency_ms = ms(time.monotonic_ns() - started_ns)
+        if isinstance(begun, Replay):
+            trace.idempotency = REPLAYED
+            trace.request_id = begun.answer.request_id
+            trace.status = begun.answer.status
+            replay(begun.answer, channel)
+            return
+        trace.idempotency = EXECUTED
+        # The execution runs in a task of its own, which a client that hangs up does not cancel: its answer is
+        # stored for the retry that follows. The handler waits for it while the client is there.
+        recording = RecordingChannel(channel)
+        run = asyncio.get_running_loop().create_task(
+            self._run_claimed(begun, request, recording, trace, parsed, credential), name="latscope-lab-idempotent"
+        )
+        self._claimed_runs.add(run)
+        run.add_done_callback(self._claimed_run_done)
+        await asyncio.shield(run)
+
+    async def _run_claimed(
+        self,
+        claimed: Claimed,
+        request: Request,
+        recording: RecordingChannel,
+        trace: _Trace,
+        parsed: CompletionRequest,
+        credential: bytes | None,
+    ) -> None:
+        """Execute a request that owns its key, then store its answer (or release the key when there is none: an
+        error, or a stream that failed midway)."""
+        assert self.idempotency is not None
+        try:
+            await self._execute(request, recording, trace, parsed, credential)
+        except BaseException:
+            await self.idempotency.abandon(claimed)
+            raise
+        if trace.error is None:
+            await self.idempotency.finish(claimed, recording, trace.request_id)
+        else:
+            await self.idempotency.abandon(claimed)
+
+    def _claimed_run_done(self, run: asyncio.Task[None]) -> None:
+        self._claimed_runs.discard(run)
+        if not run.cancelled():
+            run.exception()  # retrieved: an error after the client left has nobody to go to (its record has it)
+
+    async def close(self) -> None:
+        """Cancel the executions still running for clients that have gone (the lab is stopping)."""
+        runs = list(self._claimed_runs)
+        for run in runs:
+            run.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
+
+    async def _execute(
+        self,
+        request: Request,
+        channel: ResponseChannel,
+        trace: _Trace,
+        parsed: CompletionRequest,
+        credential: bytes | None,
+    ) -> None:
+        """Rate-limit, schedule and answer an accepted request."""
+        assert trace.request_id is not None and trace.endpoint is not None
+        request_id, endpoint = trace.request_id, trace.endpoint
         try:
             admitted = await self.gateway.admit(credential, parsed)
         except ErrorResponse as refused:

@@ -66,6 +66,16 @@ class RequestRecord:
     gateway_wait_ms: float | None = None
     #: the wait the rate limiter's 429 asked for (its ``retry-after-ms``), ms; None when it did not refuse
     retry_after_ms: float | None = None
+    #: the ``Idempotency-Key`` the request carried (a client's retry key, not a credential), None without one
+    idempotency_key: str | None = None
+    #: what the gateway did with the key (:mod:`latscope.lab.idempotency`): ``executed`` (it claimed the key and
+    #: ran), ``replayed`` (it got the stored answer, nothing generated), ``in-use`` (409), ``reused`` (422),
+    #: ``unavailable`` (503: the store was unreachable, nothing ran), ``ignored`` (the ``no-idempotency`` fault: it
+    #: ran whatever the key); None without a key, or when the request was refused before the key was looked at
+    idempotency: str | None = None
+    #: what the key cost before the request ran or replayed: the store's claim or lookup, and a duplicate's wait for
+    #: the original, ms; None when the key was not looked at
+    idempotency_ms: float | None = None
 
 
 def new_record_log(maxlen: int = DEFAULT_RECORDS_MAX) -> collections.deque[RequestRecord]:

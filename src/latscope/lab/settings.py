@@ -24,6 +24,7 @@ from latscope.lab.faults import (
     NAIVE_ATTENTION,
     NAIVE_ATTENTION_FACTOR,
     NO_H2,
+    NO_IDEMPOTENCY,
     NO_KEEPALIVE,
     PROXY_BUFFER_BYTES,
     PROXY_BUFFERING,
@@ -49,6 +50,7 @@ from latscope.lab.http.limits import (
     DEFAULT_MAX_HEADER_BYTES,
     ConnectionLimits,
 )
+from latscope.lab.idempotency import DEFAULT_TTL_S, DEFAULT_WAIT_S
 from latscope.lab.ratelimit import LimitMode, RateLimitConfig
 from latscope.lab.records import DEFAULT_RECORDS_MAX
 from latscope.lab.scheduler import Policy, SchedulerConfig
@@ -71,6 +73,8 @@ class LabSettings:
     no_faults: tuple[str, ...] = ()
     host: str = "127.0.0.1"  #: loopback by default: the lab is a test server, not a public one
     port: int = 0  #: 0 binds an ephemeral port
+    #: bind with SO_REUSEPORT, so several lab processes serve one port (``latscope lab --replicas``)
+    reuse_port: bool = False
     tls: bool = False  #: serve HTTPS with a self-signed certificate generated on start
     http2: bool = True  #: offer HTTP/2 (ALPN h2 over TLS, prior knowledge over cleartext) unless ``no-h2``
     truth: bool = False  #: stamp every stream event with the lab's send time (``latscope.sent_ns``)
@@ -96,6 +100,11 @@ class LabSettings:
     rate_limit_tokens_per_min: int | None = None
     rate_limit_burst: int | None = None  #: the requests bucket's size; None: a whole minute's quota
     rate_limit_max_wait_s: float | None = None  #: queue mode: the longest wait before a 429 instead
+    #: where the gateway keeps ``Idempotency-Key`` claims and answers (:mod:`latscope.lab.idempotency`): ``memory``
+    #: (this process) or a Redis URL shared by replicas (``redis://host:port/db``)
+    idempotency_store: str = "memory"
+    idempotency_ttl_s: float = DEFAULT_TTL_S  #: how long an answer is replayed, s
+    idempotency_wait_s: float = DEFAULT_WAIT_S  #: how long a duplicate waits for the running original (then 409), s
 
     def __post_init__(self) -> None:
         # the Python API takes lists and strings where these are tuples and paths; a frozen value holds them as such
@@ -130,6 +139,11 @@ class LabSettings:
     @property
     def slow_parse(self) -> bool:
         return SLOW_PARSE in self.active_faults
+
+    @property
+    def idempotency(self) -> bool:
+        """The gateway honours ``Idempotency-Key`` (not under ``no-idempotency``)."""
+        return NO_IDEMPOTENCY not in self.active_faults
 
     @property
     def drop_trace_context(self) -> bool:

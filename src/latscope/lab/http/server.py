@@ -45,6 +45,9 @@ class ServerOptions:
     nodelay: bool = True  #: TCP_NODELAY on accepted sockets; False lets Nagle's algorithm hold small writes
     http2: bool = True  #: offer h2 in ALPN and accept cleartext prior knowledge
     tls: ServerTls | None = None  #: None: plain TCP
+    #: SO_REUSEPORT on the listener: several lab processes bind one port and the kernel spreads the connections
+    #: among them (``latscope lab --replicas``; Linux and the BSDs)
+    reuse_port: bool = False
 
 
 class _Connection(asyncio.Protocol):
@@ -174,11 +177,16 @@ class HttpServer:
         loop = asyncio.get_running_loop()
         if self.options.tls is None:
             self._server = await loop.create_server(
-                lambda: _Connection(self), host, port, reuse_address=True, backlog=BACKLOG
+                lambda: _Connection(self),
+                host,
+                port,
+                reuse_address=True,
+                reuse_port=self.options.reuse_port or None,
+                backlog=BACKLOG,
             )
             sockname = self._server.sockets[0].getsockname()
         else:
-            self._listener = _listen(host, port)
+            self._listener = _listen(host, port, reuse_port=self.options.reuse_port)
             self._accepting = loop.create_task(self._accept_tls(self._listener, self.options.tls))
             sockname = self._listener.getsockname()
         return str(sockname[0]), int(sockname[1])
@@ -239,7 +247,7 @@ class HttpServer:
             self._server = None
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A non-blocking listening TCP socket on the first address ``host`` resolves to."""
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
         0
@@ -247,6 +255,8 @@ def _listen(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)

@@ -33,6 +33,7 @@ from latscope.quietgc import QuietCollector, rss_bytes
 if TYPE_CHECKING:
     from latscope.lab.app import Lab
     from latscope.lab.edge.lab import EdgeLab
+    from latscope.lab.hop import HopLab
 
 #: CLI option → CostModel field, for the cost-model overrides.
 COST_OPTIONS: dict[str, str] = {
@@ -81,7 +82,7 @@ IDLE_CHECK_S = 1.0
 IDLE_COLLECT_MIN_OBJECTS = 10_000
 
 
-async def collect_when_idle(lab: Lab, quiet: QuietCollector) -> None:
+async def collect_when_idle(lab: Lab | HopLab, quiet: QuietCollector) -> None:
     """The lab process's garbage collection (see :mod:`latscope.quietgc`): only when its engine has nothing running
     or waiting, so no token is stamped or written late because of it; otherwise only the memory guard."""
     while True:
@@ -100,8 +101,13 @@ async def serve(settings: LabSettings, ready_file: Path | None, console: Console
     # imported here so `latscope lab --list-faults` stays light
     from latscope.lab.app import Lab
     from latscope.lab.edge.lab import EdgeLab
+    from latscope.lab.hop import HopLab
 
-    lab: Lab | EdgeLab = EdgeLab(settings) if edge == "nginx" else Lab(settings)
+    lab: Lab | EdgeLab | HopLab
+    if edge == "nginx":
+        lab = EdgeLab(settings)
+    else:
+        lab = HopLab(settings) if settings.gateway_hop() is not None else Lab(settings)
     await lab.start()
     origin = lab.lab if isinstance(lab, EdgeLab) else lab
     stop = asyncio.Event()
@@ -118,6 +124,12 @@ async def serve(settings: LabSettings, ready_file: Path | None, console: Console
         console.print(f"[bold green]latscope lab[/]{through} profile [bold]{settings.profile}[/], faults: {faults}")
         if lab.cert_path is not None:
             console.print(f"certificate to trust: {lab.cert_path}")
+        if isinstance(lab, HopLab):
+            console.print(
+                f"through a converting gateway ({lab.request_ms:g} ms per request, {lab.chunk_ms:g} ms per chunk); "
+                f"its upstream, direct: {lab.direct_url}"
+            )
+            console.print(f"compare both: latscope diagnose {lab.url} --direct {lab.direct_url}")
         console.print(f"metrics: {lab.origin}/metrics   health: {lab.origin}/health   (Ctrl-C stops)")
         click.echo(lab.url)  # alone on its line, last: easy for a script to take
         if ready_file is not None:
@@ -279,6 +291,19 @@ def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -
     default=None,
     help="Queue mode: the longest a request waits before it gets 429 instead [default: 2].",
 )
+@click.option(
+    "--gateway-hop-ms",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="Put a converting gateway in front (a real proxy hop to an upstream lab that also serves directly) that "
+    "spends this long on each request, ms [default: no hop; 16.5 with gateway-overhead].",
+)
+@click.option(
+    "--gateway-chunk-ms",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="The gateway's cost per streamed chunk, ms (also puts the hop in front) [default: 1 with gateway-overhead].",
+)
 @click.option("--seed", type=int, default=0, help="Base seed of the generated token text.")
 @click.option(
     "--metrics-names",
@@ -348,6 +373,7 @@ def command(
       latscope lab --profile naive                  the four hidden bottlenecks at once
       latscope lab --fault proxy-buffering --tls    one fault on top of the tuned profile
       latscope lab --list-faults                    every fault and the finding it should trigger
+      latscope lab --fault gateway-overhead         a converting gateway in front; prints its upstream's URL
       latscope lab --tls --edge nginx --fault proxy-buffering   a real nginx in front, buffering the stream
     """
     console = Console(stderr=True)
@@ -358,6 +384,10 @@ def command(
         settings = settings_from_options(options, zero_cost=zero_cost)
     except (UnknownFaultError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    if edge == "nginx" and settings.gateway_hop() is not None:
+        raise click.UsageError(
+            "the gateway hop (gateway-overhead, --gateway-hop-ms) cannot be combined with --edge nginx"
+        )
     try:
         run(settings, ready_file, console, edge)
     except EdgeError as exc:

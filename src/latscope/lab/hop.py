@@ -64,6 +64,9 @@ POOL_SIZE = 32
 READ_BYTES = 65536
 #: Per-request records kept (oldest dropped first), as the lab's own records.
 HOP_RECORDS_MAX = 10_000
+#: The chunks whose conversion a record keeps one by one (the first token's chunk is among them: an OpenAI chat
+#: stream opens with a chunk that carries only the role).
+LEADING_CHUNKS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,7 @@ class HopRecord:
         status: the upstream's status (None when the upstream did not answer).
         request_ms: the per-request conversion as spent (a timed sleep: the configured cost plus the event loop's
             lateness).
-        first_chunk_ms: the first streamed chunk's conversion as spent (None without a streamed body).
+        leading_chunks_ms: the first :data:`LEADING_CHUNKS` streamed chunks' conversions as spent, in order.
         chunks: streamed body chunks converted (0 for a response with a known length, converted as one piece).
         chunk_ms: all chunk conversions as spent, together.
     """
@@ -83,7 +86,7 @@ class HopRecord:
     path: str
     status: int | None
     request_ms: float
-    first_chunk_ms: float | None
+    leading_chunks_ms: tuple[float, ...]
     chunks: int
     chunk_ms: float
 
@@ -169,7 +172,7 @@ class GatewayHop:
         upstream = await self._connect()
         done = False
         status: int | None = None
-        first_chunk: float | None = None
+        leading: list[float] = []
         chunks, chunk_ms = 0, 0.0
         try:
             conn = upstream.conn
@@ -199,7 +202,8 @@ class GatewayHop:
                     if not event.chunk_end:
                         continue
                     spent = await _spend(self.chunk_ms)
-                    first_chunk = spent if first_chunk is None else first_chunk
+                    if len(leading) < LEADING_CHUNKS:
+                        leading.append(spent)
                     chunks, chunk_ms = chunks + 1, chunk_ms + spent
                     channel.write(bytes(piece))
                     piece.clear()
@@ -216,7 +220,7 @@ class GatewayHop:
                 self._idle.append(upstream)
             else:
                 upstream.close()
-            self.records.append(HopRecord(request.path, status, request_ms, first_chunk, chunks, chunk_ms))
+            self.records.append(HopRecord(request.path, status, request_ms, tuple(leading), chunks, chunk_ms))
 
 
 class HopLab(Served, AsyncService):

@@ -58,6 +58,7 @@ def test_every_fault_names_the_finding_it_should_trigger() -> None:
         "slow-sampling": "decode-host-overhead",
         "rate-limit": "rate-limited",
         "gateway-queue": "gateway-queueing",
+        "gateway-overhead": "gateway-overhead",
     }
     assert all(isinstance(fault.stage, Stage) and fault.description for fault in FAULTS.values())
 

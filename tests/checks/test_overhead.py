@@ -6,8 +6,8 @@ from __future__ import annotations
 from latscope.checks.evidence import GatewayOverheadEvidence, RequestSample
 from latscope.checks.overhead import (
     MATERIAL_FLOOR_MS,
-    chunk_delay_ms,
     check_gateway_overhead,
+    chunk_delay_ms,
     gap_growth_ms,
     median_interval,
 )

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from latscope.cli.lab import command as lab_command
 from latscope.cli.main import cli
+from latscope.diagnose.experiments.overhead import PAIRS
 from tests.support.stream_server import ServerThread, models_handler, paced_stream
 
 
@@ -38,7 +39,7 @@ def test_direct_is_accepted_and_the_comparison_reads_both_servers() -> None:
     outcomes = [*data["findings"], *data["clear"], *data["inconclusive"], *data["not_tested"]]
     (outcome,) = [o for o in outcomes if o["id"] == "gateway-overhead"]
     assert outcome["evidence"]["direct_url"] == upstream.base_url, outcome
-    assert outcome["evidence"]["pairs"] == 6
+    assert outcome["evidence"]["pairs"] == PAIRS
 
 
 def test_without_direct_the_report_says_to_pass_it() -> None:

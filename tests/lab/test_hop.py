@@ -3,6 +3,7 @@ serves directly, spending its per-request and per-chunk costs and recording what
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 
 import pytest
@@ -81,3 +82,14 @@ async def test_the_hop_serves_tls_in_front_of_a_tls_upstream() -> None:
         async with Client(ca_file=str(lab.cert_path)) as client:
             (t,) = await _streams(client, lab.url, 1)
     assert t.ok and metrics.output_tokens(t) == 8
+
+
+async def test_an_upstream_connection_closed_while_idle_is_replaced_without_failing_the_request() -> None:
+    async with HopLab(gateway_hop_ms=0.0, keepalive_timeout_s=0.2, cost=paced(1.0)) as lab, Client() as client:
+        (first,) = await _streams(client, lab.url, 1)
+        await asyncio.sleep(0.5)  # the upstream closes the hop's idle connection meanwhile
+        (second,) = await _streams(client, lab.url, 1)
+        opened = lab.upstream.connections_accepted
+    assert first.ok and second.ok, second.error
+    assert opened == 2  # the idle one, closed by the upstream, and its replacement
+    assert [r.status for r in lab.hop_records] == [200, 200]

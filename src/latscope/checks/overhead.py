@@ -184,8 +184,8 @@ def check_gateway_overhead(ev: GatewayOverheadEvidence, reference: Reference | N
     if low <= 0.0:
         return Inconclusive(
             GATEWAY_OVERHEAD_ID,
-            f"{text}: material, but the pairs disagree (the interval includes 0); run again when the path is "
-            "quieter, or with more pairs",
+            f"{text}: material, but the pairs disagree (the interval includes 0); run again when the path and "
+            "both servers are quieter",
             evidence,
         )
     per_chunk = median(chunk)

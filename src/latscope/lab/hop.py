@@ -148,13 +148,39 @@ class GatewayHop:
         self._idle: list[_Upstream] = []
 
     async def _connect(self) -> _Upstream:
-        if self._idle:
-            return self._idle.pop()
         server_hostname = self.host if self.ssl_context is not None else None
         reader, writer = await asyncio.open_connection(
             self.host, self.port, ssl=self.ssl_context, server_hostname=server_hostname
         )
         return _Upstream(reader, writer)
+
+    async def _exchange(self, request: Request, headers: list[tuple[bytes, bytes]]) -> tuple[_Upstream, h11.Response]:
+        """Send ``request`` upstream and read the response head: on a kept-alive connection when one is idle, and
+        once more on a new one when that connection turns out closed before any of the response (the upstream
+        closes idle connections after its keep-alive timeout; the request had no effect there)."""
+        while True:
+            pooled = bool(self._idle)
+            upstream = self._idle.pop() if pooled else await self._connect()
+            try:
+                conn = upstream.conn
+                upstream.writer.write(
+                    conn.send(h11.Request(method=request.method, target=request.target, headers=headers))
+                    + conn.send(h11.Data(data=request.body))
+                    + conn.send(h11.EndOfMessage())
+                )
+                head = await upstream.next_event()
+                while isinstance(head, h11.InformationalResponse):
+                    head = await upstream.next_event()
+                if not isinstance(head, h11.Response):
+                    raise ConnectionError(f"the upstream sent {type(head).__name__} instead of a response")
+                return upstream, head
+            except (OSError, h11.ProtocolError):
+                upstream.close()
+                if not pooled:
+                    raise
+            except BaseException:
+                upstream.close()
+                raise
 
     def close(self) -> None:
         """Close the idle upstream connections."""
@@ -169,23 +195,16 @@ class GatewayHop:
             (b"host", f"{self.host}:{self.port}".encode()),
             (b"content-length", str(len(request.body)).encode()),
         ]
-        upstream = await self._connect()
-        done = False
         status: int | None = None
         leading: list[float] = []
         chunks, chunk_ms = 0, 0.0
         try:
-            conn = upstream.conn
-            upstream.writer.write(
-                conn.send(h11.Request(method=request.method, target=request.target, headers=headers))
-                + conn.send(h11.Data(data=request.body))
-                + conn.send(h11.EndOfMessage())
-            )
-            head = await upstream.next_event()
-            while isinstance(head, h11.InformationalResponse):
-                head = await upstream.next_event()
-            if not isinstance(head, h11.Response):
-                raise ConnectionError(f"the upstream sent {type(head).__name__} instead of a response")
+            upstream, head = await self._exchange(request, headers)
+        except BaseException:
+            self.records.append(HopRecord(request.path, status, request_ms, (), chunks, chunk_ms))
+            raise
+        done = False
+        try:
             status = head.status_code
             forwarded = [(k, v) for k, v in head.headers if k not in HOP_BY_HOP]
             chunked = any(k == b"transfer-encoding" and b"chunked" in v.lower() for k, v in head.headers)

@@ -26,6 +26,7 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "decode-host-overhead",
         "rate-limited",
         "gateway-queueing",
+        "gateway-overhead",
     }
     assert all(c.id in CATALOGUE for c in CHECKS.values())
     assert {c.family for c in CHECKS.values()} == {
@@ -42,5 +43,6 @@ def test_every_headline_bottleneck_has_a_check_of_a_known_family() -> None:
         "sampling",
         "streaming",
         "gateway",
+        "overhead",
         "ratelimit",
     }

@@ -38,6 +38,7 @@ def test_families_follow_the_request_path() -> None:
         "sampling",
         "streaming",
         "gateway",  # after the others: its pause lets a bucket they drained refill
+        "overhead",
         "ratelimit",  # last, off path order: it reads the refusals every other experiment met
     )
 

@@ -30,6 +30,7 @@ def test_experiments_run_in_request_path_order() -> None:
         "sampling",
         "streaming",
         "gateway",  # after the others: its pause lets a bucket they drained refill
+        "overhead",  # with --direct only: the gateway and its upstream, in pairs
         "ratelimit",  # last, off path order: it reads the refusals every other experiment met
     )
     assert plan.families_for(CHECKS) == tuple(EXPERIMENTS)

@@ -59,6 +59,7 @@ def test_every_fault_names_the_finding_it_should_trigger() -> None:
         "rate-limit": "rate-limited",
         "gateway-queue": "gateway-queueing",
         "no-idempotency": "retry-amplification",
+        "gateway-overhead": "gateway-overhead",
     }
     assert all(isinstance(fault.stage, Stage) and fault.description for fault in FAULTS.values())
 

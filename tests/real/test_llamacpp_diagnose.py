@@ -54,6 +54,7 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
         ("sampling", "ok"),
         ("streaming", "ok"),
         ("gateway", "ok"),
+        ("overhead", "ok"),  # sends nothing without --direct
         ("ratelimit", "ok"),
     ], llama_server.log_tail()
     assert diagnosis.target["server"] == "uvicorn"
@@ -68,6 +69,7 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
         "prefill-superlinear",
         "kv-cache-pressure",
         "gateway-queueing",  # it reports no queue time: a gateway's wait cannot be told from its slot's
+        "gateway-overhead",  # no --direct upstream to compare with
     }, explain(diagnosis)
     prefill = diagnosis.outcome("prefill-superlinear")
     assert prefill is not None and "refused" in prefill.reason, prefill

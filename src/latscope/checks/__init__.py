@@ -16,6 +16,7 @@ One module per family, each holding its thresholds as named constants next to th
 * :mod:`~latscope.checks.sampling` — ``decode-host-overhead``
 * :mod:`~latscope.checks.streaming` — ``stream-coalescing-nagle``, ``stream-proxy-buffering``
 * :mod:`~latscope.checks.gateway` — ``gateway-queueing``
+* :mod:`~latscope.checks.overhead` — ``gateway-overhead`` (against the upstream named by ``--direct``)
 * :mod:`~latscope.checks.ratelimit` — ``rate-limited``
 
 :data:`CHECKS` is the registry: finding id → the evidence family it reads and the function. Checks never import
@@ -36,6 +37,7 @@ from latscope.checks.evidence import Reference
 from latscope.checks.gateway import check_gateway_queueing
 from latscope.checks.headers import check_header_bloat
 from latscope.checks.kvcache import check_kv_cache_pressure
+from latscope.checks.overhead import check_gateway_overhead
 from latscope.checks.parsing import check_request_parsing
 from latscope.checks.prefill import check_prefill_superlinear
 from latscope.checks.queueing import check_queue_head_of_line
@@ -79,6 +81,7 @@ CHECKS: dict[str, Check] = {
         Check("stream-coalescing-nagle", "streaming", check_nagle),
         Check("stream-proxy-buffering", "streaming", check_proxy_buffering),
         Check("gateway-queueing", "gateway", check_gateway_queueing),
+        Check("gateway-overhead", "overhead", check_gateway_overhead),
         Check("rate-limited", "ratelimit", check_rate_limited),
     )
 }

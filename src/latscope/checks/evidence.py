@@ -720,3 +720,27 @@ class GatewayQueueEvidence:
     low: tuple[RequestSample, ...] = ()
     high: tuple[RequestSample, ...] = ()
     high_request_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayOverheadEvidence:
+    """The paired comparison of the target (a gateway) with its upstream reached directly (``--direct``).
+
+    Fields:
+        gateway_url: the target's base URL.
+        direct_url: the upstream's base URL, None when ``--direct`` was not given (nothing was sent).
+        gateway_address / direct_address: ``"address:port"`` each path's connection reached (None when unknown):
+            two URLs that reach the same listener are one server, and their difference is noise.
+        warmup: the first request on each path, ``(gateway, direct)``, not compared (each opens its path's
+            connection); None when the experiment sent none.
+        pairs: ``(gateway, direct)`` samples of requests of one shape (the same prompt length and ``max_tokens``,
+            each with a prompt of its own), sent one after the other on kept-alive connections, in send order; the
+            first pair sends the gateway's request first, the next the direct one, and so on alternately.
+    """
+
+    gateway_url: str
+    direct_url: str | None = None
+    gateway_address: str | None = None
+    direct_address: str | None = None
+    warmup: tuple[RequestSample, RequestSample] | None = None
+    pairs: tuple[tuple[RequestSample, RequestSample], ...] = ()

@@ -109,6 +109,15 @@ def _compare_hint(console: Console, profile: str) -> None:
     metavar="IDS",
     help=f"Comma-separated finding ids to check (runs only the experiments they need): {', '.join(diagnosed_ids())}.",
 )
+@click.option(
+    "--direct",
+    "direct_url",
+    metavar="UPSTREAM_URL",
+    help="The server URL's gateway forwards to, reached directly (its base URL, as URL's): the same requests go "
+    "through the gateway and straight to the upstream, in pairs, and the difference is what the gateway (a "
+    "protocol conversion, a proxy hop) adds per request and per streamed chunk. Without it gateway-overhead is not "
+    "tested.",
+)
 @click.option("--quick", is_flag=True, help="Smaller experiments: fewer sizes and samples (about a third of the time).")
 @click.option(
     "--html",
@@ -160,6 +169,7 @@ def command(
     ca_file: str | None,
     header: tuple[str, ...],
     only: str | None,
+    direct_url: str | None,
     quick: bool,
     json_path: str | None,
     html_path: str | None,
@@ -184,6 +194,7 @@ def command(
       parsing      server time vs request body size, against a fast JSON parser
       queueing     a short prompt alone and behind long ones
       streaming    per-read analysis under delayed ACKs and quickack, TTFT vs max_tokens
+      overhead     with --direct: the same requests through the gateway and to its upstream, in pairs
 
     Findings are ranked by measured cost; what could not be tested or decided is listed with the reason.
     --otlp URL / --otlp-file FILE export every experiment request as OpenTelemetry spans.
@@ -209,6 +220,7 @@ def command(
         "timeouts": _timeouts(timeout, max_time),
         "budget_s": budget,
         "keep_timelines": otlp.wanted,
+        "direct_url": direct_url,
     }
     embedded = url is None
     try:

@@ -36,6 +36,7 @@ from latscope.quietgc import QuietCollector, rss_bytes
 if TYPE_CHECKING:
     from latscope.lab.app import Lab
     from latscope.lab.edge.lab import EdgeLab
+    from latscope.lab.hop import HopLab
 
 #: CLI option → CostModel field, for the cost-model overrides.
 COST_OPTIONS: dict[str, str] = {
@@ -84,7 +85,7 @@ IDLE_CHECK_S = 1.0
 IDLE_COLLECT_MIN_OBJECTS = 10_000
 
 
-async def collect_when_idle(lab: Lab, quiet: QuietCollector) -> None:
+async def collect_when_idle(lab: Lab | HopLab, quiet: QuietCollector) -> None:
     """The lab process's garbage collection (see :mod:`latscope.quietgc`): only when its engine has nothing running
     or waiting, so no token is stamped or written late because of it; otherwise only the memory guard."""
     while True:
@@ -124,10 +125,16 @@ async def serve(
     # imported here so `latscope lab --list-faults` stays light
     from latscope.lab.app import Lab
     from latscope.lab.edge.lab import EdgeLab
+    from latscope.lab.hop import HopLab
 
-    lab: Lab | EdgeLab = EdgeLab(settings) if edge == "nginx" else Lab(settings)
+    lab: Lab | EdgeLab | HopLab
+    if edge == "nginx":
+        lab = EdgeLab(settings)
+    else:
+        lab = HopLab(settings) if settings.gateway_hop() is not None else Lab(settings)
     await lab.start()
     origin = lab.lab if isinstance(lab, EdgeLab) else lab
+    engine = origin.upstream if isinstance(origin, HopLab) else origin  # the lab that generates (and dedupes)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     quiet = QuietCollector()
@@ -152,11 +159,17 @@ async def serve(
         console.print(f"[bold green]latscope lab[/]{through} profile [bold]{settings.profile}[/], faults: {faults}")
         if lab.cert_path is not None:
             console.print(f"certificate to trust: {lab.cert_path}")
-        if origin.idempotency_store is not None and settings.idempotency:
-            console.print(f"idempotency keys: store {origin.idempotency_store.describe()}")
+        if engine.idempotency_store is not None and settings.idempotency:
+            console.print(f"idempotency keys: store {engine.idempotency_store.describe()}")
         if others is not None:
             pids = ", ".join(str(pid) for pid in [os.getpid(), *others.pids])
             console.print(f"{replicas} replicas on one port (SO_REUSEPORT), processes {pids}")
+        if isinstance(lab, HopLab):
+            console.print(
+                f"through a converting gateway ({lab.request_ms:g} ms per request, {lab.chunk_ms:g} ms per chunk); "
+                f"its upstream, direct: {lab.direct_url}"
+            )
+            console.print(f"compare both: latscope diagnose {lab.url} --direct {lab.direct_url}")
         console.print(f"metrics: {lab.origin}/metrics   health: {lab.origin}/health   (Ctrl-C stops)")
         click.echo(lab.url)  # alone on its line, last: easy for a script to take
         if ready_file is not None:
@@ -230,6 +243,8 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
         raise click.UsageError("--replicas serves plain HTTP: each replica would generate its own certificate")
     if edge != "none":
         raise click.UsageError("--replicas and --edge nginx do not combine: put one nginx in front of the port")
+    if settings.gateway_hop() is not None:
+        raise click.UsageError("--replicas and the gateway hop (gateway-overhead) do not combine")
     if not hasattr(socket, "SO_REUSEPORT"):
         raise click.UsageError("--replicas needs SO_REUSEPORT, which this system does not have")
     if settings.idempotency_store == "memory" and settings.idempotency:
@@ -376,6 +391,19 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
     default=DEFAULT_WAIT_S,
     help="How long a duplicate waits for the running original before it gets 409.",
 )
+@click.option(
+    "--gateway-hop-ms",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="Put a converting gateway in front (a real proxy hop to an upstream lab that also serves directly) that "
+    "spends this long on each request, ms [default: no hop; 16.5 with gateway-overhead].",
+)
+@click.option(
+    "--gateway-chunk-ms",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="The gateway's cost per streamed chunk, ms (also puts the hop in front) [default: 1 with gateway-overhead].",
+)
 @click.option("--seed", type=int, default=0, help="Base seed of the generated token text.")
 @click.option(
     "--metrics-names",
@@ -453,6 +481,7 @@ def command(
       latscope lab --profile naive                  the four hidden bottlenecks at once
       latscope lab --fault proxy-buffering --tls    one fault on top of the tuned profile
       latscope lab --list-faults                    every fault and the finding it should trigger
+      latscope lab --fault gateway-overhead         a converting gateway in front; prints its upstream's URL
       latscope lab --tls --edge nginx --fault proxy-buffering   a real nginx in front, buffering the stream
       latscope lab --replicas 4 --idempotency-store redis://127.0.0.1:6379/0   four labs, one port, shared keys
     """
@@ -464,6 +493,10 @@ def command(
         settings = settings_from_options(options, zero_cost=zero_cost)
     except (UnknownFaultError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    if edge == "nginx" and settings.gateway_hop() is not None:
+        raise click.UsageError(
+            "the gateway hop (gateway-overhead, --gateway-hop-ms) cannot be combined with --edge nginx"
+        )
     if replicas > 1:
         settings = replica_settings(settings, edge, console)
     try:

@@ -58,8 +58,9 @@ ProgressCallback = Callable[[ProgressEvent], None]
 class Context:
     """One diagnose run's shared state. ``dialect`` is the API every request speaks; ``headers`` include the
     Authorization header (never recorded: timelines keep headers redacted); ``quick`` asks every experiment for its
-    smaller plan; ``timelines``, when a list, receives every timeline :meth:`send` records (for ``--otlp``), and
-    then the requests carry a W3C ``traceparent``."""
+    smaller plan; ``direct_url`` is the target's upstream reached directly (``--direct``: what the gateway-overhead
+    experiment compares the target with), None when not given; ``timelines``, when a list, receives every timeline
+    :meth:`send` records (for ``--otlp``), and then the requests carry a W3C ``traceparent``."""
 
     base_url: str
     model: str
@@ -68,6 +69,7 @@ class Context:
     verify: bool = True
     ca_file: str | None = None
     quick: bool = False
+    direct_url: str | None = None
     progress: ProgressCallback | None = None
     timeouts: Timeouts = REQUEST_TIMEOUTS
     experiment: str = ""
@@ -135,11 +137,12 @@ class Context:
         label: str,
         new_connection: bool = False,
         timeline: Timeline | None = None,
+        base_url: str | None = None,
     ) -> RequestSample:
         """Send one request, join the server's signals into its timeline, and return its sample (see
         :meth:`send_recorded`)."""
         sample, _ = await self.send_recorded(
-            client, spec, label=label, new_connection=new_connection, timeline=timeline
+            client, spec, label=label, new_connection=new_connection, timeline=timeline, base_url=base_url
         )
         return sample
 
@@ -151,9 +154,11 @@ class Context:
         label: str,
         new_connection: bool = False,
         timeline: Timeline | None = None,
+        base_url: str | None = None,
     ) -> tuple[RequestSample, Timeline]:
         """Send one request, join the server's signals into its timeline, and return its sample and the timeline
         (for an experiment that reads what a sample does not keep: response headers, the generated text).
+        ``base_url`` sends it elsewhere than the target (the ``--direct`` upstream).
 
         A request that went to a kept-alive connection the server had closed is sent once more on a new connection:
         by the client when nothing of a response had arrived (:func:`~latscope.wire.client.closed_before_reply`),
@@ -164,12 +169,13 @@ class Context:
         Nothing of it was delivered, and the experiments' requests are free of side effects, so repeating it costs
         only time.
         """
-        t = await client.request(spec, self.base_url, label=label, new_connection=new_connection, timeline=timeline)
+        url = base_url or self.base_url
+        t = await client.request(spec, url, label=label, new_connection=new_connection, timeline=timeline)
         self.requests_sent += 1 + (t.stale_retry_error is not None)
         stale = t.stale_retry_error is not None
         if is_stale_connection_failure(t):
             stale = True
-            t = await client.request(spec, self.base_url, label=label, new_connection=True)
+            t = await client.request(spec, url, label=label, new_connection=True)
             self.requests_sent += 1
         join_server_signals(t)
         self._note_rate_limit(t, label)

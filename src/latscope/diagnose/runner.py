@@ -113,6 +113,7 @@ async def diagnose(
     timeouts: Timeouts | None = None,
     budget_s: float | None = None,
     keep_timelines: bool = False,
+    direct_url: str | None = None,
 ) -> Diagnosis:
     """Diagnose the endpoint at ``base_url`` (``http[s]://host:port[/v1]`` for an OpenAI-compatible one).
 
@@ -125,7 +126,9 @@ async def diagnose(
     the per-request limits (:data:`~latscope.diagnose.context.REQUEST_TIMEOUTS`; ``total_s`` is ``--max-time``);
     ``budget_s`` bounds the whole diagnosis, s (the experiment running when it ends is cut off, the later ones are
     not tested); ``keep_timelines`` keeps every experiment request's timeline in :attr:`Diagnosis.timelines` and
-    sends each with a W3C ``traceparent`` (for ``--otlp``). Cancelled (Ctrl-C) during an experiment, it returns what
+    sends each with a W3C ``traceparent`` (for ``--otlp``); ``direct_url`` is the target's upstream reached directly
+    (``--direct``, normalised as ``base_url``): the gateway-overhead check compares the target with it, and is not
+    tested without it. Cancelled (Ctrl-C) during an experiment, it returns what
     was measured with ``interrupted`` set.
     Raises
     :class:`~latscope.diagnose.plan.UnknownFindingError` for an unknown id and
@@ -147,6 +150,7 @@ async def diagnose(
         verify=verify,
         ca_file=ca_file,
         quick=quick,
+        direct_url=None if direct_url is None else normalise_base_url(direct_url, speaks.base_path),
         progress=progress,
         timeouts=timeouts if timeouts is not None else REQUEST_TIMEOUTS,
         timelines=[] if keep_timelines else None,

@@ -52,6 +52,8 @@ class Lab(Served, AsyncService):
     def _init(self, settings: LabSettings) -> None:
         self.settings = settings
         self.faults: frozenset[str] = settings.active_faults  # validates the fault names now, not at start
+        if settings.gateway_hop() is not None:
+            raise ValueError("a gateway hop (gateway-overhead) sits in front of a lab: use latscope.lab.hop.HopLab")
         self.records: collections.deque[RequestRecord] = new_record_log(settings.records_max)
         self.metrics = LabMetrics(names=settings.metrics_names, model_name=settings.model)
         self.batch_log = BatchLog(settings.batch_log) if settings.batch_log is not None else None

@@ -14,6 +14,9 @@ from latscope.lab.faults import (
     DROP_TRACE_CONTEXT,
     FEW_SLOTS,
     FEW_SLOTS_MAX_BATCH,
+    GATEWAY_CHUNK_MS,
+    GATEWAY_HOP_MS,
+    GATEWAY_OVERHEAD,
     GATEWAY_QUEUE,
     GATEWAY_QUEUE_BURST,
     GATEWAY_QUEUE_MAX_WAIT_S,
@@ -105,6 +108,10 @@ class LabSettings:
     idempotency_store: str = "memory"
     idempotency_ttl_s: float = DEFAULT_TTL_S  #: how long an answer is replayed, s
     idempotency_wait_s: float = DEFAULT_WAIT_S  #: how long a duplicate waits for the running original (then 409), s
+    #: a converting gateway hop in front (:mod:`latscope.lab.hop`): ms per request and per streamed chunk; either
+    #: set (0 included) puts the hop in front, explicit values win over what ``gateway-overhead`` implies
+    gateway_hop_ms: float | None = None
+    gateway_chunk_ms: float | None = None
 
     def __post_init__(self) -> None:
         # the Python API takes lists and strings where these are tuples and paths; a frozen value holds them as such
@@ -194,6 +201,16 @@ class LabSettings:
             burst=self.rate_limit_burst if self.rate_limit_burst is not None else burst,
             max_wait_s=next(w for w in (self.rate_limit_max_wait_s, wait, default.max_wait_s) if w is not None),
         )
+
+    def gateway_hop(self) -> tuple[float, float] | None:
+        """The gateway hop's costs (ms per request, ms per streamed chunk) when one sits in front: the explicit
+        settings, else ``gateway-overhead``'s; None when neither puts a hop there."""
+        fault = GATEWAY_OVERHEAD in self.active_faults
+        if not fault and self.gateway_hop_ms is None and self.gateway_chunk_ms is None:
+            return None
+        request_ms = self.gateway_hop_ms if self.gateway_hop_ms is not None else (GATEWAY_HOP_MS if fault else 0.0)
+        chunk_ms = self.gateway_chunk_ms if self.gateway_chunk_ms is not None else (GATEWAY_CHUNK_MS if fault else 0.0)
+        return request_ms, chunk_ms
 
     def limits(self) -> ConnectionLimits:
         return ConnectionLimits(

@@ -21,6 +21,8 @@ check module, one lab fault.
 * :mod:`~latscope.diagnose.experiments.sampling` — the same prompt decoded greedily and with sampling parameters
 * :mod:`~latscope.diagnose.experiments.streaming` — per-read analysis under different ACK behaviours and lengths
 * :mod:`~latscope.diagnose.experiments.gateway` — short requests at a low rate, then at once
+* :mod:`~latscope.diagnose.experiments.overhead` — with ``--direct``: the same requests through the target and to its
+  upstream, in pairs
 * :mod:`~latscope.diagnose.experiments.ratelimit` — a short probe, with every rate-limit refusal the run met (last:
   it reads what the others met)
 """
@@ -34,6 +36,7 @@ from latscope.diagnose.experiments import (
     gateway,
     headers,
     kvcache,
+    overhead,
     parsing,
     prefill,
     queueing,
@@ -68,6 +71,7 @@ for _module in (
     sampling,
     streaming,
     gateway,
+    overhead,
     ratelimit,
 ):
     register_experiment(_module.EXPERIMENT)

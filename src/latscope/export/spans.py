@@ -394,7 +394,8 @@ def timeline_from_request_row(row: Mapping[str, Any], *, url: str, model: str | 
     t.trace_id = row.get("trace_id")
     t.span_id = row.get("span_id")
     start = t.started_ns
-    at = start + (_ns(row, "pool_ms") or 0)
+    # a retried request's row starts at its first attempt; its setup phases are the last attempt's, after the retries
+    at = start + (_ns(row, "retry_ms") or 0) + (_ns(row, "pool_ms") or 0)
     for phase in ("dns", "connect", "tls"):
         took = _ns(row, f"{phase}_ms")
         if took is not None:
@@ -403,7 +404,7 @@ def timeline_from_request_row(row: Mapping[str, Any], *, url: str, model: str | 
             at += took
     setup = _ns(row, "setup_ms")
     if setup is not None:
-        t.connection_ready_ns = start + setup
+        t.connection_ready_ns = start + (_ns(row, "retry_ms") or 0) + setup
     ttfb, wait, send = _ns(row, "ttfb_ms"), _ns(row, "wait_ms"), _ns(row, "send_ms")
     if ttfb is not None:
         t.first_byte_ns = start + ttfb

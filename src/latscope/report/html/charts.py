@@ -11,6 +11,7 @@ from bokeh.plotting import figure
 
 #: Waterfall colours: connection setup cool, the server's time warm, streaming green (as the terminal's).
 PHASE_COLORS: dict[str, str] = {
+    "retry": "#e377c2",  # earlier attempts of a retried request and the waits between them (bench --retries)
     "pool": "#8c959f",
     "dns": "#17becf",
     "connect": "#1f77b4",

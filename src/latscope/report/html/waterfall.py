@@ -3,7 +3,8 @@ stream, each placed at its start, in ms since the request started), and under it
 about itself (parse, validate, queue, prefill, decode), laid end to end from the moment the request was fully sent
 (the server cannot start before it has the body; it says how long each phase took, not when). Hovering a bar gives
 the exact start and duration. A request sent again after a stale kept-alive connection failed, and a request that
-failed, carry a marker with the error.
+failed, carry a marker with the error. A bench request retried under ``--retries`` starts with a ``retry`` bar: its
+earlier attempts and the waits between them.
 
 Rows come from :class:`~latscope.timeline.model.Timeline` objects (probe) or from ``requests.parquet`` rows (a bench
 run, which stores each phase's duration).
@@ -122,10 +123,15 @@ def _f(row: dict[str, Any], name: str) -> float | None:
 
 
 def row_from_request(row: dict[str, Any], label: str) -> WaterfallRow:
-    """The bars of one ``requests.parquet`` row: setup phases end to end from 0, then send, wait, first token and
-    stream placed back from the TTFB, TTFT and E2E marks."""
+    """The bars of one ``requests.parquet`` row: a retried request's earlier attempts and waits as one ``retry`` bar
+    from 0, the last attempt's setup phases end to end after it, then send, wait, first token and stream placed back
+    from the TTFB, TTFT and E2E marks (which run from the first attempt)."""
     client: list[Segment] = []
     at = 0.0
+    retry = _f(row, "retry_ms")
+    if retry is not None and retry > 0.0:
+        client.append(Segment("retry", 0.0, retry))
+        at = retry
     for name in ("pool", "dns", "connect", "tls"):
         ms = _f(row, f"{name}_ms")
         if ms is not None and (name != "pool" or ms >= 1.0):  # a pool "wait" under 1 ms is the client's own work
@@ -152,6 +158,9 @@ def row_from_request(row: dict[str, Any], label: str) -> WaterfallRow:
         facts.append(str(row["http_version"]))
     if row.get("status") is not None:
         facts.append(f"HTTP {row['status']}")
+    attempts = row.get("attempts")
+    if attempts is not None and int(attempts) > 1:
+        facts.append(f"{int(attempts)} attempts")
     error = None
     if not row.get("ok", True):
         error = f"{row.get('error_phase')}: {row.get('error_kind')} {row.get('error_message') or ''}".strip()

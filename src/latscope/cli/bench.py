@@ -208,8 +208,8 @@ def build_config(
     default=0,
     show_default=True,
     help="Send a request again up to N times after a 429, 502, 503 or 504, or a connection lost before any token, "
-    "as a production client would. It waits what the server's Retry-After / retry-after-ms asks (never less), else "
-    "a random draw below 0.5 s, 1 s, 2 s … (exponential backoff with full jitter, capped at 8 s). "
+    "as a production client would: each wait is a random draw below 0.5 s, 1 s, 2 s … (exponential backoff with "
+    "full jitter, capped at 8 s), never shorter than the server's Retry-After / retry-after-ms. "
     "'x-should-retry: false' stops it; a stream that already sent tokens is retried only with --idempotency-keys. "
     "Results count logical requests; requests.parquet adds attempts, retry_ms (a phase) and every earlier attempt.",
 )
@@ -221,8 +221,8 @@ def build_config(
 )
 @click.option(
     "--retry-backoff",
-    help="Without a Retry-After from the server, the first retry's backoff ceiling (the wait is a random draw below "
-    "it; it doubles per retry up to 8 s), e.g. 200ms. [default: 500ms]",
+    help="The first retry's backoff ceiling (the wait is a random draw below it, or the server's Retry-After when "
+    "longer; it doubles per retry up to 8 s), e.g. 200ms. [default: 500ms]",
 )
 @click.option(
     "--retry-max-wait",

@@ -18,14 +18,17 @@ A stream that already delivered tokens is not sent again without an idempotency 
 generation, the caller has shown part of it, and a second attempt would generate (and bill) it again. With a key the
 server can replay the stored answer or make the retry wait for the first one, so it is sent again.
 
-How long to wait (:meth:`RetryPolicy.wait_s`): what the server asked for, ``retry-after-ms`` / ``Retry-After``
-(RFC 9110 §10.2.3), when it said; it knows when it will have room (a token bucket tells each refused request when its
-token comes, so the waits already differ), and waiting longer only adds latency, as the OpenAI and Anthropic SDKs
-also reason. Without a (positive) wait from the server: exponential backoff with full jitter, a uniform draw from
+How long to wait (:meth:`RetryPolicy.wait_s`): exponential backoff with full jitter, a uniform draw from
 ``[0, min(max_backoff, backoff × 2^(retry−1))]`` (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015: it
-spreads a crowd of refused clients instead of bringing them back together). The wait runs from the moment the
-refused attempt ended, and the next attempt never starts before it is over. A server that asks for more than
-``max_wait_s`` ends the logical request there: waiting that long is the caller's decision, not a load generator's.
+spreads a crowd of refused clients instead of bringing them back together), but never less than the server's
+``retry-after-ms`` / ``Retry-After`` (RFC 9110 §10.2.3). Why not the server's wait alone, as the OpenAI and Anthropic
+SDKs do: a limiter tells every request it refuses in the same moment the same wait, so they all come back together
+and all but one are refused again. Measured against the lab's limiter (reject mode, 10 requests/s after a burst of
+2; 4 users, 40 requests, up to 8 retries, on a busy 2-core machine): with the server's wait alone 160–170 attempts,
+and 4–7 requests ran out of retries; with the draw under it (backoff 0.5 s) 87 attempts and all 40 answered, for a
+longer tail (time to the first token p99 2.1 s against 0.8 s). The wait runs from the moment the refused attempt
+ended, and the next attempt never starts before it is over. A server that asks for more than ``max_wait_s`` ends the
+logical request there: waiting that long is the caller's decision, not a load generator's.
 
 Every loop here is bounded: at most ``retries + 1`` attempts, each wait at most ``max_wait_s``.
 """
@@ -109,11 +112,10 @@ class RetryPolicy:
         return float(min(self.max_backoff_s, self.backoff_s * 2.0**exponent))
 
     def wait_s(self, retry: int, retry_after_s: float | None, rng: random.Random) -> float:
-        """How long to wait before retry ``retry``: the server's ``retry_after_s`` when it gave a positive one, else a
-        full-jitter draw below :meth:`backoff_ceiling_s` (the module docstring says why)."""
-        if retry_after_s is not None and retry_after_s > 0:
-            return retry_after_s
-        return rng.uniform(0.0, self.backoff_ceiling_s(retry))
+        """How long to wait before retry ``retry``: a full-jitter draw below :meth:`backoff_ceiling_s`, at least the
+        server's ``retry_after_s`` (the module docstring says why both)."""
+        drawn = rng.uniform(0.0, self.backoff_ceiling_s(retry))
+        return max(drawn, retry_after_s or 0.0)
 
 
 @dataclass(frozen=True, slots=True)

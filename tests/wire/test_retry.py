@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 
@@ -194,3 +195,20 @@ def test_the_earlier_attempts_survive_serialisation() -> None:
     back = loads(dumps(t))
     assert back.retries == t.retries and back.idempotency_key == "k-1" and back.attempt == 2
     assert back.logical_started_ns == 10
+
+
+async def test_cancelled_while_waiting_the_timeline_keeps_the_last_attempt_and_says_so() -> None:
+    script = Script(status=lambda n: 429, error_headers=lambda n: {"retry-after": "5"})
+    t = Timeline()
+    async with ScriptedServer(script) as server, Client() as client:
+        task = asyncio.ensure_future(
+            request_with_retries(
+                client, chat_request("scripted", "hi", 2), server.url, RetryPolicy(retries=3), timeline=t
+            )
+        )
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert t.status == 429 and t.error is not None and server.requests == 1
+    assert t.warnings == ["cancelled while waiting to send retry 1"]

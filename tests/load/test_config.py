@@ -86,3 +86,18 @@ def test_auto_workers_uses_one_worker_for_light_loads_and_leaves_a_core_for_a_lo
     assert auto_workers(ClosedLoop(10_000), local, cores=2) == 1
     assert auto_workers(OpenLoop(5000.0), remote, cores=2) == 2
     assert auto_workers(OpenLoop(5000.0), local, cores=4) == 3
+
+
+def test_the_retry_settings_round_trip_and_make_the_clients_policy() -> None:
+    c = config(retries=3, retry_backoff_s=0.2, retry_max_wait_s=30.0, idempotency_keys=True)
+    assert BenchConfig.from_dict(c.to_dict()) == c
+    policy = c.retry_policy
+    assert (policy.retries, policy.backoff_s, policy.max_wait_s, policy.idempotency_keys) == (3, 0.2, 30.0, True)
+    # a run saved before retries reads as one that never retried
+    old = {k: v for k, v in c.to_dict().items() if "retr" not in k and k != "idempotency_keys"}
+    assert BenchConfig.from_dict(old).retries == 0
+
+
+def test_a_negative_retry_count_is_refused() -> None:
+    with pytest.raises(BenchConfigError, match="--retries"):
+        config(retries=-1)

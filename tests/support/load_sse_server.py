@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +27,8 @@ class Script:
     gap_s: float = 0.001  #: delay between tokens
     stall_s: Callable[[int, int], float] = lambda n, k: 0.0  #: extra delay before token k of request n
     status: Callable[[int], int | None] = lambda n: None  #: an error status to answer instead of a stream
+    #: extra response headers of an error status (Retry-After, x-should-retry …)
+    error_headers: Callable[[int], dict[str, str]] = lambda n: {}
     reset_after: Callable[[int], int | None] = lambda n: None  #: abort the connection after this many tokens
     refuse_after: int | None = None  #: stop listening once this many requests arrived (later connects fail)
     usage: bool = True
@@ -37,6 +40,8 @@ class ScriptedServer:
 
     script: Script = field(default_factory=Script)
     requests: int = 0
+    #: every generation request as it arrived: (monotonic ns its head was read, its headers in lower case)
+    seen: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     url: str = ""
     _server: asyncio.Server | None = None
     _writers: set[asyncio.StreamWriter] = field(default_factory=set)
@@ -68,6 +73,7 @@ class ScriptedServer:
                     head = await reader.readuntil(b"\r\n\r\n")
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
+                arrived_ns = time.monotonic_ns()
                 lines = head.decode("latin-1").split("\r\n")
                 _, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
@@ -77,6 +83,7 @@ class ScriptedServer:
                     continue
                 n = self.requests
                 self.requests += 1
+                self.seen.append((arrived_ns, headers))
                 refuse = self.script.refuse_after
                 if refuse is not None and self.requests >= refuse and self._server is not None:
                     self._server.close()  # no new connections from now on
@@ -86,11 +93,12 @@ class ScriptedServer:
             self._writers.discard(writer)
             writer.close()
 
-    async def _plain(self, writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
-        writer.write(
-            f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
+    async def _plain(
+        self, writer: asyncio.StreamWriter, status: int, body: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        head = f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
+        writer.write(head.encode() + body)
         await writer.drain()
 
     async def _stream(self, writer: asyncio.StreamWriter, n: int, request: dict[str, object]) -> bool:
@@ -98,7 +106,8 @@ class ScriptedServer:
         s = self.script
         status = s.status(n)
         if status is not None:
-            await self._plain(writer, status, b'{"error":{"message":"scripted failure","type":"server_error"}}')
+            failure = b'{"error":{"message":"scripted failure","type":"server_error"}}'
+            await self._plain(writer, status, failure, s.error_headers(n))
             return True
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
 

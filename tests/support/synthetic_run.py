@@ -134,6 +134,10 @@ def write_synthetic_run(
             "server_prefill_ms": prefill,
             "server_decode_ms": np.where(ok, stream, np.nan),
             "started_ns": (started * 1e6).astype(np.int64),
+            "attempts": np.ones(n, dtype=np.int32),
+            "retry_ms": np.zeros(n),
+            "retry_wait_ms": np.zeros(n),
+            "retried": [[] for _ in range(n)],
         }
         for name in REQUEST_SCHEMA.names:
             columns.setdefault(

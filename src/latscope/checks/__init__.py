@@ -18,6 +18,8 @@ One module per family, each holding its thresholds as named constants next to th
 * :mod:`~latscope.checks.gateway` — ``gateway-queueing``
 * :mod:`~latscope.checks.overhead` — ``gateway-overhead`` (against the upstream named by ``--direct``)
 * :mod:`~latscope.checks.ratelimit` — ``rate-limited``
+* :mod:`~latscope.checks.retries` — ``retry-amplification``: reads a bench run (``latscope bench --retries``), not a
+  diagnosis experiment, so it is not in :data:`CHECKS`; :func:`latscope.load.bench.finish_run` runs it per step
 
 :data:`CHECKS` is the registry: finding id → the evidence family it reads and the function. Checks never import
 :mod:`latscope.diagnose` (it imports them); their evidence classes live in :mod:`~latscope.checks.evidence`.

@@ -27,6 +27,7 @@ from latscope.load.lengths import LengthSpecError, parse_length
 from latscope.load.slo import SloSpecError, parse_slo
 from latscope.load.workload import Workload, WorkloadSpecError, parse_class
 from latscope.timeline.redact import scrub_data
+from latscope.wire.retry import DEFAULT_BACKOFF_S, DEFAULT_MAX_WAIT_S
 
 #: every measured request failed
 EXIT_ALL_FAILED = 2
@@ -76,6 +77,10 @@ def build_config(
     busy_poll: bool = False,
     server_metrics: bool = True,
     max_time: str | None = None,
+    retries: int = 0,
+    idempotency_keys: bool = False,
+    retry_backoff: str | None = None,
+    retry_max_wait: str | None = None,
 ) -> BenchConfig:
     """The :class:`BenchConfig` the command-line options describe (raises the spec errors on bad input)."""
     if concurrency and rate:
@@ -127,6 +132,10 @@ def build_config(
         spin_us=spin_us,
         busy_poll=busy_poll,
         server_metrics=server_metrics,
+        retries=retries,
+        idempotency_keys=idempotency_keys,
+        retry_backoff_s=parse_duration_s(retry_backoff) if retry_backoff else DEFAULT_BACKOFF_S,
+        retry_max_wait_s=parse_duration_s(retry_max_wait) if retry_max_wait else DEFAULT_MAX_WAIT_S,
     )
 
 
@@ -193,6 +202,32 @@ def build_config(
     help="Scrape the target's /metrics (vLLM, SGLang, TGI, llama.cpp --metrics) once a second during the run: its "
     "running and waiting requests and KV usage are saved in run.json and drawn as the batch size over time.",
 )
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Send a request again up to N times after a 429, 502, 503 or 504, or a connection lost before any token, "
+    "as a production client would: each wait is a random draw below 0.5 s, 1 s, 2 s … (exponential backoff with "
+    "full jitter, capped at 8 s), never shorter than the server's Retry-After / retry-after-ms. "
+    "'x-should-retry: false' stops it; a stream that already sent tokens is retried only with --idempotency-keys. "
+    "Results count logical requests; requests.parquet adds attempts, retry_ms (a phase) and every earlier attempt.",
+)
+@click.option(
+    "--idempotency-keys",
+    is_flag=True,
+    help="Send an Idempotency-Key header (a fresh UUID per request, the same on each of its attempts), so a server "
+    "that honours it executes a retried request once.",
+)
+@click.option(
+    "--retry-backoff",
+    help="The first retry's backoff ceiling (the wait is a random draw below it, or the server's Retry-After when "
+    "longer; it doubles per retry up to 8 s), e.g. 200ms. [default: 500ms]",
+)
+@click.option(
+    "--retry-max-wait",
+    help="A longer Retry-After ends the request instead of waiting, e.g. 30s. [default: 60s]",
+)
 @click.option("--inline", is_flag=True, help="Run in this process (one worker, no live display).")
 @click.option("--no-progress", is_flag=True, help="No live display.")
 @click.option("--json", "as_json", is_flag=True, help="Print run.json to stdout instead of the tables.")
@@ -230,6 +265,10 @@ def command(
       latscope bench URL -r 5 -d 60s --slo ttft=500ms,tpot=50ms
       latscope bench URL -c 16 --class 'chat:weight=0.8,prompt=normal(200,50),output=128' \\
                                --class 'rag:weight=0.2,prompt=4000,output=256'
+
+    With --retries N a refused request waits (backoff with jitter, Retry-After honoured) and goes again; the run
+    then says how much of its users' time went into retries (check retry-amplification) and whether retries went
+    without --idempotency-keys.
 
     With --otlp URL / --otlp-file FILE every request carries a W3C traceparent, and after the run its spans (read
     back from requests.parquet, so the workers do no export work) are sent or written.

@@ -10,8 +10,10 @@ The request span
     (``--no-trace-context``) the ids are derived from the request (a hash: the same timeline gives the same spans).
 
 The phase spans
-    ``pool``, ``dns``, ``connect``, ``tls``, ``send``, ``wait``, ``first token``, ``stream`` (those the request went
-    through), kind INTERNAL, children of the request span. They partition it: each phase runs from its own start
+    ``retry`` (a request sent again under a retry policy: its earlier attempts and the waits after them, from its
+    first attempt's start, where the request span then starts too), ``pool``, ``dns``, ``connect``, ``tls``,
+    ``send``, ``wait``, ``first token``, ``stream`` (those the request went through), kind INTERNAL, children of the
+    request span. They partition it: each phase runs from its own start
     mark to the next phase's start (the last to the request's end), so their durations add up to the request span's
     exactly, in integer nanoseconds. The client's own microseconds between two phases (a fresh connection handed to
     the request before it starts sending) count in the earlier phase; ``latscope.phase_ms`` of ``dns``, ``connect``,
@@ -46,6 +48,7 @@ from urllib.parse import urlsplit
 
 from latscope.timeline import metrics
 from latscope.timeline.model import (
+    Attempt,
     ConnectionInfo,
     ErrorKind,
     Phase,
@@ -165,7 +168,7 @@ def phase_bounds(t: Timeline) -> list[tuple[str, int, int]]:
     from its start mark to the next phase's (a mark earlier than the one before it is skipped). A phase may last
     0 ns: a first token that came in the read that carried the response head."""
     end = _end_ns(t)
-    starts: list[tuple[str, int]] = []
+    starts: list[tuple[str, int]] = [("retry", t.logical_started_ns)] if t.retries else []
     for name, mark in PHASE_STARTS:
         at = getattr(t, mark)
         if at is None or at > end or (starts and at < starts[-1][1]):
@@ -253,6 +256,10 @@ def request_attributes(t: Timeline, *, max_tokens: int | None = None) -> dict[st
         ("latscope.e2e_ms", metrics.e2e_ms(t)),
     ):
         _put(attributes, name, value)
+    if t.retries:
+        attributes["latscope.attempts"] = t.attempt
+        attributes["latscope.retry_ms"] = metrics.retry_ms(t)
+    _put(attributes, "latscope.idempotency_key", t.idempotency_key)
     gaps = metrics.itl_ms(t)
     if gaps:
         ordered = sorted(gaps)
@@ -332,7 +339,7 @@ def timeline_spans(t: Timeline, *, clock_offset_ns: int, max_tokens: int | None 
             trace_id=trace_id,
             span_id=span_id,
             parent_span_id=parent,
-            start_ns=t.started_ns + clock_offset_ns,
+            start_ns=t.logical_started_ns + clock_offset_ns,
             end_ns=end + clock_offset_ns,
             kind="client",
             attributes=request_attributes(t, max_tokens=max_tokens),
@@ -383,6 +390,33 @@ def _ns(row: Mapping[str, Any], name: str) -> int | None:
     return round(float(value) * NS_PER_MS)
 
 
+def _attempts_from_row(row: Mapping[str, Any], start_ns: int) -> list[Attempt]:
+    """The earlier attempts a row lists (``retried``), placed from the row's ``started_ns`` (its first attempt's)."""
+    origin_ms = row.get("started_at_ms")
+    if origin_ms is None or origin_ms != origin_ms:
+        return []
+    out: list[Attempt] = []
+    for a in row.get("retried") or []:
+        began, ended = _ns(a, "started_at_ms"), _ns(a, "ended_at_ms")
+        if began is None or ended is None:
+            continue
+        base = start_ns - round(float(origin_ms) * NS_PER_MS)
+        out.append(
+            Attempt(
+                number=int(a.get("attempt") or len(out) + 1),
+                started_ns=base + began,
+                ended_ns=base + ended,
+                status=a.get("status"),
+                error=None,
+                tokens=int(a.get("tokens") or 0),
+                retry_after_ms=a.get("retry_after_ms"),
+                should_retry=a.get("should_retry"),
+                wait_ns=_ns(a, "wait_ms") or 0,
+            )
+        )
+    return out
+
+
 def timeline_from_request_row(row: Mapping[str, Any], *, url: str, model: str | None, dialect: str | None) -> Timeline:
     """A :class:`Timeline` with the marks a bench run's ``requests.parquet`` row keeps (see
     :data:`latscope.load.records.REQUEST_SCHEMA`): ``started_ns`` as stored, the others placed from it by the stored
@@ -390,11 +424,15 @@ def timeline_from_request_row(row: Mapping[str, Any], *, url: str, model: str | 
     their durations, not their starts; the later marks come from the TTFB, wait, send, TTFT and E2E columns. No
     reads or events: :func:`row_spans` takes the counts and ITL statistics from the row's columns."""
     t = Timeline(url=url, model=model, dialect=dialect, label=row.get("class"))
-    t.started_ns = int(row["started_ns"])
+    # a retried request's row starts at its first attempt, and its times to the head, the first token and the end
+    # run from there; its setup phases are its last attempt's, which started after the retries
+    start = int(row["started_ns"])
+    t.started_ns = start + (_ns(row, "retry_ms") or 0)
+    t.retries = _attempts_from_row(row, start)
+    t.idempotency_key = row.get("idempotency_key")
     t.trace_id = row.get("trace_id")
     t.span_id = row.get("span_id")
-    start = t.started_ns
-    at = start + (_ns(row, "pool_ms") or 0)
+    at = t.started_ns + (_ns(row, "pool_ms") or 0)
     for phase in ("dns", "connect", "tls"):
         took = _ns(row, f"{phase}_ms")
         if took is not None:
@@ -403,7 +441,7 @@ def timeline_from_request_row(row: Mapping[str, Any], *, url: str, model: str | 
             at += took
     setup = _ns(row, "setup_ms")
     if setup is not None:
-        t.connection_ready_ns = start + setup
+        t.connection_ready_ns = t.started_ns + setup
     ttfb, wait, send = _ns(row, "ttfb_ms"), _ns(row, "wait_ms"), _ns(row, "send_ms")
     if ttfb is not None:
         t.first_byte_ns = start + ttfb

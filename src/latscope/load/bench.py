@@ -7,7 +7,8 @@ directory, return the summaries.
 
 Either way the run directory holds ``run.json``, ``requests.parquet`` and ``events.parquet``
 (:mod:`latscope.load.storage`), and :func:`summarize_dir` recomputes the summaries from the tables (another SLO,
-say) without re-running anything.
+say) without re-running anything. Each step's entry in ``run.json`` also carries the checks a bench run decides on
+its own (``checks``: ``retry-amplification``, from the step's retries; :mod:`latscope.checks.retries`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from latscope import __version__
+from latscope.checks.retries import RetryEvidence, check_retry_amplification
 from latscope.dialects import get_dialect
 from latscope.load.config import BenchConfig, BenchConfigError, auto_workers
 from latscope.load.health import ClientHealth, available_cores
@@ -37,7 +39,7 @@ from latscope.load.storage import (
     read_run_json,
     write_run_json,
 )
-from latscope.load.summary import StepSummary, summarize_run
+from latscope.load.summary import GroupSummary, StepSummary, summarize_run
 from latscope.load.workload import Plan
 
 #: Seconds between "ready" and the start of an in-process step (lets the loop settle after setup).
@@ -305,6 +307,7 @@ def finish_run(
                 "interrupted": r.interrupted,
                 "pool": r.pool_totals(),
                 "summary": s.to_dict(),
+                "checks": [check_retry_amplification(retry_evidence(config, s.overall)).to_dict()],
             }
             for r, s in zip(records, summaries, strict=True)
         ],
@@ -313,6 +316,21 @@ def finish_run(
         data["server_gauges"] = server_gauges
     write_run_json(run_dir, data)
     return RunResult(run_dir=run_dir, model=model, steps=summaries, interrupted=interrupted, data=data)
+
+
+def retry_evidence(config: BenchConfig, group: GroupSummary) -> RetryEvidence:
+    """What ``retry-amplification`` reads from a step's summary (:mod:`latscope.checks.retries`)."""
+    return RetryEvidence(
+        retries_allowed=config.retries,
+        idempotency_keys=config.idempotency_keys,
+        requests=group.requests,
+        attempts=group.attempts,
+        retried=group.retried,
+        unkeyed_retries=group.unkeyed_retries,
+        retry_ms=group.retry_time_ms,
+        retry_wait_ms=group.retry_wait_time_ms,
+        request_ms=group.request_time_ms,
+    )
 
 
 def load_summaries(data: dict[str, Any]) -> list[StepSummary]:

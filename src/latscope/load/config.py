@@ -20,6 +20,7 @@ from latscope.load.health import available_cores
 from latscope.load.slo import Slo
 from latscope.load.workload import Workload
 from latscope.timeline.redact import redact_headers, redact_url
+from latscope.wire.retry import DEFAULT_BACKOFF_S, DEFAULT_MAX_WAIT_S, RetryPolicy
 
 #: Without any bound a step stops after this many measured requests.
 DEFAULT_REQUESTS = 100
@@ -74,6 +75,12 @@ class BenchConfig:
     #: send a W3C ``traceparent`` with every request and keep its ids in ``requests.parquet`` (``trace_id``,
     #: ``span_id``): what ``--otlp`` exports the requests' spans under
     trace_context: bool = False
+    #: send a logical request again up to this many times after a refusal or a lost connection
+    #: (:mod:`latscope.wire.retry`); 0 never retries
+    retries: int = 0
+    retry_backoff_s: float = DEFAULT_BACKOFF_S  #: the first retry's backoff ceiling (full jitter below it), s
+    retry_max_wait_s: float = DEFAULT_MAX_WAIT_S  #: a longer Retry-After ends the logical request instead, s
+    idempotency_keys: bool = False  #: one ``Idempotency-Key`` (a fresh UUID4) per logical request, on every attempt
 
     def __post_init__(self) -> None:
         if not self.steps:
@@ -92,9 +99,23 @@ class BenchConfig:
             raise BenchConfigError("--spin-us must be >= 0")
         if self.drain_s is not None and self.drain_s < 0:
             raise BenchConfigError("--drain must be >= 0 s")
+        if self.retries < 0:
+            raise BenchConfigError(f"--retries must be >= 0, got {self.retries}")
+        if not self.retry_backoff_s >= 0 or not self.retry_max_wait_s >= 0:
+            raise BenchConfigError("--retry-backoff and --retry-max-wait must be >= 0 s")
         scheme = urlsplit(self.url).scheme
         if scheme not in ("http", "https"):
             raise BenchConfigError(f"URL must start with http:// or https://, got {redact_url(self.url)!r}")
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """How each logical request is retried (:mod:`latscope.wire.retry`)."""
+        return RetryPolicy(
+            retries=self.retries,
+            backoff_s=self.retry_backoff_s,
+            max_wait_s=self.retry_max_wait_s,
+            idempotency_keys=self.idempotency_keys,
+        )
 
     @property
     def measured_requests(self) -> int | None:
@@ -132,6 +153,10 @@ class BenchConfig:
             "busy_poll": self.busy_poll,
             "server_metrics": self.server_metrics,
             "trace_context": self.trace_context,
+            "retries": self.retries,
+            "retry_backoff_s": self.retry_backoff_s,
+            "retry_max_wait_s": self.retry_max_wait_s,
+            "idempotency_keys": self.idempotency_keys,
         }
 
     @classmethod
@@ -164,6 +189,10 @@ class BenchConfig:
             busy_poll=bool(data.get("busy_poll", False)),
             server_metrics=bool(data.get("server_metrics", True)),
             trace_context=bool(data.get("trace_context", False)),
+            retries=int(data.get("retries", 0)),  # absent in runs saved before retries
+            retry_backoff_s=float(data.get("retry_backoff_s", DEFAULT_BACKOFF_S)),
+            retry_max_wait_s=float(data.get("retry_max_wait_s", DEFAULT_MAX_WAIT_S)),
+            idempotency_keys=bool(data.get("idempotency_keys", False)),
         )
 
 

@@ -5,6 +5,12 @@
 are offsets from the step's common start (requests) or from the request's own start (events); a missing metric is
 NULL, never 0.
 
+A row is a *logical* request: with ``--retries`` it may have taken several attempts. Its phase columns (setup, dns …
+send, wait, the server's) are its last attempt's; ``started_at_ms``, ``client_queue_ms`` and the times to the head,
+the first token and the end (``ttfb_ms``, ``ttft_ms``, ``ttft_text_ms``, ``e2e_ms``) run from its first attempt, so
+they include what the retries cost, which ``retry_ms`` (and its waiting part, ``retry_wait_ms``) shows as a phase
+of its own; the event ``at_ms`` offsets count from there too. ``retried`` lists the earlier attempts.
+
 Recording is split so the event loop pays almost nothing: :func:`digest` reads the few O(1) numbers a live display
 needs, and :func:`build_tables` converts a whole batch of finished timelines at once — every event of the batch in one
 transposition, per-request statistics (gaps, coalescing, counted tokens) as grouped numpy reductions — in the
@@ -24,7 +30,7 @@ import pyarrow as pa
 
 from latscope.signals.join import join_server_signals
 from latscope.timeline import metrics
-from latscope.timeline.model import TOKEN_KINDS, EventKind, Read, ServerPhase, StreamEvent, Timeline
+from latscope.timeline.model import TOKEN_KINDS, Attempt, EventKind, Read, ServerPhase, StreamEvent, Timeline
 from latscope.units import NS_PER_MS
 
 #: Every EventKind, in a fixed order: the dictionary of the ``kind`` column (events store the int8 code).
@@ -35,6 +41,24 @@ _TOKEN_CODES = frozenset(_KIND_CODE[k] for k in TOKEN_KINDS)
 #: The server-reported phases, each with a column of its own (``server_<phase>_ms``) in ``requests``.
 SERVER_COLUMNS: tuple[ServerPhase, ...] = tuple(ServerPhase)
 
+#: One earlier attempt of a logical request (``requests.retried``): times in ms since the step's start, like
+#: ``started_at_ms``; ``wait_ms`` is what the client waited after it before the next attempt.
+ATTEMPT_TYPE = pa.struct(
+    [
+        pa.field("attempt", pa.int32()),
+        pa.field("started_at_ms", pa.float64()),
+        pa.field("ended_at_ms", pa.float64()),
+        pa.field("status", pa.int32()),
+        pa.field("error_phase", pa.string()),
+        pa.field("error_kind", pa.string()),
+        pa.field("error_message", pa.string()),
+        pa.field("tokens", pa.int32()),  # token events it delivered before it failed
+        pa.field("retry_after_ms", pa.float64()),  # the wait the server asked for (retry-after-ms / Retry-After)
+        pa.field("should_retry", pa.bool_()),  # the server's x-should-retry
+        pa.field("wait_ms", pa.float64()),
+    ]
+)
+
 REQUEST_SCHEMA = pa.schema(
     [
         pa.field("step", pa.int32(), nullable=False),  # index of the step (sweep point), 0 without a sweep
@@ -44,10 +68,16 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("warmup", pa.bool_(), nullable=False),  # warm-up requests are kept here but excluded from summaries
         pa.field("ok", pa.bool_(), nullable=False),
         pa.field("scheduled_at_ms", pa.float64()),  # when it was meant to start, since the step's start
-        pa.field("started_at_ms", pa.float64()),  # when the client started it, since the step's start
+        pa.field(
+            "started_at_ms", pa.float64()
+        ),  # when the client started it (its first attempt), since the step's start
         pa.field("ended_at_ms", pa.float64()),
         pa.field("schedule_lag_ms", pa.float64()),  # open loop: how late the dispatcher woke for it
         pa.field("client_queue_ms", pa.float64()),  # scheduled → started (dispatch lag + concurrency-cap wait)
+        # --retries: attempts sent for this logical request (1 without a retry); the row's phases are the last one's
+        pa.field("attempts", pa.int32(), nullable=False),
+        pa.field("retry_ms", pa.float64(), nullable=False),  # first attempt's start → last attempt's start (0: none)
+        pa.field("retry_wait_ms", pa.float64(), nullable=False),  # the part of retry_ms spent waiting (backoff)
         pa.field("setup_ms", pa.float64()),  # started → connection ready (pool wait + dns + connect + tls)
         pa.field("pool_ms", pa.float64()),
         pa.field("dns_ms", pa.float64()),
@@ -88,6 +118,9 @@ REQUEST_SCHEMA = pa.schema(
         # the W3C traceparent's trace id and parent id (the request's own span) when one was sent (--otlp)
         pa.field("trace_id", pa.string()),
         pa.field("span_id", pa.string()),
+        pa.field("idempotency_key", pa.string()),  # --idempotency-keys: the key every attempt carried
+        # --retries: each earlier attempt, oldest first: what it got and the wait after it (empty without retries)
+        pa.field("retried", pa.list_(ATTEMPT_TYPE), nullable=False),
     ]
 )
 
@@ -164,6 +197,10 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
     order. Joins the server's signals onto ``t`` first (here, in the writer's thread: never on the event loop)."""
     join_server_signals(t)
     origin = ctx.step_start_ns
+    # a logical request starts with its first attempt; the row's times to the head, the first token and the end
+    # run from there, so they include what the retries cost (the last attempt's phases are its own durations)
+    start = t.logical_started_ns
+    shift_ms = metrics.retry_ms(t)
     usage = t.usage
     if usage is not None and usage.prompt_tokens is not None:
         prompt_tokens: int | None = usage.prompt_tokens
@@ -183,10 +220,13 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         ctx.warmup,
         t.ok,
         _rel_ms(t.scheduled_ns, origin),
-        _rel_ms(t.started_ns, origin),
+        _rel_ms(start, origin),
         _rel_ms(t.ended_ns, origin),
         None if ctx.schedule_lag_ns is None else ctx.schedule_lag_ns / NS_PER_MS,
-        metrics.client_queue_ms(t),
+        None if t.scheduled_ns is None else (start - t.scheduled_ns) / NS_PER_MS,
+        t.attempt,
+        shift_ms,
+        metrics.retry_wait_ms(t),
         metrics.setup_ms(t),
         metrics.pool_ms(t),
         metrics.dns_ms(t),
@@ -194,10 +234,10 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         metrics.tls_ms(t),
         metrics.send_ms(t),
         metrics.wait_ms(t),
-        metrics.ttfb_ms(t),
-        metrics.ttft_ms(t),
-        metrics.ttft_text_ms(t),
-        metrics.e2e_ms(t),
+        _shifted(metrics.ttfb_ms(t), shift_ms),
+        _shifted(metrics.ttft_ms(t), shift_ms),
+        _shifted(metrics.ttft_text_ms(t), shift_ms),
+        _shifted(metrics.e2e_ms(t), shift_ms),
         prompt_tokens,
         prompt_source,
         usage_out,
@@ -214,22 +254,47 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         None if err is None else err.status,
         None if err is None else err.message,
         *(t.server_ms(phase) for phase in SERVER_COLUMNS),
-        t.started_ns,
+        start,
         t.trace_id,
         t.span_id,
+        t.idempotency_key,
+        [_attempt_row(a, origin) for a in t.retries],
         t.first_token_ns,
         t.last_token_ns,
     )
 
 
+def _shifted(ms: float | None, shift_ms: float) -> float | None:
+    return None if ms is None else ms + shift_ms
+
+
+def _attempt_row(a: Attempt, origin_ns: int) -> dict[str, Any]:
+    """One earlier attempt as an ``ATTEMPT_TYPE`` value."""
+    err = a.error
+    return {
+        "attempt": a.number,
+        "started_at_ms": (a.started_ns - origin_ns) / NS_PER_MS,
+        "ended_at_ms": (a.ended_ns - origin_ns) / NS_PER_MS,
+        "status": a.status,
+        "error_phase": None if err is None else str(err.phase),
+        "error_kind": None if err is None else str(err.kind),
+        "error_message": None if err is None else err.message,
+        "tokens": a.tokens,
+        "retry_after_ms": a.retry_after_ms,
+        "should_retry": a.should_retry,
+        "wait_ms": a.wait_ns / NS_PER_MS,
+    }
+
+
 _SCALAR_COLUMNS = (
     "step", "request_id", "worker", "class", "warmup", "ok", "scheduled_at_ms", "started_at_ms", "ended_at_ms",
-    "schedule_lag_ms", "client_queue_ms", "setup_ms", "pool_ms", "dns_ms", "connect_ms", "tls_ms", "send_ms",
+    "schedule_lag_ms", "client_queue_ms", "attempts", "retry_ms", "retry_wait_ms", "setup_ms", "pool_ms", "dns_ms",
+    "connect_ms", "tls_ms", "send_ms",
     "wait_ms", "ttfb_ms", "ttft_ms", "ttft_text_ms", "e2e_ms", "prompt_tokens", "prompt_tokens_source",
     "_usage_output_tokens", "max_tokens", "events", "reads", "connection_id", "reused", "http_version", "status",
     "finish_reason", "error_phase", "error_kind", "error_status", "error_message",
     *(f"server_{phase}_ms" for phase in SERVER_COLUMNS),
-    "started_ns", "trace_id", "span_id", "_first_token_ns", "_last_token_ns",
+    "started_ns", "trace_id", "span_id", "idempotency_key", "retried", "_first_token_ns", "_last_token_ns",
 )  # fmt: skip
 
 

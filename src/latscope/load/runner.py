@@ -10,6 +10,11 @@ the step's global plan — indices ``worker, worker + workers, …`` — and, fr
   :func:`~latscope.load.pacing.sleep_until` on the absolute deadline, records how late it woke (schedule lag) and
   starts the request as a task. With ``max_concurrency`` the task waits for a slot; that wait is client queue time.
 
+With ``retries`` (or ``idempotency_keys``) each planned request is a *logical* request sent through
+:func:`~latscope.wire.retry.request_with_retries`: its attempts and the waits between them happen inside its own task
+(a closed-loop user waits for them; an open-loop dispatcher does not, so the schedule's next arrival is never moved),
+it holds its concurrency slot through them, and it is recorded once, as its last attempt with the earlier ones.
+
 Warm-up: a request is warm-up when its global index is below ``warmup_requests`` or it was scheduled less than
 ``warmup_s`` after the start; bounds (``requests``, ``duration_s``) count only measured requests and run from the end
 of the warm-up. When dispatching ends, requests in flight may finish for ``drain_s`` (None: no limit); the rest are
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import random
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -43,6 +49,7 @@ from latscope.quietgc import rss_bytes
 from latscope.timeline.model import ErrorKind, Timeline
 from latscope.wire import Client, Timeouts
 from latscope.wire.errors import fail_unfinished
+from latscope.wire.retry import request_with_retries
 
 #: How often a worker reports its counters (s): smooth enough for a live display, negligible cost.
 PROGRESS_INTERVAL_S = 0.5
@@ -228,6 +235,9 @@ class StepWorker:
         self._writer: PartWriter | None = None
         self._client: Client | None = None
         self._tuning = StepTuning()
+        self._retry_policy = config.retry_policy
+        # the backoff jitter: one stream per worker and step, from the run's seed, so a rerun draws the same waits
+        self._retry_rng = random.Random(f"retry-{config.workload.seed}-{assignment.step}-{assignment.worker}")
 
         a, cfg = assignment, config
         self.start_ns = 0
@@ -460,6 +470,21 @@ class StepWorker:
 
     async def _send(self, spec: RequestSpec, item: PlannedRequest, scheduled_ns: int, t: Timeline) -> None:
         assert self._client is not None
+        policy = self._retry_policy
+        if policy.retries or policy.idempotency_keys:
+            # the retries run inside this request's task: the dispatcher's next arrival is not moved by them
+            await request_with_retries(
+                self._client,
+                spec,
+                self.config.url,
+                policy,
+                rng=self._retry_rng,
+                new_connection=self.config.new_connection_per_request,
+                label=item.class_name,
+                scheduled_ns=scheduled_ns,
+                timeline=t,
+            )
+            return
         await self._client.request(
             spec,
             self.config.url,

@@ -2,6 +2,8 @@
 
 Conventions (what each number means, so reports and notebooks agree):
 
+* A request is a *logical* request: with ``--retries`` its attempts count once, so throughput, goodput and error
+  rates are per logical request; ``attempts``, ``retried`` and the retry times say what the retries cost.
 * Only *measured* requests count: warm-up requests are in ``requests.parquet`` (``warmup`` = true) and nowhere here.
 * Latency metrics are over successful requests. ``itl_ms`` has one sample per inter-token gap of every successful
   request — not one mean per request — so a single stall shows in the tail instead of being averaged away.
@@ -30,7 +32,7 @@ from latscope.load.stats import Dist, describe
 from latscope.quietgc import GUARD_GROWTH_BYTES
 
 #: Per-request latency columns summarised as distributions (ms), in display order.
-LATENCY_COLUMNS = ("client_queue_ms", "setup_ms", "ttfb_ms", "ttft_ms", "tpot_ms", "e2e_ms")
+LATENCY_COLUMNS = ("client_queue_ms", "retry_ms", "setup_ms", "ttfb_ms", "ttft_ms", "tpot_ms", "e2e_ms")
 
 #: Share of zero inter-token gaps above which the report warns: 1 % of gaps at 0 ms already moves p1–p5, and on a
 #: clean loopback stream it is 0.
@@ -68,6 +70,12 @@ class GroupSummary:
     errors_by_phase: dict[str, int] = field(default_factory=dict)
     errors_by_kind: dict[str, int] = field(default_factory=dict)
     errors_by_status: dict[str, int] = field(default_factory=dict)  #: HTTP status (as text) → count
+    attempts: int = 0  #: attempts sent for these logical requests (``requests`` without retries)
+    retried: int = 0  #: logical requests sent more than once
+    unkeyed_retries: int = 0  #: retries (attempts after a first) sent without an ``Idempotency-Key``
+    retry_time_ms: float = 0.0  #: time the logical requests spent in earlier attempts and the waits between, summed
+    retry_wait_time_ms: float = 0.0  #: the waiting part of ``retry_time_ms`` (backoff, Retry-After), summed
+    request_time_ms: float = 0.0  #: the logical requests' own time (first attempt's start → end), summed
 
     @property
     def zero_gap_share(self) -> float:
@@ -95,6 +103,12 @@ class GroupSummary:
             "errors_by_phase": self.errors_by_phase,
             "errors_by_kind": self.errors_by_kind,
             "errors_by_status": self.errors_by_status,
+            "attempts": self.attempts,
+            "retried": self.retried,
+            "unkeyed_retries": self.unkeyed_retries,
+            "retry_time_ms": self.retry_time_ms,
+            "retry_wait_time_ms": self.retry_wait_time_ms,
+            "request_time_ms": self.request_time_ms,
         }
 
     @classmethod
@@ -118,6 +132,13 @@ class GroupSummary:
             errors_by_phase=dict(data.get("errors_by_phase") or {}),
             errors_by_kind=dict(data.get("errors_by_kind") or {}),
             errors_by_status=dict(data.get("errors_by_status") or {}),
+            # absent in runs saved before retries: every request was one attempt
+            attempts=int(data.get("attempts", data["requests"])),
+            retried=int(data.get("retried", 0)),
+            unkeyed_retries=int(data.get("unkeyed_retries", 0)),
+            retry_time_ms=float(data.get("retry_time_ms", 0.0)),
+            retry_wait_time_ms=float(data.get("retry_wait_time_ms", 0.0)),
+            request_time_ms=float(data.get("request_time_ms", 0.0)),
         )
 
 
@@ -325,6 +346,12 @@ def _group(
         goodput_rps = good * per_s
         goodput_fraction = good / n if n else 0.0
 
+    attempts = _column_or(rows, "attempts", 1.0)
+    retry = _column_or(rows, "retry_ms", 0.0)
+    keyed = _keyed(rows)
+    begin, end = _floats(rows, "started_at_ms"), _floats(rows, "ended_at_ms")
+    lasted = end - begin
+
     failed = rows.filter(pa.array(~ok))
     phases = Counter(v for v in failed.column("error_phase").to_pylist() if v is not None)
     kinds = Counter(v for v in failed.column("error_kind").to_pylist() if v is not None)
@@ -348,7 +375,27 @@ def _group(
         errors_by_phase=dict(phases.most_common()),
         errors_by_kind=dict(kinds.most_common()),
         errors_by_status=dict(statuses.most_common()),
+        attempts=int(attempts.sum()),
+        retried=int((attempts > 1).sum()),
+        unkeyed_retries=int((attempts - 1)[~keyed].sum()),
+        retry_time_ms=float(retry.sum()),
+        retry_wait_time_ms=float(_column_or(rows, "retry_wait_ms", 0.0).sum()),
+        request_time_ms=float(np.nansum(lasted)),
     )
+
+
+def _column_or(rows: pa.Table, name: str, default: float) -> npt.NDArray[np.float64]:
+    """A numeric column, or ``default`` everywhere for runs saved before it existed."""
+    if name not in rows.column_names:
+        return np.full(rows.num_rows, default)
+    return np.nan_to_num(_floats(rows, name), nan=default)
+
+
+def _keyed(rows: pa.Table) -> npt.NDArray[np.bool_]:
+    """Per row: an ``Idempotency-Key`` went with its attempts."""
+    if "idempotency_key" not in rows.column_names:
+        return np.zeros(rows.num_rows, dtype=bool)
+    return np.asarray(rows.column("idempotency_key").is_valid().to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _window_s(rows: pa.Table) -> float:

@@ -21,6 +21,7 @@ from latscope.report.batchsize import batch_heatmap
 #: Metric rows of the latency table, in request order: (metric key, label, note).
 LATENCY_ROWS: tuple[tuple[str, str, str], ...] = (
     ("client_queue_ms", "client queue", "scheduled → started"),
+    ("retry_ms", "retries", "earlier attempts + backoff (--retries)"),
     ("setup_ms", "setup", "pool + dns + connect + tls"),
     ("ttfb_ms", "TTFB", "first response byte"),
     ("ttft_ms", "TTFT", "first token"),
@@ -63,7 +64,7 @@ def latency_table(group: GroupSummary, title: str) -> Table:
     table.add_column("", style="dim")
     for key, label, note in LATENCY_ROWS:
         d = group.metrics.get(key)
-        if d is None:
+        if d is None or (key == "retry_ms" and d.max <= 0.0):  # no request was retried: nothing to show
             continue
         table.add_row(
             label,
@@ -141,6 +142,15 @@ def step_renderable(s: StepSummary) -> RenderableType:
             "connections",
             f"{s.connections_opened:,} requests opened a connection, {s.connections_reused:,} reused one "
             f"({s.connections_reused / total_conn:.0%} reuse)",
+        )
+    if o.attempts > o.requests:
+        share = o.retry_time_ms / o.request_time_ms if o.request_time_ms > 0 else 0.0
+        facts.add_row(
+            "retries",
+            f"{o.retried:,} of {o.requests:,} requests retried, {o.attempts:,} attempts "
+            f"({o.attempts / max(1, o.requests):.2f} per request); retries took {share:.1%} of the requests' time "
+            f"({o.retry_wait_time_ms / max(1, o.requests):.1f} ms waiting per request)"
+            + (f"; {o.unkeyed_retries:,} without an idempotency key" if o.unkeyed_retries else ""),
         )
     if o.errors:
         by = ", ".join(f"{k} {v}" for k, v in o.errors_by_phase.items())
@@ -232,13 +242,31 @@ def header(data: dict[str, Any]) -> RenderableType:
     return Panel(grid, title=title, title_align="left")
 
 
+def check_line(outcome: dict[str, Any]) -> Text | None:
+    """One line for a check a bench step decided (``run.json`` ``steps[].checks``); None for one not tested (a run
+    without --retries need not be told that retries were not measured)."""
+    if "severity" in outcome:
+        text = Text(f"finding {outcome['id']} ({outcome['severity']}): ", style="bold red")
+        text.append(f"{fmt_ms(outcome.get('cost_ms'))} {outcome.get('cost_basis', '')}; {outcome.get('rule', '')}")
+        text.append(f"\n  fix: {outcome.get('fix', '')}", style="dim")
+        return text
+    if "evidence" in outcome:
+        return Text(f"{outcome['id']}: clear: {outcome.get('reason', '')}", style="green")
+    return None
+
+
 def render_run(console: Console, data: dict[str, Any], steps: list[StepSummary], run_dir: str | None = None) -> None:
     """Print a run: header, sweep table (several steps), each step, and where the files are."""
     console.print(header(data))
     if len(steps) > 1:
         console.print(sweep_table(steps))
+    checks = {int(entry.get("step", -1)): entry.get("checks") or [] for entry in data.get("steps", [])}
     for s in steps:
         console.print(step_renderable(s))
+        for outcome in checks.get(s.step, []):
+            line = check_line(outcome)
+            if line is not None:
+                console.print(line)
     gauges = data.get("server_gauges") or {}
     heatmap = batch_heatmap(
         gauges.get("points", []), gauges.get("steps", []), title="Batch size over time (the server's gauges)"

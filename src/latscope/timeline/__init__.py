@@ -3,6 +3,7 @@
 from latscope.timeline import metrics
 from latscope.timeline.model import (
     TOKEN_KINDS,
+    Attempt,
     ConnectionInfo,
     EventKind,
     Phase,
@@ -19,6 +20,7 @@ from latscope.timeline.serialize import SCHEMA, TimelineFormatError, dumps, load
 __all__ = [
     "SCHEMA",
     "TOKEN_KINDS",
+    "Attempt",
     "ConnectionInfo",
     "EventKind",
     "Phase",

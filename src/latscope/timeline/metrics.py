@@ -47,6 +47,17 @@ def client_queue_ms(t: Timeline) -> float | None:
     return _ms(t.started_ns, t.scheduled_ns)
 
 
+def retry_ms(t: Timeline) -> float:
+    """Time the logical request spent before this attempt started: its earlier attempts and the waits after each
+    (0 without retries)."""
+    return (t.started_ns - t.logical_started_ns) / NS_PER_MS
+
+
+def retry_wait_ms(t: Timeline) -> float:
+    """The part of :func:`retry_ms` spent waiting between attempts (backoff, Retry-After)."""
+    return sum(a.wait_ns for a in t.retries) / NS_PER_MS
+
+
 def dns_ms(t: Timeline) -> float | None:
     """DNS resolution time."""
     return _ms(t.dns_end_ns, t.dns_start_ns)

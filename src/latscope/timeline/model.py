@@ -259,6 +259,26 @@ class RequestError:
     status: int | None = None  #: HTTP status for HTTP-level errors
 
 
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """An earlier attempt of a logical request that a caller sent again (``--retries``): what it got and how long
+    the caller waited before the next one. The attempt that ended the logical request is the :class:`Timeline`
+    itself; these are the ones before it, in :attr:`Timeline.retries`.
+    """
+
+    number: int  #: 1 for the first attempt, 2 for the first retry …
+    started_ns: int  #: monotonic ns the attempt started (its ``Timeline.started_ns``)
+    ended_ns: int  #: monotonic ns it ended (failed, or was answered with a status worth retrying)
+    status: int | None  #: the HTTP status it got, None when no response head came
+    error: RequestError | None  #: why it failed (a 429 is an ``http-status`` error)
+    #: token-bearing stream events it delivered before it failed (always 0 without an idempotency key: a stream
+    #: that delivered tokens is not sent again without one)
+    tokens: int
+    retry_after_ms: float | None  #: the wait the server asked for (``retry-after-ms``, else ``Retry-After``), ms
+    should_retry: bool | None  #: the server's ``x-should-retry``, when it sent one
+    wait_ns: int  #: what the caller waited after it before the next attempt started (backoff, or Retry-After)
+
+
 @dataclass(slots=True)
 class Timeline:
     """One request attempt, from the caller's ask to the last byte. See the module docstring for the marks.
@@ -320,6 +340,21 @@ class Timeline:
     #: before any byte of a response arrived); the request was sent once more on a new connection, and this timeline
     #: records that attempt (RFC 9112 §9.3.1)
     stale_retry_error: RequestError | None = None
+    #: the earlier attempts of the same logical request, oldest first, when the caller retried it
+    #: (:mod:`latscope.wire.retry`); empty when this is the first and only attempt
+    retries: list[Attempt] = field(default_factory=list)
+    #: the ``Idempotency-Key`` the caller sent with every attempt of the logical request, None without one
+    idempotency_key: str | None = None
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number within its logical request: 1 + the earlier attempts."""
+        return len(self.retries) + 1
+
+    @property
+    def logical_started_ns(self) -> int:
+        """When the logical request started: its first attempt's start (this one's without retries)."""
+        return self.retries[0].started_ns if self.retries else self.started_ns
 
     @property
     def ok(self) -> bool:

@@ -10,7 +10,9 @@ it cannot be told apart from ``first_token_ns`` afterwards). A reader of schema 
 record is never half-understood. Headers and
 trailers are written redacted (see :mod:`latscope.timeline.redact`): :func:`timeline_to_dict` redacts them whatever the
 timeline holds, so a caller that filled a timeline by hand cannot leak a key either. ``response_trailers`` was added
-to schema 1 later; a record without it reads as having none; so was ``span_id`` (absent: None).
+to schema 1 later; a record without it reads as having none; so was ``span_id`` (absent: None), and so were
+``retries`` (the earlier attempts of a logical request the caller sent again; absent: none) and ``idempotency_key``
+(absent: None).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import orjson
 
 from latscope.timeline.model import (
+    Attempt,
     ConnectionInfo,
     ErrorKind,
     EventKind,
@@ -97,7 +100,37 @@ def timeline_to_dict(t: Timeline) -> dict[str, Any]:
     out["error"] = _error_to_dict(t.error)
     out["warnings"] = [scrub(w) for w in t.warnings]
     out["stale_retry_error"] = _error_to_dict(t.stale_retry_error)
+    out["idempotency_key"] = t.idempotency_key
+    out["retries"] = [_attempt_to_dict(a) for a in t.retries]
     return out
+
+
+def _attempt_to_dict(a: Attempt) -> dict[str, Any]:
+    return {
+        "number": a.number,
+        "started_ns": a.started_ns,
+        "ended_ns": a.ended_ns,
+        "status": a.status,
+        "error": _error_to_dict(a.error),
+        "tokens": a.tokens,
+        "retry_after_ms": a.retry_after_ms,
+        "should_retry": a.should_retry,
+        "wait_ns": a.wait_ns,
+    }
+
+
+def _attempt_from_dict(d: dict[str, Any]) -> Attempt:
+    return Attempt(
+        number=int(d["number"]),
+        started_ns=int(d["started_ns"]),
+        ended_ns=int(d["ended_ns"]),
+        status=d.get("status"),
+        error=_error_from_dict(d.get("error")),
+        tokens=int(d.get("tokens") or 0),
+        retry_after_ms=d.get("retry_after_ms"),
+        should_retry=d.get("should_retry"),
+        wait_ns=int(d.get("wait_ns") or 0),
+    )
 
 
 def _error_to_dict(err: RequestError | None) -> dict[str, Any] | None:
@@ -154,6 +187,8 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
         t.error = _error_from_dict(data.get("error"))
         t.warnings = list(data.get("warnings") or [])
         t.stale_retry_error = _error_from_dict(data.get("stale_retry_error"))  # absent in older records
+        t.idempotency_key = data.get("idempotency_key")  # absent in records written before retries
+        t.retries = [_attempt_from_dict(a) for a in data.get("retries") or []]
     except TimelineFormatError:
         raise
     except (KeyError, TypeError, ValueError) as exc:

@@ -2,7 +2,9 @@
 
 DNS, TCP connect and TLS are timed separately (TLS through ``SSLContext.wrap_bio`` so saved sessions can be offered),
 HTTP framing is done by h11 and h2, every socket read is stamped in ``data_received`` before anything else, and each
-decoded stream event is recorded with the stamp of the read that completed it. See :class:`Client`.
+decoded stream event is recorded with the stamp of the read that completed it. See :class:`Client`;
+:func:`request_with_retries` sends a logical request again under a :class:`RetryPolicy` (backoff with full jitter,
+Retry-After honoured, idempotency keys).
 """
 
 from latscope.wire.client import Client
@@ -20,6 +22,7 @@ from latscope.wire.errors import (
 )
 from latscope.wire.loop import new_event_loop, run
 from latscope.wire.models import Limits, Origin, OriginStats, Response, Timeouts
+from latscope.wire.retry import RetryPolicy, request_with_retries
 
 __all__ = [
     "Client",
@@ -32,6 +35,7 @@ __all__ = [
     "PoolError",
     "Response",
     "ResponseError",
+    "RetryPolicy",
     "SendError",
     "StreamError",
     "TLSError",
@@ -39,5 +43,6 @@ __all__ = [
     "WireError",
     "check",
     "new_event_loop",
+    "request_with_retries",
     "run",
 ]

@@ -11,6 +11,8 @@ from bokeh.plotting import figure
 
 #: Waterfall colours: connection setup cool, the server's time warm, streaming green (as the terminal's).
 PHASE_COLORS: dict[str, str] = {
+    "retry": "#e377c2",  # the earlier attempts of a retried request (bench --retries)
+    "backoff": "#f7b6d2",  # the waits after them (backoff, Retry-After)
     "pool": "#8c959f",
     "dns": "#17becf",
     "connect": "#1f77b4",

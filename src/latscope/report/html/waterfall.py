@@ -3,7 +3,8 @@ stream, each placed at its start, in ms since the request started), and under it
 about itself (parse, validate, queue, prefill, decode), laid end to end from the moment the request was fully sent
 (the server cannot start before it has the body; it says how long each phase took, not when). Hovering a bar gives
 the exact start and duration. A request sent again after a stale kept-alive connection failed, and a request that
-failed, carry a marker with the error.
+failed, carry a marker with the error. A bench request retried under ``--retries`` starts with its earlier attempts
+(``retry`` bars) and the waits after each (``backoff``), phases of their own.
 
 Rows come from :class:`~latscope.timeline.model.Timeline` objects (probe) or from ``requests.parquet`` rows (a bench
 run, which stores each phase's duration).
@@ -121,11 +122,34 @@ def _f(row: dict[str, Any], name: str) -> float | None:
     return None if value != value else value
 
 
+def _retry_segments(row: dict[str, Any], retry_ms: float) -> list[Segment]:
+    """A retried request's earlier attempts (``retry``) and the waits after each (``backoff``), from its
+    ``retried`` list; one ``retry`` bar for the whole ``retry_ms`` when the row does not list them."""
+    start = _f(row, "started_at_ms")
+    attempts = row.get("retried") or []
+    if start is None or not attempts:
+        return [Segment("retry", 0.0, retry_ms)]
+    out: list[Segment] = []
+    for a in attempts:
+        began, ended, wait = _f(a, "started_at_ms"), _f(a, "ended_at_ms"), _f(a, "wait_ms")
+        if began is None or ended is None:
+            continue
+        out.append(Segment("retry", began - start, ended - began))
+        if wait is not None:
+            out.append(Segment("backoff", ended - start, wait))
+    return out or [Segment("retry", 0.0, retry_ms)]
+
+
 def row_from_request(row: dict[str, Any], label: str) -> WaterfallRow:
-    """The bars of one ``requests.parquet`` row: setup phases end to end from 0, then send, wait, first token and
-    stream placed back from the TTFB, TTFT and E2E marks."""
+    """The bars of one ``requests.parquet`` row: a retried request's earlier attempts (``retry``) and the waits after
+    them (``backoff``) from 0, the last attempt's setup phases end to end after them, then send, wait, first token
+    and stream placed back from the TTFB, TTFT and E2E marks (which run from the first attempt)."""
     client: list[Segment] = []
     at = 0.0
+    retry = _f(row, "retry_ms")
+    if retry is not None and retry > 0.0:
+        client += _retry_segments(row, retry)
+        at = retry
     for name in ("pool", "dns", "connect", "tls"):
         ms = _f(row, f"{name}_ms")
         if ms is not None and (name != "pool" or ms >= 1.0):  # a pool "wait" under 1 ms is the client's own work
@@ -152,6 +176,9 @@ def row_from_request(row: dict[str, Any], label: str) -> WaterfallRow:
         facts.append(str(row["http_version"]))
     if row.get("status") is not None:
         facts.append(f"HTTP {row['status']}")
+    attempts = row.get("attempts")
+    if attempts is not None and int(attempts) > 1:
+        facts.append(f"{int(attempts)} attempts")
     error = None
     if not row.get("ok", True):
         error = f"{row.get('error_phase')}: {row.get('error_kind')} {row.get('error_message') or ''}".strip()

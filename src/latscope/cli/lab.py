@@ -392,6 +392,31 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
     help="How long a duplicate waits for the running original before it gets 409.",
 )
 @click.option(
+    "--circuit-breaker",
+    is_flag=True,
+    help="Put a circuit breaker in front of the engine: once --circuit-error-ratio of the recent requests failed "
+    "upstream it refuses everything (503 with Retry-After) for --circuit-open-s, then lets one probe through.",
+)
+@click.option(
+    "--circuit-error-ratio",
+    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+    default=0.5,
+    help="The share of failed requests among the last 20 (at least 10 seen) that opens the breaker.",
+)
+@click.option(
+    "--circuit-open-s",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=5.0,
+    help="Seconds the breaker stays open before its half-open probe.",
+)
+@click.option(
+    "--upstream-error-rate",
+    type=click.FloatRange(min=0.0, max=1.0),
+    default=0.0,
+    help="The share of requests the engine fails before their first token (503 engine_unavailable): an unhealthy "
+    "upstream for the breaker to trip on.",
+)
+@click.option(
     "--gateway-hop-ms",
     type=click.FloatRange(min=0.0),
     default=None,
@@ -484,6 +509,7 @@ def command(
       latscope lab --fault gateway-overhead         a converting gateway in front; prints its upstream's URL
       latscope lab --tls --edge nginx --fault proxy-buffering   a real nginx in front, buffering the stream
       latscope lab --replicas 4 --idempotency-store redis://127.0.0.1:6379/0   four labs, one port, shared keys
+      latscope lab --circuit-breaker --upstream-error-rate 0.6   a failing engine behind a breaker that opens
     """
     console = Console(stderr=True)
     if list_faults:

@@ -18,6 +18,7 @@ import dataclasses
 from typing import Any
 
 from latscope.lab.batchlog import BatchLog
+from latscope.lab.breaker import CircuitBreaker
 from latscope.lab.certs import CertFiles, generate_self_signed, remove_cert_files
 from latscope.lab.front import ResponseCacheEdge, front_door
 from latscope.lab.gateway import Gateway
@@ -85,6 +86,25 @@ class Lab(Served, AsyncService):
         """Requests the ``response-cache`` fault answered from storage so far (0 without it): ground truth."""
         front = self._front
         return front.hits if isinstance(front, ResponseCacheEdge) else 0
+
+    @property
+    def breaker(self) -> CircuitBreaker | None:
+        """The gateway's circuit breaker while the lab runs (None when it is off or the lab is stopped)."""
+        return self._service.breaker if self._service is not None else None
+
+    @property
+    def upstream_error_rate(self) -> float:
+        """The share of requests the engine fails before their first token (``settings.upstream_error_rate`` until
+        changed): settable while the lab runs, so an unhealthy upstream can recover."""
+        return self._service.upstream_error_rate if self._service is not None else self.settings.upstream_error_rate
+
+    @upstream_error_rate.setter
+    def upstream_error_rate(self, rate: float) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"upstream_error_rate must be in [0, 1], got {rate!r}")
+        if self._service is None:
+            raise RuntimeError("the lab is not running")
+        self._service.upstream_error_rate = rate
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     async def start(self) -> None:

@@ -76,6 +76,9 @@ class RequestRecord:
     #: what the key cost before the request ran or replayed: the store's claim or lookup, and a duplicate's wait for
     #: the original, ms; None when the key was not looked at
     idempotency_ms: float | None = None
+    #: what the gateway's circuit breaker did with the request: ``refused`` (open: 503, never reached the engine),
+    #: ``probe`` (half-open: the request that tried the upstream again); None when it let it through closed, or is off
+    circuit: str | None = None
 
 
 def new_record_log(maxlen: int = DEFAULT_RECORDS_MAX) -> collections.deque[RequestRecord]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from latscope.lab.breaker import BreakerConfig
 from latscope.lab.costmodel import CostModel
 from latscope.lab.faults import (
     BATCHING_TRIGGER,
@@ -112,6 +113,17 @@ class LabSettings:
     #: set (0 included) puts the hop in front, explicit values win over what ``gateway-overhead`` implies
     gateway_hop_ms: float | None = None
     gateway_chunk_ms: float | None = None
+    #: the gateway's circuit breaker in front of the engine (:mod:`latscope.lab.breaker`): off unless set; it opens
+    #: when ``circuit_error_ratio`` of the last ``circuit_window`` requests (at least ``circuit_min_requests``) failed
+    #: upstream, refuses everything for ``circuit_open_s`` seconds (503, Retry-After), then lets one probe through
+    circuit_breaker: bool = False
+    circuit_error_ratio: float = 0.5
+    circuit_window: int = 20
+    circuit_min_requests: int = 10
+    circuit_open_s: float = 5.0
+    #: the share of requests the engine fails before their first token (503 ``engine_unavailable``), drawn from
+    #: ``seed``: an unhealthy upstream for the breaker to trip on; 0 fails none
+    upstream_error_rate: float = 0.0
 
     def __post_init__(self) -> None:
         # the Python API takes lists and strings where these are tuples and paths; a frozen value holds them as such
@@ -121,6 +133,21 @@ class LabSettings:
                 object.__setattr__(self, name, tuple(value))
         if self.batch_log is not None and not isinstance(self.batch_log, Path):
             object.__setattr__(self, "batch_log", Path(self.batch_log))
+        if not 0.0 <= self.upstream_error_rate <= 1.0:
+            raise ValueError(f"upstream_error_rate must be in [0, 1], got {self.upstream_error_rate!r}")
+        self.breaker  # noqa: B018 — validates the breaker's values now, not when the first request comes
+
+    @property
+    def breaker(self) -> BreakerConfig | None:
+        """The circuit breaker's configuration, None when it is off (raises ValueError for impossible values)."""
+        if not self.circuit_breaker:
+            return None
+        return BreakerConfig(
+            error_ratio=self.circuit_error_ratio,
+            window=self.circuit_window,
+            min_requests=self.circuit_min_requests,
+            open_s=self.circuit_open_s,
+        )
 
     @property
     def active_faults(self) -> frozenset[str]:

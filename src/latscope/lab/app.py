@@ -96,6 +96,7 @@ class Lab(Served, AsyncService):
             slow_parse=settings.slow_parse,
             max_context_tokens=settings.engine_cost.kv_capacity_tokens,
             rate_limit=settings.rate_limit(),
+            image_ms_per_mb=settings.image_preprocess_ms_per_mb,
         )
         service = LabService(
             settings, gateway=gateway, scheduler=self.scheduler, metrics=self.metrics, records=self.records

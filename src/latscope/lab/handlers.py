@@ -179,6 +179,10 @@ class _Trace:
             traceparent=_traceparent(request),
             gateway_wait_ms=self.gateway_wait_ms,
             retry_after_ms=self.retry_after_ms,
+            image_bytes=parsed.image_bytes if parsed is not None else 0,
+            preprocess_ms=(
+                ms(parsed.image_decode_ns + parsed.preprocess_ns) if parsed is not None and parsed.images else None
+            ),
         )
 
 
@@ -358,8 +362,11 @@ class LabService:
             raise
         trace.gateway_wait_ms = admitted.wait_ms if self.gateway.limiter is not None else None
         trace.limit_headers = admitted.headers
-        # the engine's queue starts when the gateway lets the request through: a gateway's wait is not the engine's
-        arrived_ns = request.received_ns if not admitted.wait_ms else time.monotonic_ns()
+        parsed = trace.parsed = await self.gateway.preprocess(parsed)
+        # the engine's queue starts when the gateway lets the request through: a gateway's wait (the rate limiter's,
+        # image preprocessing) is not the engine's
+        waited = admitted.wait_ms or parsed.preprocess_ns
+        arrived_ns = request.received_ns if not waited else time.monotonic_ns()
         try:
             stream = self.scheduler.submit(
                 GenerationRequest(

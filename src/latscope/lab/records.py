@@ -66,6 +66,10 @@ class RequestRecord:
     gateway_wait_ms: float | None = None
     #: the wait the rate limiter's 429 asked for (its ``retry-after-ms``), ms; None when it did not refuse
     retry_after_ms: float | None = None
+    #: bytes of the images the request carried (OpenAI chat ``image_url`` parts, decoded from base64), 0 for none
+    image_bytes: int = 0
+    #: what the gateway spent on those images, ms: decoding them and preprocessing them; None without images
+    preprocess_ms: float | None = None
 
 
 def new_record_log(maxlen: int = DEFAULT_RECORDS_MAX) -> collections.deque[RequestRecord]:

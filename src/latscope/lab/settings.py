@@ -34,6 +34,8 @@ from latscope.lab.faults import (
     SHORT_KEEPALIVE,
     SHORT_KEEPALIVE_TIMEOUT_S,
     SILENT_RESPONSE_CACHE,
+    SLOW_IMAGE_MS_PER_MB,
+    SLOW_IMAGE_PREPROCESSING,
     SLOW_PARSE,
     SLOW_SAMPLING,
     SLOW_SAMPLING_MS,
@@ -49,6 +51,7 @@ from latscope.lab.http.limits import (
     DEFAULT_MAX_HEADER_BYTES,
     ConnectionLimits,
 )
+from latscope.lab.images import DEFAULT_MS_PER_MB
 from latscope.lab.ratelimit import LimitMode, RateLimitConfig
 from latscope.lab.records import DEFAULT_RECORDS_MAX
 from latscope.lab.scheduler import Policy, SchedulerConfig
@@ -96,6 +99,9 @@ class LabSettings:
     rate_limit_tokens_per_min: int | None = None
     rate_limit_burst: int | None = None  #: the requests bucket's size; None: a whole minute's quota
     rate_limit_max_wait_s: float | None = None  #: queue mode: the longest wait before a 429 instead
+    #: what the gateway spends preprocessing images, ms per MB of image; None: what the faults imply (a small cost,
+    #: or ``slow-image-preprocessing``'s)
+    image_ms_per_mb: float | None = None
 
     def __post_init__(self) -> None:
         # the Python API takes lists and strings where these are tuples and paths; a frozen value holds them as such
@@ -140,6 +146,14 @@ class LabSettings:
     def header_scan_ms_per_kb(self) -> float | None:
         """What the gateway spends per KB of request headers, ms (``header-scan``), None when nothing."""
         return HEADER_SCAN_MS_PER_KB if HEADER_SCAN in self.active_faults else None
+
+    @property
+    def image_preprocess_ms_per_mb(self) -> float:
+        """What the gateway spends preprocessing images, ms per MB: the explicit setting, else
+        ``slow-image-preprocessing``'s, else the tuned lab's small cost."""
+        if self.image_ms_per_mb is not None:
+            return self.image_ms_per_mb
+        return SLOW_IMAGE_MS_PER_MB if SLOW_IMAGE_PREPROCESSING in self.active_faults else DEFAULT_MS_PER_MB
 
     @property
     def response_cache(self) -> Literal["headers", "silent"] | None:

@@ -12,10 +12,11 @@ goes into the line's intercept, not its slope.
 
 Two lines, as for parsing: through every pair (slope, its standard error, the residual noise) and through each size's
 fastest image minus its fastest control (a busy host only ever adds time, so the per-size minimum is the server's own
-cost). A finding needs both slopes at or above :data:`MIN_EXCESS_MS_PER_MB`, the all-pairs slope clear of zero by
-:data:`SLOPE_Z` standard errors, and the cost at the largest image at least :data:`NOISE_MULTIPLE` × the pairs' noise
-and :data:`MIN_COST_MS`; clear needs the fastest-line slope below the threshold and the all-pairs slope's lower edge
-below it too; anything else is inconclusive. Not tested when the dialect has no image parts or the server refused an
+cost). A finding needs the fastest-line slope at or above :data:`MIN_EXCESS_MS_PER_MB` on a steady line
+(:data:`MIN_FLOOR_R2`), and the cost at the largest image at least :data:`NOISE_MULTIPLE` × the scatter of one
+request here (the controls', measured in the same run) and :data:`MIN_COST_MS`; clear needs the fastest-line slope
+below the threshold and the all-pairs slope's lower edge (:data:`SLOPE_Z` standard errors) below it too; anything
+else is inconclusive. Not tested when the dialect has no image parts or the server refused an
 image (the status is given).
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 from latscope.checks import failures
 from latscope.checks.evidence import ImagePair, MultimodalEvidence, Reference, RequestSample
 from latscope.checks.severity import costed_finding
-from latscope.checks.stats import LineFit, fit_line
+from latscope.checks.stats import LineFit, fit_line, median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
 from latscope.timeline.model import PHASES_BEFORE_FIRST_TOKEN
 from latscope.units import BYTES_PER_MB
@@ -40,9 +41,14 @@ MULTIMODAL_ID = "multimodal-preprocessing"
 MIN_EXCESS_MS_PER_MB = 20.0
 #: The all-pairs slope's uncertainty band is ± this many standard errors (≈ 95 %).
 SLOPE_Z = 2.0
-#: The cost at the largest image must stand this many times above the pairs' own noise (their residual standard
-#: deviation around the line): one slow pair cannot make a finding.
+#: The cost at the largest image must stand this many times above the noise of one request here: the controls'
+#: scatter around their own line (a robust standard deviation, :func:`control_noise_ms`).
 NOISE_MULTIPLE = 3.0
+#: A median absolute deviation times this is a standard deviation (for normally distributed noise).
+MAD_TO_SD = 1.4826
+#: Each size's fastest pair must lie on a line this well (R²) for a finding: preprocessing grows with the image's
+#: bytes, while a difference that jumps between sizes is something else (or a stall that hit every repeat).
+MIN_FLOOR_R2 = 0.8
 #: …and be at least this much, ms, to be worth a finding at all.
 MIN_COST_MS = 2.0
 #: Pairs, and distinct image sizes among them, a line needs before it can say anything.
@@ -87,6 +93,16 @@ def _floors(diffs: list[tuple[float, float, float, float]]) -> list[tuple[float,
             image[bucket] = (mb, image_ms)
         text[bucket] = min(text.get(bucket, text_ms), text_ms)
     return [(image[b][0], image[b][1] - text[b]) for b in sorted(image)]
+
+
+def control_noise_ms(diffs: list[tuple[float, float, float, float]]) -> float:
+    """How much one request's TTFT scatters here, ms: the controls' deviations from their own line, as a robust
+    standard deviation (1.4826 × their median absolute deviation: one stalled request does not move it)."""
+    fit = fit_line([d[0] for d in diffs], [d[2] for d in diffs])
+    if fit is None:
+        return 0.0
+    deviations = [abs(d[2] - fit.at(d[0])) for d in diffs]
+    return MAD_TO_SD * (median(deviations) or 0.0)
 
 
 def _server_slope(pairs: tuple[ImagePair, ...]) -> float | None:
@@ -174,26 +190,26 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
             f"({text_rate} ms/MB as text), below {MIN_EXCESS_MS_PER_MB:g} ms/MB",
             evidence,
         )
-    noise = NOISE_MULTIPLE * fit.residual_sd
-    if excess < MIN_EXCESS_MS_PER_MB or fit.slope < MIN_EXCESS_MS_PER_MB or low <= 0.0:
+    noise = control_noise_ms(diffs)
+    evidence["control_noise_ms"] = round(noise, 3)
+    if excess < MIN_EXCESS_MS_PER_MB or floor.r2 < MIN_FLOOR_R2:
         return Inconclusive(
             MULTIMODAL_ID,
-            f"a MB of image costs {excess:.2f} ms on each size's fastest pair and {fit.slope:.2f} "
-            f"± {SLOPE_Z * fit.slope_se:.2f} ms over all pairs (threshold {MIN_EXCESS_MS_PER_MB:g} ms/MB): more "
-            "repeats or larger images would settle it",
+            f"a MB of image costs {excess:.2f} ms on each size's fastest pair (R² {floor.r2:.2f}) and "
+            f"{fit.slope:.2f} ± {SLOPE_Z * fit.slope_se:.2f} ms over all pairs (threshold "
+            f"{MIN_EXCESS_MS_PER_MB:g} ms/MB): more repeats or larger images would settle it",
             evidence,
         )
-    if at_largest < max(noise, MIN_COST_MS):
+    if at_largest < max(NOISE_MULTIPLE * noise, MIN_COST_MS):
         return Inconclusive(
             MULTIMODAL_ID,
             f"a MB of image costs {excess:.2f} ms, but at the largest image ({largest:.2f} MB) that is "
-            f"{at_largest:.1f} ms, within {NOISE_MULTIPLE:g}× the pairs' noise ({fit.residual_sd:.1f} ms): larger "
+            f"{at_largest:.1f} ms, within {NOISE_MULTIPLE:g}× the controls' own scatter ({noise:.1f} ms): larger "
             "images would settle it",
             evidence,
         )
-    confidence = (
-        Confidence.HIGH if floor.r2 >= HIGH_CONFIDENCE_R2 and fit.r2 >= HIGH_CONFIDENCE_R2 else Confidence.MEDIUM
-    )
+    steady = floor.r2 >= HIGH_CONFIDENCE_R2 and fit.r2 >= HIGH_CONFIDENCE_R2
+    confidence = Confidence.HIGH if steady else Confidence.MEDIUM
     return costed_finding(
         MULTIMODAL_ID,
         excess,
@@ -206,7 +222,7 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
         rule=(
             f"TTFT grows {excess:.2f} ms per MB of image beyond the same bytes as text ({text_rate} ms/MB as text), "
             f"≥ {MIN_EXCESS_MS_PER_MB:g} ms/MB and {at_largest:.1f} ms at {largest:.2f} MB, ≥ {NOISE_MULTIPLE:g}× "
-            f"the pairs' noise ({fit.residual_sd:.1f} ms)"
+            f"the controls' own scatter ({noise:.1f} ms)"
         ),
         confidence=confidence,
     )

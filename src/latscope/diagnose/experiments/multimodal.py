@@ -40,7 +40,7 @@ SIZES_MB = (0.25, 0.5, 1.0, 2.0)
 SIZES_MB_QUICK = (0.25, 0.5, 1.0)
 #: Repeats per size (each an image and its control): the check keeps each size's fastest of them.
 REPEATS = 3
-REPEATS_QUICK = 2
+REPEATS_QUICK = 3
 #: The first image, bytes: small, to find out whether the server accepts image parts at all.
 PROBE_IMAGE_BYTES = 16 * 1024
 PROMPT_TOKENS = 16

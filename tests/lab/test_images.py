@@ -7,13 +7,21 @@ import base64
 
 import pytest
 
+from latscope.cli.lab import settings_from_options
 from latscope.diagnose.experiments.multimodal import data_uri, noise_png
 from latscope.dialects.base import RequestSpec
 from latscope.dialects.openai import chat_request
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
 from latscope.lab.faults import SLOW_IMAGE_MS_PER_MB
-from latscope.lab.images import IMAGE_TOKENS, ImageError, decode_data_uri, decode_image, pillow_available
+from latscope.lab.images import (
+    DEFAULT_MS_PER_MB,
+    IMAGE_TOKENS,
+    ImageError,
+    decode_data_uri,
+    decode_image,
+    pillow_available,
+)
 from latscope.timeline.model import Timeline
 from latscope.wire import Client
 
@@ -118,3 +126,10 @@ async def test_a_malformed_image_part_is_a_400_naming_the_part_and_the_lab_keeps
         good = await _send(lab, _with_image(_image_part(data_uri(noise_png(4096)))))
     assert bad.status == 400 and bad.error is not None and good.ok
     assert said in bad.error.message and "'messages[0].content[1].image_url.url'" in bad.error.message
+
+
+def test_the_command_line_sets_the_cost_per_mb_and_the_fault_implies_its_own() -> None:
+    assert settings_from_options({"image_ms_per_mb": 12.0}).image_preprocess_ms_per_mb == 12.0
+    faulty = settings_from_options({"image_ms_per_mb": None, "faults": ("slow-image-preprocessing",)})
+    assert faulty.image_preprocess_ms_per_mb == SLOW_IMAGE_MS_PER_MB
+    assert settings_from_options({}).image_preprocess_ms_per_mb == DEFAULT_MS_PER_MB

@@ -279,6 +279,13 @@ def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -
     default=None,
     help="Queue mode: the longest a request waits before it gets 429 instead [default: 2].",
 )
+@click.option(
+    "--image-ms-per-mb",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="What preprocessing image parts costs, ms per MB of image, decoding included [default: 1; 40 with "
+    "slow-image-preprocessing].",
+)
 @click.option("--seed", type=int, default=0, help="Base seed of the generated token text.")
 @click.option(
     "--metrics-names",

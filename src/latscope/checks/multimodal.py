@@ -22,7 +22,7 @@ image (the status is given).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from latscope.checks import failures
 from latscope.checks.evidence import ImagePair, MultimodalEvidence, Reference, RequestSample
@@ -73,35 +73,52 @@ def _server_before_token_ms(sample: RequestSample) -> float | None:
     return sum(phases) if phases else None
 
 
-def paired_differences(pairs: tuple[ImagePair, ...]) -> list[tuple[float, float, float, float]]:
-    """``(image MB, image TTFT, control TTFT, difference)`` of every pair whose two requests both completed."""
-    out: list[tuple[float, float, float, float]] = []
+class PairedTtft(NamedTuple):
+    """One pair whose two requests both completed: the image's size (MB) and both TTFTs (ms, after setup)."""
+
+    image_mb: float
+    image_ms: float
+    text_ms: float
+
+    @property
+    def excess_ms(self) -> float:
+        """What the image cost beyond the same bytes as text, ms."""
+        return self.image_ms - self.text_ms
+
+
+def paired_ttfts(pairs: tuple[ImagePair, ...]) -> list[PairedTtft]:
+    """Every pair whose image and control both completed with a token, in the order sent."""
+    out: list[PairedTtft] = []
     for pair in pairs:
         image, text = _usable(pair.image), _usable(pair.text)
         if image is not None and text is not None:
-            out.append((pair.image_bytes / BYTES_PER_MB, image, text, image - text))
+            out.append(PairedTtft(pair.image_bytes / BYTES_PER_MB, image, text))
     return out
 
 
-def _floors(diffs: list[tuple[float, float, float, float]]) -> list[tuple[float, float]]:
+def _bucket(image_mb: float) -> int:
+    return round(image_mb * BYTES_PER_MB / SIZE_BUCKET_BYTES)
+
+
+def _floors(paired: list[PairedTtft]) -> list[tuple[float, float]]:
     """Per image size, its fastest image request minus its fastest control: ``(MB, ms)``."""
     image: dict[int, tuple[float, float]] = {}
     text: dict[int, float] = {}
-    for mb, image_ms, text_ms, _ in diffs:
-        bucket = round(mb * BYTES_PER_MB / SIZE_BUCKET_BYTES)
-        if bucket not in image or image_ms < image[bucket][1]:
-            image[bucket] = (mb, image_ms)
-        text[bucket] = min(text.get(bucket, text_ms), text_ms)
+    for p in paired:
+        bucket = _bucket(p.image_mb)
+        if bucket not in image or p.image_ms < image[bucket][1]:
+            image[bucket] = (p.image_mb, p.image_ms)
+        text[bucket] = min(text.get(bucket, p.text_ms), p.text_ms)
     return [(image[b][0], image[b][1] - text[b]) for b in sorted(image)]
 
 
-def control_noise_ms(diffs: list[tuple[float, float, float, float]]) -> float:
+def control_noise_ms(paired: list[PairedTtft]) -> float:
     """How much one request's TTFT scatters here, ms: the controls' deviations from their own line, as a robust
     standard deviation (1.4826 × their median absolute deviation: one stalled request does not move it)."""
-    fit = fit_line([d[0] for d in diffs], [d[2] for d in diffs])
+    fit = fit_line([p.image_mb for p in paired], [p.text_ms for p in paired])
     if fit is None:
         return 0.0
-    deviations = [abs(d[2] - fit.at(d[0])) for d in diffs]
+    deviations = [abs(p.text_ms - fit.at(p.image_mb)) for p in paired]
     return MAD_TO_SD * (median(deviations) or 0.0)
 
 
@@ -120,13 +137,14 @@ def _server_slope(pairs: tuple[ImagePair, ...]) -> float | None:
     return None if fit is None else fit.slope
 
 
-def _evidence(ev: MultimodalEvidence, fit: LineFit, floor: LineFit, diffs: list[Any]) -> dict[str, Any]:
-    text_fit = fit_line([d[0] for d in diffs], [d[2] for d in diffs])
-    image_fit = fit_line([d[0] for d in diffs], [d[1] for d in diffs])
+def _evidence(ev: MultimodalEvidence, fit: LineFit, floor: LineFit, paired: list[PairedTtft]) -> dict[str, Any]:
+    sizes = [p.image_mb for p in paired]
+    text_fit = fit_line(sizes, [p.text_ms for p in paired])
+    image_fit = fit_line(sizes, [p.image_ms for p in paired])
     return {
         "control": ev.control,
-        "pairs": len(diffs),
-        "largest_image_mb": round(max(d[0] for d in diffs), 3),
+        "pairs": len(paired),
+        "largest_image_mb": round(max(sizes), 3),
         "excess_ms_per_mb": round(floor.slope, 3),
         "excess_ms_per_mb_all_pairs": round(fit.slope, 3),
         "excess_ms_per_mb_se": None if fit.slope_se is None else round(fit.slope_se, 3),
@@ -136,7 +154,7 @@ def _evidence(ev: MultimodalEvidence, fit: LineFit, floor: LineFit, diffs: list[
         "image_ttft_ms_per_mb": None if image_fit is None else round(image_fit.slope, 3),
         "text_ttft_ms_per_mb": None if text_fit is None else round(text_fit.slope, 3),
         "threshold_ms_per_mb": MIN_EXCESS_MS_PER_MB,
-        "points": [[round(mb, 3), round(i, 3), round(t, 3)] for mb, i, t, _ in diffs],
+        "points": [[round(p.image_mb, 3), round(p.image_ms, 3), round(p.text_ms, 3)] for p in paired],
     }
 
 
@@ -158,26 +176,26 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
         return NotTested(MULTIMODAL_ID, why)
     if ev.control is None:
         return NotTested(MULTIMODAL_ID, "the server accepted no control carrying the same bytes as text")
-    diffs = paired_differences(ev.pairs)
-    sizes = {round(d[0] * BYTES_PER_MB / SIZE_BUCKET_BYTES) for d in diffs}
-    if len(diffs) < MIN_PAIRS or len(sizes) < MIN_SIZES:
+    paired = paired_ttfts(ev.pairs)
+    sizes = {_bucket(p.image_mb) for p in paired}
+    if len(paired) < MIN_PAIRS or len(sizes) < MIN_SIZES:
         images = [p.image for p in ev.pairs]
         failed = failures.summarise([*images, *(p.text for p in ev.pairs)], total=2 * len(ev.pairs))
         refused = [s for s in images if s.status is not None and 400 <= s.status < 500]
-        reason = f"only {len(diffs)} image/text pair(s) over {len(sizes)} size(s) completed"
+        reason = f"only {len(paired)} image/text pair(s) over {len(sizes)} size(s) completed"
         if refused:
             reason += f"; the server refused larger images (HTTP {refused[0].status})"
         return NotTested(MULTIMODAL_ID, reason + (f" ({failed})" if failed else ""))
-    fit = fit_line([d[0] for d in diffs], [d[3] for d in diffs])
-    floors = _floors(diffs)
+    fit = fit_line([p.image_mb for p in paired], [p.excess_ms for p in paired])
+    floors = _floors(paired)
     floor = fit_line([x for x, _ in floors], [y for _, y in floors])
     if fit is None or floor is None or fit.slope_se is None:
         return Inconclusive(MULTIMODAL_ID, "the image sizes did not span enough for a line; run again")
-    evidence = _evidence(ev, fit, floor, diffs)
+    evidence = _evidence(ev, fit, floor, paired)
     reported = _server_slope(ev.pairs)
     if reported is not None:
         evidence["server_reported_ms_per_mb"] = round(reported, 3)
-    largest = max(d[0] for d in diffs)
+    largest = max(p.image_mb for p in paired)
     excess = floor.slope
     at_largest = excess * largest
     evidence["cost_at_largest_ms"] = round(at_largest, 3)
@@ -190,7 +208,7 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
             f"({text_rate} ms/MB as text), below {MIN_EXCESS_MS_PER_MB:g} ms/MB",
             evidence,
         )
-    noise = control_noise_ms(diffs)
+    noise = control_noise_ms(paired)
     evidence["control_noise_ms"] = round(noise, 3)
     if excess < MIN_EXCESS_MS_PER_MB or floor.r2 < MIN_FLOOR_R2:
         return Inconclusive(

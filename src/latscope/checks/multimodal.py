@@ -170,9 +170,10 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
         if probe is None:
             why = "no image was sent"
         else:
-            status = f"HTTP {probe.status}: " if probe.status is not None else ""
             described = failures.describe(probe)
-            why = f"the server did not accept an image part ({status}{described.removeprefix(status)})"
+            if probe.status is not None and not described.startswith("HTTP"):
+                described = f"HTTP {probe.status}: {described}"
+            why = f"the server did not accept an image part ({described})"
         return NotTested(MULTIMODAL_ID, why)
     if ev.control is None:
         return NotTested(MULTIMODAL_ID, "the server accepted no control carrying the same bytes as text")

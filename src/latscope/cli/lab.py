@@ -429,6 +429,13 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
     default=None,
     help="The gateway's cost per streamed chunk, ms (also puts the hop in front) [default: 1 with gateway-overhead].",
 )
+@click.option(
+    "--image-ms-per-mb",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="What preprocessing image parts costs, ms per MB of image, decoding included [default: 1; 40 with "
+    "slow-image-preprocessing].",
+)
 @click.option("--seed", type=int, default=0, help="Base seed of the generated token text.")
 @click.option(
     "--metrics-names",

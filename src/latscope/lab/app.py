@@ -130,6 +130,7 @@ class Lab(Served, AsyncService):
             slow_parse=settings.slow_parse,
             max_context_tokens=settings.engine_cost.kv_capacity_tokens,
             rate_limit=settings.rate_limit(),
+            image_ms_per_mb=settings.image_preprocess_ms_per_mb,
         )
         idempotency = (
             Idempotency(store, ttl_s=settings.idempotency_ttl_s, wait_s=settings.idempotency_wait_s)

@@ -223,6 +223,10 @@ class _Trace:
             idempotency=self.idempotency,
             idempotency_ms=self.idempotency_ms,
             circuit=self.circuit,
+            image_bytes=parsed.image_bytes if parsed is not None else 0,
+            preprocess_ms=(
+                ms(parsed.image_decode_ns + parsed.preprocess_ns) if parsed is not None and parsed.images else None
+            ),
         )
 
 
@@ -500,9 +504,12 @@ class LabService:
             raise
         trace.gateway_wait_ms = admitted.wait_ms if self.gateway.limiter is not None else None
         trace.limit_headers = admitted.headers
+        parsed = trace.parsed = await self.gateway.preprocess(parsed)
+        # a request the gateway held (the rate limiter) or worked on (image preprocessing) reaches the engine later
+        held = bool(admitted.wait_ms or parsed.preprocess_ns)
         breaker = self.breaker
         if breaker is None:
-            await self._run_engine(channel, trace, parsed, request, admitted.wait_ms)
+            await self._run_engine(channel, trace, parsed, request, held)
             return
         passage = breaker.admit(time.monotonic())
         if not passage.admitted:
@@ -511,7 +518,7 @@ class LabService:
         trace.circuit = "probe" if passage.probe else None
         failed: bool | None = None
         try:
-            await self._run_engine(channel, trace, parsed, request, admitted.wait_ms)
+            await self._run_engine(channel, trace, parsed, request, held)
             # an engine failure is recorded on the trace (503, or an error event mid-stream), not raised past here
             failed = trace.error is not None and trace.error.startswith(GENERATION_FAILED)
         except ErrorResponse as refused:
@@ -526,14 +533,15 @@ class LabService:
         trace: _Trace,
         parsed: CompletionRequest,
         request: Request,
-        gateway_wait_ms: float,
+        held: bool,
     ) -> None:
         """Schedule an admitted request on the engine and answer it (streamed or whole); an engine failure becomes a
         503 before the response head, an error event after it."""
         assert trace.request_id is not None and trace.endpoint is not None
         request_id, endpoint = trace.request_id, trace.endpoint
-        # the engine's queue starts when the gateway lets the request through: a gateway's wait is not the engine's
-        arrived_ns = request.received_ns if not gateway_wait_ms else time.monotonic_ns()
+        # the engine's queue starts when the gateway lets the request through (``held``: later than it arrived): a
+        # gateway's wait (the rate limiter's, image preprocessing) is not the engine's
+        arrived_ns = time.monotonic_ns() if held else request.received_ns
         try:
             stream = self.scheduler.submit(
                 GenerationRequest(

@@ -79,6 +79,10 @@ class RequestRecord:
     #: what the gateway's circuit breaker did with the request: ``refused`` (open: 503, never reached the engine),
     #: ``probe`` (half-open: the request that tried the upstream again); None when it let it through closed, or is off
     circuit: str | None = None
+    #: bytes of the images the request carried (OpenAI chat ``image_url`` parts, decoded from base64), 0 for none
+    image_bytes: int = 0
+    #: what the gateway spent on those images, ms: decoding them and preprocessing them; None without images
+    preprocess_ms: float | None = None
 
 
 def new_record_log(maxlen: int = DEFAULT_RECORDS_MAX) -> collections.deque[RequestRecord]:

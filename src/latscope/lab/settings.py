@@ -39,6 +39,8 @@ from latscope.lab.faults import (
     SHORT_KEEPALIVE,
     SHORT_KEEPALIVE_TIMEOUT_S,
     SILENT_RESPONSE_CACHE,
+    SLOW_IMAGE_MS_PER_MB,
+    SLOW_IMAGE_PREPROCESSING,
     SLOW_PARSE,
     SLOW_SAMPLING,
     SLOW_SAMPLING_MS,
@@ -55,6 +57,7 @@ from latscope.lab.http.limits import (
     ConnectionLimits,
 )
 from latscope.lab.idempotency import DEFAULT_TTL_S, DEFAULT_WAIT_S
+from latscope.lab.images import DEFAULT_MS_PER_MB
 from latscope.lab.ratelimit import LimitMode, RateLimitConfig
 from latscope.lab.records import DEFAULT_RECORDS_MAX
 from latscope.lab.scheduler import Policy, SchedulerConfig
@@ -124,6 +127,9 @@ class LabSettings:
     #: the share of requests the engine fails before their first token (503 ``engine_unavailable``), drawn from
     #: ``seed``: an unhealthy upstream for the breaker to trip on; 0 fails none
     upstream_error_rate: float = 0.0
+    #: what the gateway spends preprocessing images, ms per MB of image; None: what the faults imply (a small cost,
+    #: or ``slow-image-preprocessing``'s)
+    image_ms_per_mb: float | None = None
 
     def __post_init__(self) -> None:
         # the Python API takes lists and strings where these are tuples and paths; a frozen value holds them as such
@@ -188,6 +194,14 @@ class LabSettings:
     def header_scan_ms_per_kb(self) -> float | None:
         """What the gateway spends per KB of request headers, ms (``header-scan``), None when nothing."""
         return HEADER_SCAN_MS_PER_KB if HEADER_SCAN in self.active_faults else None
+
+    @property
+    def image_preprocess_ms_per_mb(self) -> float:
+        """What the gateway spends preprocessing images, ms per MB: the explicit setting, else
+        ``slow-image-preprocessing``'s, else the tuned lab's small cost."""
+        if self.image_ms_per_mb is not None:
+            return self.image_ms_per_mb
+        return SLOW_IMAGE_MS_PER_MB if SLOW_IMAGE_PREPROCESSING in self.active_faults else DEFAULT_MS_PER_MB
 
     @property
     def response_cache(self) -> Literal["headers", "silent"] | None:

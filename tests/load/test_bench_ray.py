@@ -134,3 +134,44 @@ def test_without_ray_installed_the_error_says_how_to_get_it(monkeypatch: pytest.
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray → ImportError
     with pytest.raises(RayUnavailable, match=r"pip install 'latscope\[ray\]'"):
         run_bench(config("http://127.0.0.1:9/v1"), tmp_path, ray_address="auto")
+
+
+def test_the_command_line_runs_a_step_on_the_cluster(cluster: str, lab: Lab, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from latscope.cli.bench import command
+
+    out = tmp_path / "run"
+    args = [lab.url, "--ray", cluster, "-m", "lab-model", "-r", "20", "-n", "20", "--workers", "2", "--no-progress"]
+    result = CliRunner().invoke(command, [*args, "--no-server-metrics", "--prompt-tokens", "8", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    requests = pd.read_parquet(out / "requests.parquet")
+    assert len(requests) == 20 and requests.ok.all() and sorted(requests.worker.unique()) == [0, 1]
+    assert read_run_json(out)["ray"] == {"address": cluster}
+
+
+def test_ray_and_inline_together_are_a_usage_error() -> None:
+    from click.testing import CliRunner
+
+    from latscope.cli.bench import command
+
+    result = CliRunner().invoke(command, ["http://127.0.0.1:9/v1", "--ray", "--inline"])
+    assert result.exit_code == 2 and "--inline" in result.output
+
+
+def test_ctrl_c_stops_every_actor_and_the_run_is_saved(cluster: str, lab: Lab, tmp_path: Path) -> None:
+    pressed: list[bool] = []
+
+    def ctrl_c_midway(step: int, snapshots: dict[int, dict[str, Any]]) -> None:
+        if not pressed and sum(s.get("dispatched", 0) for s in snapshots.values()) >= 40:
+            pressed.append(True)
+            raise KeyboardInterrupt
+
+    result = run_bench(config(lab.url, duration_s=20.0), tmp_path, ray_address=cluster, on_progress=ctrl_c_midway)
+    assert pressed and result.interrupted
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    # both actors stopped within a second or so of the interrupt, long before the 20 s, and reported everything
+    assert 40 <= len(requests) < 0.5 * RATE * 20.0 and requests.request_id.is_unique
+    assert sorted(requests.worker.unique()) == [0, 1] and (requests.error_kind != "worker-lost").all()
+    facts = read_run_json(tmp_path)["steps"][0]
+    assert facts["interrupted"] and facts["ray"]["actors_lost"] == 0

@@ -13,7 +13,7 @@ import pytest
 
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
-from latscope.load.arrivals import InterArrival, OpenLoop
+from latscope.load.arrivals import ClosedLoop, InterArrival, OpenLoop
 from latscope.load.bench import run_bench
 from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
@@ -120,6 +120,43 @@ def test_an_actor_killed_mid_step_leaves_a_completed_run_with_its_lost_requests_
     [step] = result.steps
     assert step.overall.errors_by_kind.get("worker-lost") == len(lost)
     assert any("Ray actor(s) lost" in w and "missing" in w for w in step.warnings)
+
+
+def test_a_node_killed_mid_step_leaves_a_completed_run_with_its_lost_requests_counted(lab: Lab, tmp_path: Path) -> None:
+    require_ray()
+    own = RayCluster(nodes=2, cpus_per_node=1)  # its own: this one loses a node
+    with own as address:
+        killed: list[bool] = []
+
+        def kill_the_second_node_midway(step: int, snapshots: dict[int, dict[str, Any]]) -> None:
+            if not killed and sum(s.get("dispatched", 0) for s in snapshots.values()) >= 60:
+                own.kill_node(1)
+                killed.append(True)
+
+        result = run_bench(
+            config(lab.url, duration_s=4.0), tmp_path, ray_address=address, on_progress=kill_the_second_node_midway
+        )
+    assert killed and not result.interrupted
+    facts = read_run_json(tmp_path)["steps"][0]["ray"]
+    [lost_actor] = [a for a in facts["actors"] if a["state"] == "lost"]
+    assert "RayActorError" in lost_actor["lost_reason"]
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    assert requests.request_id.is_unique
+    share, w = int(RATE * 4.0) // 2, lost_actor["worker"]
+    assert (requests.worker == 1 - w).sum() == share and requests[requests.worker == 1 - w].ok.all()
+    lost = requests[requests.error_kind == "worker-lost"]
+    assert len(lost) == facts["requests_lost"] and (lost.worker == w).all()
+    assert (requests.worker == w).sum() + facts["requests_not_sent"] == share and facts["requests_not_sent"] > 0
+
+
+def test_closed_loop_users_are_split_across_the_actors(cluster: str, lab: Lab, tmp_path: Path) -> None:
+    result = run_bench(
+        config(lab.url, steps=(ClosedLoop(4),), duration_s=None, requests=24), tmp_path, ray_address=cluster
+    )
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    assert sorted(requests.request_id) == list(range(24)) and requests.ok.all()
+    assert requests.groupby("worker").size().to_dict() == {0: 12, 1: 12}
+    assert result.steps[0].overall.ok == 24
 
 
 def test_no_cluster_at_the_address_is_a_clear_error(tmp_path: Path) -> None:

@@ -81,7 +81,11 @@ class RayCluster:
         )
         env["RAY_USAGE_STATS_ENABLED"] = "0"
         self.env = env
-        self.sessions: set[int] = set()  #: session ids of the ``ray start`` commands
+        # a dead node is declared dead within about a second (Ray's default health check takes 15 s or more)
+        env["RAY_health_check_period_ms"] = "300"
+        env["RAY_health_check_timeout_ms"] = "300"
+        env["RAY_health_check_failure_threshold"] = "3"
+        self.sessions: list[int] = []  #: session ids of the ``ray start`` commands, head first
 
     def _common(self) -> list[str]:
         return [
@@ -102,7 +106,7 @@ class RayCluster:
             text=True,
             start_new_session=True,
         )
-        self.sessions.add(proc.pid)
+        self.sessions.append(proc.pid)
         out, _ = proc.communicate(timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"ray start failed ({proc.returncode}):\n{out}")
@@ -151,8 +155,16 @@ class RayCluster:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
 
-    def pids(self) -> list[int]:
-        """Processes of this cluster: those in the sessions of its ``ray start`` commands."""
+    def kill_node(self, index: int) -> None:
+        """Kill every process of node ``index`` (0 is the head) at once, as a machine that goes away."""
+        for pid in self.pids([self.sessions[index]]):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def pids(self, sessions: list[int] | None = None) -> list[int]:
+        """Processes of this cluster (or of the nodes started as ``sessions``): those in the sessions of its
+        ``ray start`` commands."""
+        wanted = set(self.sessions if sessions is None else sessions)
         out = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -162,7 +174,7 @@ class RayCluster:
             except OSError:
                 continue
             fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session …
-            if int(fields[3]) in self.sessions and fields[0] != "Z":
+            if int(fields[3]) in wanted and fields[0] != "Z":
                 out.append(int(entry.name))
         return out
 

@@ -212,3 +212,10 @@ def test_ctrl_c_stops_every_actor_and_the_run_is_saved(cluster: str, lab: Lab, t
     assert sorted(requests.worker.unique()) == [0, 1] and (requests.error_kind != "worker-lost").all()
     facts = read_run_json(tmp_path)["steps"][0]
     assert facts["interrupted"] and facts["ray"]["actors_lost"] == 0
+
+
+def test_more_actors_than_the_cluster_has_cpus_is_a_usage_error(cluster: str, lab: Lab, tmp_path: Path) -> None:
+    from latscope.load.config import BenchConfigError
+
+    with pytest.raises(BenchConfigError, match="has 2 CPUs"):
+        run_bench(config(lab.url, workers=3), tmp_path, ray_address=cluster)

@@ -275,6 +275,8 @@ def _run_on_ray(
         for step, arrival in enumerate(config.steps):
             gauges.mark(arrival.label)
             workers = config.workers or auto_workers(arrival, config.url, cores=cpus)
+            if workers > cpus:  # the extra actors would wait for a CPU until READY_TIMEOUT_S
+                raise BenchConfigError(f"--workers {workers}: the Ray cluster has {cpus} CPUs, one per actor")
             if on_step is not None:
                 on_step(step, arrival.label, workers)
             ray_step = onray.RayStep(config, model, step, workers, run_dir, name_prefix=f"latscope-{run_dir.name}")

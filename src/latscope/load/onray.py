@@ -31,6 +31,7 @@ the offered load went missing. Ctrl-C asks every actor to stop (as with local wo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -148,19 +149,11 @@ class StepActor:
     """One worker of one step in a Ray actor process (wrapped by ``ray.remote`` on the driver). Every method
     returns at once; the step itself runs on an event loop in a thread of its own."""
 
-    def __init__(
-        self,
-        config: dict[str, Any],
-        headers: tuple[tuple[str, str], ...],
-        model: str,
-        step: int,
-        worker: int,
-        workers: int,
-    ) -> None:
+    def __init__(self, config: dict[str, Any], model: str, step: int, worker: int, workers: int) -> None:
         raise_fd_limit()
-        # the headers are the user's (-H, --api-key): secrets in this process too, for every message it records
-        register_secret_headers(headers, by_hand=True)
-        self.config = BenchConfig.from_dict(config, headers=headers)
+        # ``config`` is the redacted form (Ray keeps an actor's constructor arguments in its control store): the real
+        # URL and headers come with :meth:`prepare`, a direct call
+        self.config = BenchConfig.from_dict(config)
         self.model = model
         self.assignment = Assignment(step, worker, workers)
         self._lock = threading.Lock()
@@ -191,14 +184,18 @@ class StepActor:
         """This process's monotonic clock (a clock exchange)."""
         return time.monotonic_ns()
 
-    def prepare(self) -> dict[str, Any]:
-        """Create the client and settle; return once ready to start (or with the error)."""
+    def prepare(self, url: str, headers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+        """Take the target's real URL and headers, create the client and settle; return once ready to start (or
+        with the error)."""
+        # the headers are the user's (-H, --api-key): secrets in this process too, for every message it records
+        register_secret_headers(headers, by_hand=True)
+        self.config = dataclasses.replace(self.config, url=url, headers=headers)
         self._thread.start()
-        self._ready.wait(READY_TIMEOUT_S)
+        ready = self._ready.wait(READY_TIMEOUT_S)
         a = self.assignment
         return {
-            "ready": self._ready.is_set() and self._error is None,
-            "error": self._error,
+            "ready": ready and self._error is None,
+            "error": self._error or (None if ready else f"not ready after {READY_TIMEOUT_S:g} s"),
             "schedule": schedule_fingerprint(self.config, a.step, a.worker, a.workers),
         }
 
@@ -370,12 +367,11 @@ class RayStep:
         import ray
 
         remote_cls = ray.remote(num_cpus=1, max_restarts=0)(StepActor)
-        config_dict = self.config.to_dict()
-        config_dict["url"] = self.config.url  # to_dict redacts credentials in the URL; the actors need the real one
+        config_dict = self.config.to_dict()  # redacted: the real URL and headers go with prepare()
         for w in range(self.workers):
             name = self.actor_name(w)
             handle = remote_cls.options(name=name, scheduling_strategy="SPREAD").remote(
-                config_dict, tuple(self.config.headers), self.model, self.step, w, self.workers
+                config_dict, self.model, self.step, w, self.workers
             )
             self.actors.append(ActorState(w, handle, name))
         try:
@@ -386,7 +382,10 @@ class RayStep:
             state.identity = identity
             state.clock = measure_offset(_clock_reader(state.handle), time.monotonic_ns, DEFAULT_EXCHANGES)
         try:
-            answers = ray.get([s.handle.prepare.remote() for s in self.actors], timeout=READY_TIMEOUT_S + 10)
+            url, headers = self.config.url, tuple(self.config.headers)
+            answers = ray.get(
+                [s.handle.prepare.remote(url, headers) for s in self.actors], timeout=READY_TIMEOUT_S + 10
+            )
         except Exception as exc:
             raise WorkerFailed(f"the Ray actors failed to get ready: {exc}") from None
         for state, answer in zip(self.actors, answers, strict=True):
@@ -420,7 +419,12 @@ class RayStep:
                         if not state.finished and state.poll_ref is None:
                             state.poll_ref = state.handle.poll.remote()
                 waiting = [s.poll_ref for s in self.actors if s.poll_ref is not None]
-                ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=0.05)
+                until_poll = max(0.0, next_poll - time.monotonic())
+                if waiting:  # every answer, or what came by the next poll
+                    ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=until_poll)
+                else:
+                    ready = []
+                    time.sleep(until_poll)
                 done = {r.hex() for r in ready}
                 for state in self.actors:
                     if state.poll_ref is not None and state.poll_ref.hex() in done:

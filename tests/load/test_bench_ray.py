@@ -121,6 +121,15 @@ def test_an_actor_killed_mid_step_leaves_a_completed_run_with_its_lost_requests_
     assert step.overall.errors_by_kind.get("worker-lost") == len(lost)
     assert any("Ray actor(s) lost" in w and "missing" in w for w in step.warnings)
 
+    # the report shows where each actor ran, its clock offset and what was lost
+    from click.testing import CliRunner
+
+    from latscope.cli.report import command as report_command
+
+    shown = CliRunner().invoke(report_command, [str(tmp_path)], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert "Ray actors" in shown.output and "lost:" in shown.output and "RayActorError" in shown.output
+
 
 def test_a_node_killed_mid_step_leaves_a_completed_run_with_its_lost_requests_counted(lab: Lab, tmp_path: Path) -> None:
     require_ray()

@@ -73,6 +73,8 @@ class ErrorKind(StrEnum):
     ENCODING = "encoding"  #: the body came in a content encoding the client cannot decode
     LIMIT = "limit"  #: the response exceeded one of the client's limits (a line, an event, the body's size)
     CANCELLED = "cancelled"  #: the caller cancelled the request (a load step ended, Ctrl-C)
+    #: the load worker that ran it died (a Ray actor or its node) before reporting it: its outcome is unknown
+    WORKER_LOST = "worker-lost"
     INTERNAL = "internal"  #: a bug in latscope: the timeline keeps what was measured before it
 
 

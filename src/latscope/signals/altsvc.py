@@ -20,6 +20,7 @@ the rest are kept, and nothing raises.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote
 
 from latscope.signals.headers import HeaderInput, header_values, warn
@@ -167,3 +168,20 @@ def _split(text: str, separator: str) -> list[str]:
             start = index + 1
     parts.append(text[start:])
     return parts
+
+
+def h3_advertised(headers: HeaderInput) -> dict[str, Any] | None:
+    """The target fact a report shows: the first HTTP/3 alternative the response's ``Alt-Svc`` names, as
+    ``{"port", "host", "max_age_s"}`` (host None: the origin's own); None when the response advertises none (no
+    field, no ``h3`` in it, or ``clear``)."""
+    parsed = alt_svc(headers)
+    service = None if parsed is None else parsed.h3
+    if service is None:
+        return None
+    return {"port": service.port, "host": service.host, "max_age_s": service.max_age_s}
+
+
+def describe_h3(fact: dict[str, Any]) -> str:
+    """``h3 advertised (port 443, max-age 86400 s)`` for a fact of :func:`h3_advertised`."""
+    where = f"{fact['host']}:{fact['port']}" if fact.get("host") else f"port {fact['port']}"
+    return f"h3 advertised ({where}, max-age {fact['max_age_s']} s)"

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import ssl
 from collections.abc import Sequence
 from time import monotonic_ns
@@ -493,13 +494,8 @@ class H3Client(Client):
         return conn
 
 
-_ids = iter(range(1, 1 << 62))
-
-
-def _next_id() -> int:
-    """Connection ids of HTTP/3 connections: counted apart from the TCP pool's, from 1 << 40 up, so that a timeline
-    of either kind never shares an id with the other's."""
-    return (1 << 40) + next(_ids)
+#: ids of HTTP/3 connections, counted from 1 in this process (an H3Client has no TCP pool to share ids with)
+_next_id = itertools.count(1).__next__
 
 
 def _left(deadline_ns: int | None, limit_s: float) -> float:

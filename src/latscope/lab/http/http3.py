@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,9 @@ from latscope.lab.http.session import error_response, logger, now_ns
 
 #: Headers that are connection-specific in HTTP/1.1 and malformed in HTTP/3 (RFC 9114 §4.2).
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
+
+# aioquic logs a peer's protocol errors itself (as warnings); the lab answers or closes, which is all a peer gets
+logging.getLogger("quic").addHandler(logging.NullHandler())
 
 #: The most session tickets the listener keeps for resumption; the oldest go first (a lab runs for hours at most).
 MAX_TICKETS = 4096
@@ -245,7 +249,10 @@ class H3Protocol(QuicConnectionProtocol):
 
     def _on_stream_ended(self, stream_id: int) -> None:
         stream = self._streams.get(stream_id)
-        if stream is None or stream.refused or stream.channel is not None:
+        if stream is None or stream.channel is not None:
+            return
+        if stream.refused:
+            del self._streams[stream_id]  # answered already; nothing more comes on it
             return
         self.info.requests += 1
         channel = stream.channel = H3Channel(self, stream_id, stream.method)

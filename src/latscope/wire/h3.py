@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import logging
 import ssl
 from collections.abc import Sequence
 from time import monotonic_ns
@@ -55,6 +56,9 @@ from latscope.wire.errors import WireError, make_error, timeout_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin, OriginStats
 from latscope.wire.request import Outgoing
+
+# aioquic logs a failed handshake itself (a warning with the TLS alert); the timeline's error says it already
+logging.getLogger("quic").addHandler(logging.NullHandler())
 
 #: the ``http_version`` an HTTP/3 request records
 HTTP3 = "HTTP/3"

@@ -337,6 +337,7 @@ class H3Client(Client):
         self._connections: dict[Origin, Http3Connection] = {}
         self._all: set[Http3Connection] = set()
         self._tickets: dict[Origin, SessionTicket] = {}
+        self._opening: dict[Origin, asyncio.Future[None]] = {}  # a connection being opened, per origin
         self._h3_stats: dict[Origin, OriginStats] = {}
 
     def stats(self) -> dict[str, OriginStats]:
@@ -370,9 +371,7 @@ class H3Client(Client):
                     kind=ErrorKind.URL,
                 )
             stats = self._h3_stats.setdefault(origin, OriginStats())
-            conn = None if new_connection else self._connections.get(origin)
-            if conn is not None and not conn.usable:
-                conn = None
+            conn = None if new_connection else await self._shared(origin)
             if conn is None:
                 conn = await self._open_h3(origin, t, deadline_ns, stats)
                 reused = False
@@ -406,15 +405,32 @@ class H3Client(Client):
                 conn.abandon(exchange)
             raise
 
+    async def _shared(self, origin: Origin) -> Http3Connection | None:
+        """The origin's open connection; while one is being opened, that one once its handshake is done (the wait
+        is the request's pool phase, as for a request waiting for the first HTTP/2 connection); None when there is
+        none, or the one being opened failed."""
+        opening = self._opening.get(origin)
+        if opening is not None:
+            await asyncio.shield(opening)  # the opener's connect and TLS limits bound the wait
+        conn = self._connections.get(origin)
+        return conn if conn is not None and conn.usable else None
+
     async def _open_h3(
         self, origin: Origin, t: Timeline, deadline_ns: int | None, stats: OriginStats
     ) -> Http3Connection:
-        """Resolve, open the UDP socket and do the QUIC handshake, each timed into ``t``."""
+        """Resolve, open the UDP socket and do the QUIC handshake, each timed into ``t``; requests to the same
+        origin meanwhile wait for it rather than open their own (:meth:`_shared`)."""
+        opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._opening.setdefault(origin, opened)
         try:
             conn = await self._connect(origin, t, deadline_ns)
         except BaseException:
             stats.connect_failures += 1
             raise
+        finally:
+            if self._opening.get(origin) is opened:
+                del self._opening[origin]
+            opened.set_result(None)
         stats.connections_opened += 1
         if conn.info.tls_session_offered:
             stats.tls_sessions_offered += 1

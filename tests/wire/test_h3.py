@@ -8,8 +8,10 @@ Without aioquic these tests skip, except under CI (``CI`` or ``LATSCOPE_REQUIRE_
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
+import ssl
 import time
 
 import pytest
@@ -80,6 +82,18 @@ async def test_one_quic_connection_carries_the_requests_and_a_new_one_resumes_th
     (origin_stats,) = stats.values()
     assert (origin_stats.connections_opened, origin_stats.requests, origin_stats.reuses) == (2, 3, 1)
     assert (origin_stats.tls_sessions_offered, origin_stats.tls_sessions_resumed) == (1, 1)
+
+
+async def test_requests_sent_at_once_share_the_one_connection_being_opened() -> None:
+    async with Lab(tls=True, http3=True) as lab:
+        result = await probe(
+            lab.url, n=4, max_tokens=4, ca_file=str(lab.cert_path), http3=True, browser=True, scrape_metrics=False
+        )
+        accepted = lab.http3_connections_accepted
+    assert result.ok, [t.error for t in result.timelines]
+    assert accepted == 1
+    assert len({t.connection.connection_id for t in result.timelines if t.connection is not None}) == 1
+    assert sum(1 for t in result.timelines if t.connection is not None and t.connection.reused) == 3
 
 
 async def test_the_probe_over_http3_reports_handshake_ttft_and_the_alt_svc_fact() -> None:
@@ -186,3 +200,33 @@ def test_the_probe_command_refuses_http3_on_a_plain_url_and_compare_without_http
 def test_the_lab_command_refuses_http3_without_tls() -> None:
     result = CliRunner().invoke(cli, ["lab", "--http3", "--port", "0"])
     assert result.exit_code == 2 and "--http3 needs --tls" in result.output
+
+
+async def test_the_lab_answers_431_and_413_over_http3_before_reading_the_rest() -> None:
+    big = dataclasses.replace(SPEC, body=SPEC.body + b" " * 20_000)
+    async with (
+        Lab(tls=True, http3=True, max_header_bytes=4096, max_body_bytes=10_000) as lab,
+        H3Client(ca_file=str(lab.cert_path)) as client,
+    ):
+        bloated = await client.request(SPEC, lab.url, headers=[("x-padding", "p" * 8000)])
+        too_large = await client.request(big, lab.url)
+        after = await client.request(SPEC, lab.url)
+    assert bloated.status == 431 and too_large.status == 413
+    assert after.ok, after.error  # the connection still carries requests
+
+
+async def test_the_lab_closes_a_connection_that_breaks_http3_and_serves_the_next() -> None:
+    from aioquic.asyncio.client import connect
+    from aioquic.h3.connection import H3_ALPN
+    from aioquic.quic.configuration import QuicConfiguration
+
+    async with Lab(tls=True, http3=True) as lab:
+        configuration = QuicConfiguration(is_client=True, alpn_protocols=list(H3_ALPN), verify_mode=ssl.CERT_NONE)
+        async with connect("127.0.0.1", lab.port, configuration=configuration) as raw:
+            _, writer = await raw.create_stream()
+            writer.write(b"\x00\x3f" + os.urandom(64))  # a DATA frame before HEADERS, then noise (RFC 9114 §4.1)
+            writer.write_eof()
+            await asyncio.wait_for(raw.wait_closed(), 5.0)  # the lab closed the connection (H3_FRAME_UNEXPECTED)
+        async with H3Client(ca_file=str(lab.cert_path)) as client:
+            t = await client.request(SPEC, lab.url)
+    assert t.ok, t.error

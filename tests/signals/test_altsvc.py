@@ -5,7 +5,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from latscope.signals.altsvc import DEFAULT_MAX_AGE_S, AltService, AltSvc, alt_svc, parse_alt_svc
+from latscope.signals.altsvc import (
+    DEFAULT_MAX_AGE_S,
+    AltService,
+    AltSvc,
+    alt_svc,
+    describe_h3,
+    h3_advertised,
+    parse_alt_svc,
+)
 
 
 def test_h3_on_the_same_host_with_a_max_age() -> None:
@@ -77,3 +85,17 @@ def test_what_a_server_writes_reads_back(alternatives: list[tuple[str, str, int,
     parsed = parse_alt_svc(value)
     assert [(s.port, s.max_age_s) for s in parsed.services] == [(port, ma) for _, _, port, ma in alternatives]
     assert [s.host for s in parsed.services] == [h.strip("[]") or None for _, h, _, _ in alternatives]
+
+
+def test_the_target_fact_names_the_h3_alternative_or_none() -> None:
+    assert h3_advertised({"alt-svc": 'h2=":443", h3="edge.example:8443"; ma=60'}) == {
+        "port": 8443,
+        "host": "edge.example",
+        "max_age_s": 60,
+    }
+    assert h3_advertised({"alt-svc": "clear"}) is None
+    assert h3_advertised({"alt-svc": 'h3-29=":443"'}) is None
+    assert h3_advertised({}) is None
+    assert describe_h3({"port": 8443, "host": "edge.example", "max_age_s": 60}) == (
+        "h3 advertised (edge.example:8443, max-age 60 s)"
+    )

@@ -13,6 +13,7 @@ import os
 import socket
 import ssl
 import time
+from pathlib import Path
 
 import pytest
 
@@ -230,3 +231,12 @@ async def test_the_lab_closes_a_connection_that_breaks_http3_and_serves_the_next
         async with H3Client(ca_file=str(lab.cert_path)) as client:
             t = await client.request(SPEC, lab.url)
     assert t.ok, t.error
+
+
+async def test_an_unreadable_ca_file_fails_as_tls_config(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-cert.pem"
+    bad.write_text("garbage\n")
+    async with H3Client(ca_file=str(bad)) as client:
+        t = await client.request(SPEC, "https://127.0.0.1:9/v1")
+    assert t.error is not None and t.error.phase is Phase.TLS and t.error.kind is ErrorKind.TLS_CONFIG
+    assert str(bad) in t.error.message

@@ -8,8 +8,9 @@ and the waterfall, metrics and checks read it unchanged.
 How the phases map onto QUIC (the choice is recorded here because the timeline has no phase of its own for it):
 
 * ``dns`` — ``getaddrinfo``, as over TCP (none for an IP literal).
-* ``connect`` — opening and connecting the UDP socket: no packet is exchanged, so it is a few microseconds. QUIC has
-  no separate transport handshake; the first flight already carries the TLS ClientHello.
+* ``connect`` — setting up the QUIC connection's state and opening and connecting the UDP socket: no packet is
+  exchanged, so it is well under a millisecond. QUIC has no separate transport handshake; the first flight already
+  carries the TLS ClientHello.
 * ``tls`` — the QUIC handshake: from the first Initial packet to the datagram that completed the TLS 1.3 handshake
   inside QUIC (RFC 9001), one round trip (plus a second when the server asks for address validation). This is the
   number to compare with TCP's connect + tls.
@@ -85,9 +86,9 @@ class _Protocol(QuicConnectionProtocol):
         try:
             super().datagram_received(data, addr)
         except Exception as exc:  # an aioquic bug or a state the server forced: the connection is unusable
-            self.owner.broken(
-                make_error(f"QUIC error: {exc!r}", phase=Phase.STREAM, kind=ErrorKind.PROTOCOL), self.at_ns
-            )
+            owner = self.owner
+            phase, kind = (Phase.STREAM, ErrorKind.PROTOCOL) if owner.handshake_done else (Phase.TLS, ErrorKind.TLS)
+            owner.broken(make_error(f"QUIC error: {exc!r}", phase=phase, kind=kind), self.at_ns)
 
     def error_received(self, exc: Exception) -> None:
         # on a connected UDP socket the kernel reports an ICMP port unreachable as ECONNREFUSED
@@ -120,6 +121,11 @@ class Http3Connection:
     @property
     def usable(self) -> bool:
         return not self.closed
+
+    @property
+    def handshake_done(self) -> bool:
+        """True once the QUIC handshake completed."""
+        return self._handshake.done() and not self._handshake.cancelled() and self._handshake.exception() is None
 
     async def handshake(self, addr: Any, timeout_s: float) -> int:
         """Start the QUIC handshake towards ``addr``; return the stamp of the datagram that completed it."""
@@ -338,6 +344,7 @@ class H3Client(Client):
         self._all: set[Http3Connection] = set()
         self._tickets: dict[Origin, SessionTicket] = {}
         self._opening: dict[Origin, asyncio.Future[None]] = {}  # a connection being opened, per origin
+        self._ca_file_ok = False
         self._h3_stats: dict[Origin, OriginStats] = {}
 
     def stats(self) -> dict[str, OriginStats]:
@@ -439,12 +446,29 @@ class H3Client(Client):
         self._connections[origin] = conn
         return conn
 
+    def _check_ca_file(self) -> None:
+        """Read ``ca_file`` once, so that an unreadable one fails as the TCP client's does (kind "tls-config")
+        rather than deep inside the handshake."""
+        if self.ca_file is None or self._ca_file_ok:
+            return
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=self.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise make_error(
+                f"TLS set-up failed (CA file {self.ca_file}): {reason}", phase=Phase.TLS, kind=ErrorKind.TLS_CONFIG
+            ) from None
+        self._ca_file_ok = True
+
     async def _connect(self, origin: Origin, t: Timeline, deadline_ns: int | None) -> Http3Connection:
+        self._check_ca_file()
         timeouts = self.timeouts
         addresses = await resolve(origin, t, _left(deadline_ns, timeouts.connect_s))
         family, _, _, sockaddr = addresses[0]
         addr: Any = sockaddr
         loop = asyncio.get_running_loop()
+        # connect: the QUIC connection's state (keys for the Initial packets) and the UDP socket; no packet yet
+        t.connect_start_ns = monotonic_ns()
         configuration = QuicConfiguration(
             is_client=True,
             alpn_protocols=list(H3_ALPN),
@@ -470,7 +494,6 @@ class H3Client(Client):
             tls_session_offered=ticket is not None,
         )
         conn = Http3Connection(origin, quic, info)
-        t.connect_start_ns = monotonic_ns()
         try:
             transport, _ = await loop.create_datagram_endpoint(lambda: conn.protocol, remote_addr=addr, family=family)
         except OSError as exc:

@@ -85,6 +85,14 @@ async def test_one_quic_connection_carries_the_requests_and_a_new_one_resumes_th
     assert (origin_stats.tls_sessions_offered, origin_stats.tls_sessions_resumed) == (1, 1)
 
 
+async def test_the_tls_no_tickets_fault_stops_resumption_over_http3_too() -> None:
+    async with Lab(tls=True, http3=True, faults=("tls-no-tickets",)) as lab, H3Client(ca_file=str(lab.cert_path)) as c:
+        first = await c.request(SPEC, lab.url)
+        fresh = await c.request(SPEC, lab.url, new_connection=True)
+    assert first.ok and fresh.ok, (first.error, fresh.error)
+    assert fresh.connection is not None and fresh.connection.tls_session_resumed is False
+
+
 async def test_requests_sent_at_once_share_the_one_connection_being_opened() -> None:
     async with Lab(tls=True, http3=True) as lab:
         result = await probe(

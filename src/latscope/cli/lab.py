@@ -159,6 +159,8 @@ async def serve(
         console.print(f"[bold green]latscope lab[/]{through} profile [bold]{settings.profile}[/], faults: {faults}")
         if lab.cert_path is not None:
             console.print(f"certificate to trust: {lab.cert_path}")
+        if settings.http3:
+            console.print(f"HTTP/3: UDP port {origin.port} (announced by Alt-Svc; latscope probe {lab.url} --http3)")
         if engine.idempotency_store is not None and settings.idempotency:
             console.print(f"idempotency keys: store {engine.idempotency_store.describe()}")
         if others is not None:
@@ -280,6 +282,12 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
 )
 @click.option("--tls/--no-tls", default=False, help="HTTPS with a self-signed certificate generated on start.")
 @click.option("--http2/--no-http2", default=True, help="Offer HTTP/2 (ALPN h2; cleartext prior knowledge).")
+@click.option(
+    "--http3/--no-http3",
+    default=False,
+    help="Also serve HTTP/3 over UDP on the same port (needs --tls and aioquic: pip install 'latscope[http3]'); "
+    "the TCP responses announce it with Alt-Svc.",
+)
 @click.option("--truth", is_flag=True, help="Stamp every stream event with the lab's send time (latscope.sent_ns).")
 @click.option(
     "--api-key",
@@ -512,6 +520,7 @@ def command(
       latscope lab                                  tuned: what a well-configured server looks like
       latscope lab --profile naive                  the four hidden bottlenecks at once
       latscope lab --fault proxy-buffering --tls    one fault on top of the tuned profile
+      latscope lab --tls --http3                    HTTP/3 over UDP beside TCP, on the same port
       latscope lab --list-faults                    every fault and the finding it should trigger
       latscope lab --fault gateway-overhead         a converting gateway in front; prints its upstream's URL
       latscope lab --tls --edge nginx --fault proxy-buffering   a real nginx in front, buffering the stream
@@ -526,6 +535,10 @@ def command(
         settings = settings_from_options(options, zero_cost=zero_cost)
     except (UnknownFaultError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    if settings.http3 and not settings.tls:
+        raise click.UsageError("--http3 needs --tls: QUIC always encrypts")
+    if settings.http3 and (edge != "none" or settings.gateway_hop() is not None):
+        raise click.UsageError("--http3 is served by the lab itself: not with --edge nginx or the gateway hop")
     if edge == "nginx" and settings.gateway_hop() is not None:
         raise click.UsageError(
             "the gateway hop (gateway-overhead, --gateway-hop-ms) cannot be combined with --edge nginx"

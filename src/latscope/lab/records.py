@@ -30,7 +30,7 @@ class RequestRecord:
     # -- connection (edge stage) --
     connection_id: int  #: 1-based, in accept order
     index_on_connection: int  #: 1 = first request on its connection; > 1 = the client reused it
-    http_version: str  #: "1.1", "1.0" or "2"
+    http_version: str  #: "1.1", "1.0", "2" or "3"
     tls_version: str | None
     tls_resumed: bool  #: the TLS handshake of this request's connection resumed a session
     alpn: str | None

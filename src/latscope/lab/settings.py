@@ -84,6 +84,9 @@ class LabSettings:
     reuse_port: bool = False
     tls: bool = False  #: serve HTTPS with a self-signed certificate generated on start
     http2: bool = True  #: offer HTTP/2 (ALPN h2 over TLS, prior knowledge over cleartext) unless ``no-h2``
+    #: also serve HTTP/3 over UDP on the same port number (needs ``tls`` and aioquic), announced on the TCP
+    #: responses with ``Alt-Svc: h3=":PORT"``
+    http3: bool = False
     truth: bool = False  #: stamp every stream event with the lab's send time (``latscope.sent_ns``)
     api_key: str | None = None  #: require ``Authorization: Bearer KEY`` on /v1 routes
     model: str = DEFAULT_MODEL

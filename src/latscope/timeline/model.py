@@ -22,6 +22,10 @@ Mark naming follows one scheme, ``<phase>_start_ns`` / ``<phase>_end_ns``, in re
                                     ``first_token_ns`` when the model reasons or calls a tool first
     ended_ns                        the response ended (or the request failed)
 
+Over HTTP/3 (QUIC, :mod:`latscope.wire.h3`) the same marks hold with one difference: QUIC has no transport
+handshake of its own, so ``connect`` is only the opening of the UDP socket (no packet, microseconds) and ``tls`` is
+the whole QUIC handshake, which carries TLS 1.3 inside it. TCP's connect + tls compares with HTTP/3's tls.
+
 Hot-path records (:class:`Read`, :class:`StreamEvent`) are named tuples: one is made per socket read and per stream
 event, and tuple construction is several times cheaper than a dataclass.
 """
@@ -200,7 +204,7 @@ class ConnectionInfo:
     local_port: int | None = None
     remote_address: str | None = None
     remote_port: int | None = None
-    http_version: str | None = None  #: "HTTP/1.1", "HTTP/1.0" or "HTTP/2"
+    http_version: str | None = None  #: "HTTP/1.1", "HTTP/1.0", "HTTP/2" or "HTTP/3"
     alpn: str | None = None  #: ALPN protocol the TLS server selected ("h2", "http/1.1"), None without TLS/ALPN
     tls_version: str | None = None  #: e.g. "TLSv1.3"
     tls_cipher: str | None = None

@@ -380,6 +380,7 @@ def retry_evidence(config: BenchConfig, group: GroupSummary) -> RetryEvidence:
         attempts=group.attempts,
         retried=group.retried,
         unkeyed_retries=group.unkeyed_retries,
+        executed_again=group.executed_again,
         retry_ms=group.retry_time_ms,
         retry_wait_ms=group.retry_wait_time_ms,
         request_ms=group.request_time_ms,

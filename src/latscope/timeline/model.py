@@ -283,6 +283,7 @@ class Attempt:
     retry_after_ms: float | None  #: the wait the server asked for (``retry-after-ms``, else ``Retry-After``), ms
     should_retry: bool | None  #: the server's ``x-should-retry``, when it sent one
     wait_ns: int  #: what the caller waited after it before the next attempt started (backoff, or Retry-After)
+    response_id: str | None = None  #: the id its stream named (:attr:`Timeline.response_id`), None without one
 
 
 @dataclass(slots=True)
@@ -351,6 +352,10 @@ class Timeline:
     retries: list[Attempt] = field(default_factory=list)
     #: the ``Idempotency-Key`` the caller sent with every attempt of the logical request, None without one
     idempotency_key: str | None = None
+    #: the response's own id as its stream names it first (OpenAI's chunk ``id``, Anthropic's message id, the
+    #: Responses API's response id; see :mod:`latscope.wire.exchange`), None when the stream names none: a server
+    #: that replays a stored answer sends the same id again, one that generates anew a new one
+    response_id: str | None = None
 
     @property
     def attempt(self) -> int:

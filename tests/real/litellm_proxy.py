@@ -31,7 +31,7 @@ from tests.real.conftest import free_port
 REQUIRE_ENV = "LATSCOPE_REQUIRE_LITELLM"
 EXECUTABLE_ENV = "LATSCOPE_LITELLM"
 DEFAULT_EXECUTABLE = Path.home() / ".cache" / "latscope" / "litellm-venv" / "bin" / "litellm"
-#: The release .ci/run installs (the newer ones need a ``litellm-proxy`` package the index here does not have).
+#: The release .ci/run installs (the proxy extra of later ones needs packages the index CI uses does not have).
 VERSION = "1.106.12"
 #: Its import and start take 5-10 s on an idle 2-core machine; a busy one, several times that.
 STARTUP_TIMEOUT_S = 90.0

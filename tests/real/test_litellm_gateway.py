@@ -43,14 +43,19 @@ CHECKED = ("gateway-overhead", "stream-proxy-buffering", "trace-context-dropped"
 
 
 @pytest.fixture(scope="module")
-def lab() -> Iterator[Lab]:
+def executable() -> str:
+    """The ``litellm`` executable; skips (fails under CI) before anything is started when it is missing."""
+    return litellm_executable()
+
+
+@pytest.fixture(scope="module")
+def lab(executable: str) -> Iterator[Lab]:
     with LabThread(cost=TEST_COST) as lab:
         yield lab
 
 
 @pytest.fixture(scope="module")
-def proxy(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiteLLMProxy]:
-    executable = litellm_executable()
+def proxy(executable: str, lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiteLLMProxy]:
     with running_litellm(
         executable, tmp_path_factory.mktemp("litellm"), upstream_url=lab.url, upstream_model=lab.settings.model
     ) as proxy:
@@ -127,8 +132,9 @@ def test_litellm_drops_the_trace_context_as_the_labs_records_show(diagnosis: Dia
     assert via_litellm and not via_litellm & seen, sorted(via_litellm & seen)
 
 
-def test_litellms_router_rpm_refusal_is_named_rate_limited_with_its_quota(lab: Lab, tmp_path: Path) -> None:
-    executable = litellm_executable()
+def test_litellms_router_rpm_refusal_is_named_rate_limited_with_its_quota(
+    executable: str, lab: Lab, tmp_path: Path
+) -> None:
     with running_litellm(
         executable, tmp_path, upstream_url=lab.url, upstream_model=lab.settings.model, rpm=RPM
     ) as limited:

@@ -1,4 +1,4 @@
-"""LiteLLM's proxy's rate-limit answers (tests/fixtures/litellm/): what a client can learn from them."""
+"""LiteLLM's proxy's answers, captured (tests/fixtures/litellm/): its rate limit, trace context and streaming."""
 
 from __future__ import annotations
 
@@ -34,3 +34,10 @@ def test_litellms_answer_names_the_upstreams_trace_under_its_renamed_header() ->
     admitted = load_capture("litellm.chat.stream.http", LITELLM)
     [returned] = returned_trace_ids(admitted.headers)
     assert returned.source == "llm_provider-traceresponse" and returned.authoritative
+
+
+def test_litellm_streams_each_event_in_an_http_chunk_of_its_own() -> None:
+    admitted = load_capture("litellm.chat.stream.http", LITELLM)
+    assert admitted.header("x-accel-buffering") == "no"
+    assert len(admitted.chunks) > 2
+    assert all(chunk.startswith(b"data: ") and chunk.count(b"\n\n") == 1 for chunk in admitted.chunks)

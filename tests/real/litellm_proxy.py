@@ -42,7 +42,6 @@ MASTER_KEY = "sk-latscope-test"
 OFFLINE_ENV = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "LITELLM_TELEMETRY": "False",
-    "LITELLM_LOG": "INFO",
 }
 
 
@@ -119,12 +118,14 @@ def _wait_ready(proxy: LiteLLMProxy, deadline: float) -> None:
 
 
 def _stop(proxy: LiteLLMProxy) -> None:
+    """Terminate the proxy (kill it after :data:`STOP_TIMEOUT_S`) and print the end of its log (shown on failure)."""
     proxy.process.terminate()
     try:
         proxy.process.wait(timeout=STOP_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         proxy.process.kill()
         proxy.process.wait()
+    print(f"litellm log ({proxy.log_path}):\n{proxy.log_tail(15)}")
 
 
 @contextlib.contextmanager

@@ -41,3 +41,15 @@ def test_litellm_streams_each_event_in_an_http_chunk_of_its_own() -> None:
     assert admitted.header("x-accel-buffering") == "no"
     assert len(admitted.chunks) > 2
     assert all(chunk.startswith(b"data: ") and chunk.count(b"\n\n") == 1 for chunk in admitted.chunks)
+
+
+def test_the_upstreams_server_timing_passed_on_by_a_gateway_is_read_when_the_gateway_sends_none() -> None:
+    from latscope.signals.join import server_measures
+    from latscope.timeline.model import ServerPhase
+
+    upstream = [("llm_provider-server-timing", "queue;dur=12.5, prefill;dur=3")]
+    measures = {m.name: m.ms for m in server_measures(headers=upstream)}
+    assert measures == {ServerPhase.QUEUE: 12.5, ServerPhase.PREFILL: 3.0}
+    # the gateway's own Server-Timing, when it sends one, is what counts
+    own = [("server-timing", "total;dur=40"), *upstream]
+    assert {m.name for m in server_measures(headers=own)} == {ServerPhase.E2E}

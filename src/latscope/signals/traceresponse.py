@@ -20,17 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from latscope.signals.headers import HeaderInput, header_pairs, header_values
+from latscope.signals.headers import HeaderInput, header_pairs, header_values, upstream_names
 from latscope.signals.requestid import REQUEST_ID_HEADERS
 from latscope.signals.servertiming import parse_server_timing
 from latscope.signals.tracecontext import parse_traceparent
 
 #: Server-Timing metric names that carry a ``traceparent`` value in ``desc``.
 SERVER_TIMING_TRACE_NAMES = frozenset({"traceparent", "traceresponse"})
-#: Prefixes under which a gateway passes its upstream's response headers on (LiteLLM's proxy: ``llm_provider-``).
-UPSTREAM_HEADER_PREFIXES = ("llm_provider-",)
 #: Headers whose value is a ``traceresponse``: the server's own, then an upstream's passed on by a gateway.
-TRACERESPONSE_HEADERS = ("traceresponse", *(prefix + "traceresponse" for prefix in UPSTREAM_HEADER_PREFIXES))
+TRACERESPONSE_HEADERS = ("traceresponse", *upstream_names("traceresponse"))
 #: Headers that may contain the trace id the server used (read only for the sent id itself).
 ID_HEADERS = (*REQUEST_ID_HEADERS, "x-trace-id", "trace-id", "x-b3-traceid", "uber-trace-id")
 

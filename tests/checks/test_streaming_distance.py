@@ -98,7 +98,7 @@ def test_nagle_clear_at_distance_when_partial_segments_follow_the_tokens() -> No
 
 
 def test_nagle_inconclusive_when_the_spacing_is_neither_a_token_nor_a_round_trip() -> None:
-    half = tuple(0.55 * RTT for _ in range(8))
+    half = tuple(0.45 * RTT for _ in range(8))
     streams = (remote(45.0, gaps=half), remote(45.5, gaps=half))
     short = (remote(45.2, tokens=1), remote(45.1, tokens=1))
     out = check_nagle(ev(reused=streams, quickack=streams, quickack_short=short), REF)

@@ -57,8 +57,9 @@ async def test_nagle_at_the_edge_is_named_by_its_ack_clock_from_a_distance(path:
     nagle = result.finding("stream-coalescing-nagle")
     assert nagle is not None
     clock = nagle.evidence["ack_clock"]
-    # one partial segment per round trip, while nginx wrote a token several times per round trip
-    assert clock["spacing_rtt_share"] >= 0.75 and clock["rtt_ms"] >= 3 * clock["token_interval_ms"], clock
+    # about one partial segment per round trip (over TLS a second partial read per round trip is common), while
+    # nginx wrote a token several times per round trip
+    assert clock["spacing_rtt_share"] >= 0.5 and clock["rtt_ms"] >= 3 * clock["token_interval_ms"], clock
     assert nagle.cost_ms >= 0.99 * clock["token_interval_ms"], nagle.evidence  # the first token came with later ones
     # and not taken for a buffer: the TTFT growth with max_tokens is within one of the clock's spacings
     assert result.finding("stream-proxy-buffering") is None, explain(result)

@@ -71,8 +71,13 @@ FILL_MIN_INTERVALS = 2.0
 #: Where a segment fills sooner than the delayed ACK comes, Nagle's hold ends with it: a stream start held at least
 #: this share of the segment's fill time (when that is below :data:`NAGLE_MIN_HOLD_MS`) was held by Nagle.
 FILL_HOLD_SHARE = 0.5
-#: Nagle's clock: partial-segment reads spaced this share of the round trip or more (median) waited for ACKs …
-ACK_CLOCK_SHARE = 0.75
+#: Nagle's clock: partial-segment reads spaced this share of the round trip or more (median) waited for ACKs. Not a
+#: whole round trip: over TLS a read is what the records it completed decrypt to, not a wire segment, and a second
+#: partial read per round trip is common (through nginx with ``tcp_nodelay off`` over TLS at a 40 ms round trip the
+#: median came at 62–73 % of it, every run; a run of full-segment reads in between shortens a gap too). A stream
+#: written as it is generated reads one token interval apart, at most a third of the round trip where the clock is
+#: read at all (:data:`ACK_CLOCK_MIN_TOKENS_PER_RTT`) …
+ACK_CLOCK_SHARE = 0.5
 #: … and spaced at most this share went out as written.
 ACK_CLOCK_CLEAR_SHARE = 0.4
 #: The clock shows only where the server writes at least this many tokens per round trip (with fewer, each write
@@ -104,7 +109,8 @@ class AckClock:
 
     @property
     def clocked(self) -> bool:
-        """The partial segments came a round trip apart: Nagle waited for each ACK."""
+        """The partial segments came about a round trip apart (at least :data:`ACK_CLOCK_SHARE` of it): Nagle waited
+        for each ACK."""
         return self.spacing_ms >= ACK_CLOCK_SHARE * self.rtt_ms
 
     @property

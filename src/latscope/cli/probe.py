@@ -25,7 +25,7 @@ from latscope.report.server import server_window
 from latscope.report.waterfall import POOL_ROW_MIN_MS, TtftSegment, requests_table, waterfall
 from latscope.signals.altsvc import describe_h3
 from latscope.signals.join import TtftSplit
-from latscope.timeline.metrics import connect_ms, pool_ms, tls_ms, ttft_ms
+from latscope.timeline.metrics import connect_ms, e2e_ms, pool_ms, tls_ms, ttft_ms
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.redact import scrub_data
 from latscope.timeline.serialize import timeline_to_dict
@@ -133,8 +133,15 @@ def ttft_segments(split: TtftSplit | None) -> list[TtftSegment] | None:
 
 
 def _browser_line(timelines: list[Timeline]) -> Text:
-    """How many of a ``--browser`` probe's requests waited for a connection, and how long."""
-    waits = sorted(w for w in (pool_ms(t) for t in timelines) if w is not None and w >= POOL_ROW_MIN_MS)
+    """How many of a ``--browser`` probe's requests waited for a connection, and how long.
+
+    A request that waited for an HTTP/1.1 connection waited for another request to finish on it: at least half the
+    shortest time any request of the batch held its connection (its end-to-end time less its own pool time). Less
+    than that, and never less than :data:`POOL_ROW_MIN_MS`, is the client starting a dozen requests at once.
+    """
+    held = [e2e - (pool_ms(t) or 0.0) for t in timelines if (e2e := e2e_ms(t)) is not None]
+    floor = max(POOL_ROW_MIN_MS, 0.5 * min(held)) if held else POOL_ROW_MIN_MS
+    waits = sorted(w for w in (pool_ms(t) for t in timelines) if w is not None and w >= floor)
     line = Text(
         f"browser pool: {len(timelines)} requests at once, at most {BROWSER_CONNECTIONS_PER_HOST} connections per "
         "host: ",

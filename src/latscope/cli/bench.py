@@ -27,6 +27,7 @@ from latscope.load.lengths import LengthSpecError, parse_length
 from latscope.load.slo import SloSpecError, parse_slo
 from latscope.load.workload import Workload, WorkloadSpecError, parse_class
 from latscope.timeline.redact import scrub_data
+from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES
 from latscope.wire.retry import DEFAULT_BACKOFF_S, DEFAULT_MAX_WAIT_S
 
 #: every measured request failed
@@ -81,6 +82,7 @@ def build_config(
     idempotency_keys: bool = False,
     retry_backoff: str | None = None,
     retry_max_wait: str | None = None,
+    stamps: str = DEFAULT_STAMPS,
 ) -> BenchConfig:
     """The :class:`BenchConfig` the command-line options describe (raises the spec errors on bad input)."""
     if concurrency and rate:
@@ -136,6 +138,7 @@ def build_config(
         idempotency_keys=idempotency_keys,
         retry_backoff_s=parse_duration_s(retry_backoff) if retry_backoff else DEFAULT_BACKOFF_S,
         retry_max_wait_s=parse_duration_s(retry_max_wait) if retry_max_wait else DEFAULT_MAX_WAIT_S,
+        stamps=stamps,
     )
 
 
@@ -194,6 +197,15 @@ def build_config(
     help="Keep each worker's loop polling instead of sleeping (one core each): reads are stamped without waiting "
     "for the process to wake (event delay p99 ~0.5 ms instead of ~1.5 ms on a 2-core VM), and moments the machine "
     "took the CPU away are recorded.",
+)
+@click.option(
+    "--stamps",
+    type=click.Choice(STAMP_CHOICES),
+    default=DEFAULT_STAMPS,
+    show_default=True,
+    help="What stamps each read: 'kernel' uses the kernel's receive stamps (Linux SO_TIMESTAMPNS; each read keeps "
+    "its user-space stamp too, and their difference, the client's own scheduling delay, is recorded), 'user' stamps "
+    "a read when the event loop hands it over.",
 )
 @click.option(
     "--server-metrics/--no-server-metrics",

@@ -282,6 +282,7 @@ class StepWorker:
             headers=cfg.headers,
             # a traceparent per request costs CPU and only an OpenTelemetry export reads it
             trace_context=cfg.trace_context,
+            stamps=cfg.stamps,
         )
         self._writer = PartWriter(self.run_dir, a.step, a.worker, threaded=self.writer_threaded)
         self._tuning.enter(rss_bytes())

@@ -25,6 +25,7 @@ from latscope.load.config import (
 )
 from latscope.load.lengths import LengthSpecError, parse_length
 from latscope.load.slo import SloSpecError, parse_slo
+from latscope.load.stamps import describe as describe_stamps
 from latscope.load.workload import Workload, WorkloadSpecError, parse_class
 from latscope.timeline.redact import scrub_data
 from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES
@@ -330,6 +331,8 @@ def command(
         sys.stdout.buffer.write(orjson.dumps(scrub_data(result.data), option=orjson.OPT_INDENT_2) + b"\n")
     else:
         render_run(console, result.data, load_summaries(result.data), str(run_dir))
+        if result.data.get("stamps"):
+            console.print(describe_stamps(result.data["stamps"]), highlight=False)
     if html_path is not None:
 
         def build() -> str:

@@ -81,7 +81,23 @@ class WireProtocol(asyncio.Protocol):
         self.transport.set_write_buffer_limits(high=0, low=0)
 
     def data_received(self, data: bytes) -> None:
-        self.stamped_data_received(data, monotonic_ns(), None)  # first thing: this stamp is the measurement
+        at_ns = monotonic_ns()  # first thing: this stamp is the measurement
+        # the body of stamped_data_received, inlined: one call less on every user-stamped read (the hot path)
+        ack = self._ack_after_read
+        if ack is not None:
+            if ack:
+                set_quickack(self.sock)
+            else:
+                set_delayed_ack(self.sock)
+        if self.ssl_object is not None:
+            data = self._decrypt(data, at_ns, None)
+            if not data:
+                return
+        receiver = self.receiver
+        if receiver is None:
+            self._pending.append((data, at_ns, None))
+        else:
+            receiver.data_received(data, at_ns)
 
     def stamped_data_received(self, data: bytes, at_ns: int, user_ns: int | None) -> None:
         """One read stamped ``at_ns`` (monotonic ns); ``user_ns`` is the user-space stamp when ``at_ns`` is the

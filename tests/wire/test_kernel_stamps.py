@@ -264,3 +264,13 @@ def test_arming_waits_until_the_kernel_stamps_packets() -> None:
     from latscope.wire.kstamps import arm
 
     assert arm()
+
+
+def test_the_waterfall_s_cadence_line_shows_the_measured_read_delay() -> None:
+    from latscope.report.waterfall import token_cadence
+    from latscope.timeline.model import Read
+
+    t = Timeline(url="http://x/", reads=[Read(1_000_000, 10, 1_100_000), Read(2_000_000, 10, 2_300_000)])
+    line = token_cadence(t).plain
+    assert "kernel stamps, client read delay p50 0.200 / p99 0.298 ms" in line
+    assert "kernel stamps" not in token_cadence(Timeline(url="http://x/", reads=[Read(1, 1)])).plain

@@ -274,3 +274,50 @@ def test_the_waterfall_s_cadence_line_shows_the_measured_read_delay() -> None:
     line = token_cadence(t).plain
     assert "kernel stamps, client read delay p50 0.200 / p99 0.298 ms" in line
     assert "kernel stamps" not in token_cadence(Timeline(url="http://x/", reads=[Read(1, 1)])).plain
+
+
+class _Recorder:
+    """Stands in for the WireProtocol: records what the reader delivers."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[bytes, int, int | None]] = []
+
+    def connection_made(self, transport: object) -> None:
+        pass
+
+    def stamped_data_received(self, data: bytes, at_ns: int, user_ns: int | None) -> None:
+        self.reads.append((data, at_ns, user_ns))
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        pass
+
+
+def _timespec_message(realtime_ns: int) -> list[tuple[int, int, bytes]]:
+    sec, nsec = divmod(realtime_ns, 1_000_000_000)
+    return [(socket.SOL_SOCKET, SCM_TIMESTAMPNS, struct.pack("=qq", sec, nsec))]
+
+
+async def test_a_kernel_stamp_later_than_its_read_is_not_used_and_the_read_counts_as_unstamped() -> None:
+    from latscope.wire.rawsock import StampedSocket
+
+    a, b = socket.socketpair()
+    with a, b:
+        a.setblocking(False)
+        recorder = _Recorder()
+        raw = StampedSocket(asyncio.get_running_loop(), a, recorder)  # type: ignore[arg-type]
+        now_real = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        replies = [
+            (b"early", _timespec_message(now_real - 1_000_000), 0, None),  # 1 ms ago: a kernel stamp
+            (b"future", _timespec_message(now_real + 10_000_000_000), 0, None),  # 10 s ahead: impossible
+            (b"bare", [], 0, None),  # no control message at all
+        ]
+        raw._recvmsg = lambda size, ancsize: replies.pop(0)
+        for _ in range(3):
+            raw._on_readable()
+        raw.abort()
+        await asyncio.sleep(0)  # the abort's connection_lost
+    (d1, at1, user1), (d2, _, user2), (d3, _, user3) = recorder.reads
+    assert d1 == b"early" and user1 is not None and 0 <= user1 - at1 < 100_000_000
+    assert d2 == b"future" and user2 is None  # kept with its user-space stamp alone
+    assert d3 == b"bare" and user3 is None
+    assert raw.unstamped_reads == 2

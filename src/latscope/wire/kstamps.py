@@ -48,7 +48,7 @@ STAMP_CHOICES = ("kernel", "user")
 #: p99 of (stamp − lab send stamp) at 0.02–0.03 ms at 1k, 5k and 20k events/s against 0.7–7 ms for user-space
 #: stamps, at the same CPU per event when reads carry many events (client_overhead.py, the lab flood, the blast
 #: server), but reading the socket in Python costs more per read than uvloop's C transport: at 20k events/s of one
-#: event per read the client used 27–30 % of a core against 25–26 %. Costlier, so opt-in.
+#: event per read the client used 27–31 % of a core against 25–28 % (six runs each). Costlier, so opt-in.
 DEFAULT_STAMPS = "user"
 
 #: how often the realtime→monotonic offset is measured again while stamps are converted (ns): often enough to see

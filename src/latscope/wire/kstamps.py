@@ -78,10 +78,12 @@ def arm() -> bool:
 
     The kernel stamps packets only while some socket asks for stamps, and turns stamping on through a deferred work
     item (``net_enable_timestamp``): packets that arrive in between carry no stamp, so the first response bytes of
-    a first connection could come unstamped. This opens one UDP socket with ``SO_TIMESTAMPNS``, keeps it for the
-    life of the process (stamping then stays on between connections too) and sends itself datagrams on loopback
-    until one comes back stamped, for up to :data:`ARM_TIMEOUT_S`. Blocks: call it before any clock starts
-    (``Client(stamps="kernel")`` does, when it is built).
+    a first connection could come unstamped. This opens one UDP socket with ``SO_TIMESTAMPNS`` and keeps it for the
+    life of the process (stamping then stays on between connections too), then sends bytes over a loopback TCP
+    connection until one comes back stamped, for up to :data:`ARM_TIMEOUT_S`. TCP, not a datagram to itself: for a
+    datagram that arrived unstamped the kernel stamps it when it is read (``__sock_recv_timestamp``), which would
+    say stamping is on when it is not; a TCP read gets a stamp only if its segment got one on arrival. Blocks: call
+    it before any clock starts (``Client(stamps="kernel")`` does, when it is built).
     """
     global _keeper
     if not kernel_stamps_supported():
@@ -91,20 +93,31 @@ def arm() -> bool:
     try:
         keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         keeper.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        keeper.bind(("127.0.0.1", 0))
-        keeper.settimeout(ARM_TIMEOUT_S)
-        deadline = time.monotonic() + ARM_TIMEOUT_S
-        stamped = False
-        while not stamped and time.monotonic() < deadline:
-            keeper.sendto(b"\0", keeper.getsockname())
-            _data, ancdata, _flags, _address = keeper.recvmsg(1, ANCILLARY_BYTES)
-            stamped = realtime_ns(ancdata) is not None
-            if not stamped:
-                time.sleep(0.001)
+        _keeper = keeper
+        return _tcp_reads_are_stamped(ARM_TIMEOUT_S)
     except OSError:
         return False
-    _keeper = keeper
-    return stamped
+
+
+def _tcp_reads_are_stamped(timeout_s: float) -> bool:
+    """Send single bytes over a loopback TCP connection until a read carries a kernel stamp (True) or ``timeout_s``
+    passed (False)."""
+    with socket.socket() as listener, socket.socket() as receiver:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        receiver.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        receiver.settimeout(timeout_s)
+        receiver.connect(listener.getsockname())
+        sender, _ = listener.accept()
+        with sender:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                sender.send(b"\0")
+                _data, ancdata, _flags, _address = receiver.recvmsg(1, ANCILLARY_BYTES)
+                if realtime_ns(ancdata) is not None:
+                    return True
+                time.sleep(0.001)
+    return False
 
 
 def enable(sock: socket.socket) -> bool:

@@ -168,6 +168,13 @@ CATALOGUE: dict[str, CatalogueEntry] = {
             "Move sampling to the device and capture decode steps in CUDA graphs.",
         ),
         CatalogueEntry(
+            "multimodal-preprocessing",
+            "Image preprocessing delays the first token",
+            "gateway/preprocessor",
+            "Decode and resize images once, off the request path (a preprocessing pool, a cache keyed on the "
+            "image); accept image URLs or pre-processed tensors; bound image size on the client.",
+        ),
+        CatalogueEntry(
             "retry-amplification",
             "Retries amplify latency",
             "client/gateway",

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from latscope import callable_module
 from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.dialects.base import Dialect, RequestSpec
+from latscope.signals.altsvc import h3_advertised
 from latscope.signals.join import TtftSplit, join_server_signals, ttft_split
 from latscope.signals.scrape import MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
 from latscope.timeline import metrics
@@ -142,6 +143,10 @@ class ProbeResult:
     #: the requests went at once through a browser's pool (:data:`~latscope.wire.pool.BROWSER_CONNECTIONS_PER_HOST`
     #: connections per host), not one after another
     browser: bool = False
+    #: the requests went over HTTP/3 (QUIC, :class:`~latscope.wire.h3.H3Client`); their handshake is the tls phase
+    http3: bool = False
+    #: with ``http3`` and ``compare_tcp``: the same requests sent again over TCP+TLS afterwards, for comparison
+    tcp_timelines: list[Timeline] = field(default_factory=list)
     #: Ctrl-C (or a cancellation) stopped the probe: ``timelines`` holds the requests sent so far, the one in flight
     #: with a "cancelled" error
     interrupted: bool = False
@@ -179,7 +184,21 @@ class ProbeResult:
                 continue
             facts.update(info.facts(), server=t.response_headers.get("server"))
             break
+        h3 = self.h3_advertised()
+        if h3 is not False:
+            facts["h3_advertised"] = h3
         return facts
+
+    def h3_advertised(self) -> dict[str, Any] | Literal[False] | None:
+        """Whether the target announces HTTP/3 (``Alt-Svc``, RFC 7838) on its TCP responses: the first ``h3``
+        alternative as ``{"port", "host", "max_age_s"}`` (:func:`~latscope.signals.altsvc.h3_advertised`), None
+        when the TCP responses announce none, False when no response came over TCP (nothing to tell by)."""
+        over_tcp = [self.models_timeline, *self.timelines, *self.tcp_timelines]
+        for t in over_tcp:
+            if t is None or t.status is None or t.connection is None or t.connection.http_version == "HTTP/3":
+                continue
+            return h3_advertised(t.response_headers)
+        return False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (schema ``latscope.probe/1``): target facts, per request its serialised timeline
@@ -196,6 +215,10 @@ class ProbeResult:
             ],
             "server_metrics": _metrics_dict(self.server_metrics),
             "browser": self.browser,
+            "http3": self.http3,
+            "tcp_comparison": [
+                {"timeline": timeline_to_dict(t), "metrics": metrics.summary(t)} for t in self.tcp_timelines
+            ],
             "interrupted": self.interrupted,
         }
 
@@ -261,6 +284,8 @@ async def probe(
     trace_context: bool = True,
     on_request: RequestStarted | None = None,
     browser: bool = False,
+    http3: bool = False,
+    compare_tcp: bool = False,
 ) -> ProbeResult:
     """Send ``n`` streamed requests to ``base_url`` one after another on one client and return their timelines.
 
@@ -286,9 +311,18 @@ async def probe(
     :data:`~latscope.wire.pool.BROWSER_CONNECTIONS_PER_HOST` connections per host, as a web page's requests go: over
     HTTP/1.1 those beyond it wait for a connection (each timeline's ``pool`` phase), over HTTP/2 one connection
     carries them all.
+
+    ``http3`` sends the requests over HTTP/3 (QUIC over UDP, to the same host and port; needs an https URL and
+    aioquic): one QUIC connection carries them, and each timeline's ``tls`` phase is the QUIC handshake (``connect``
+    only opens the UDP socket; see :mod:`latscope.wire.h3`). ``compare_tcp`` then sends the same ``n`` requests over
+    TCP+TLS on a client of their own, into ``ProbeResult.tcp_timelines``. Whether the target announces HTTP/3
+    (``Alt-Svc``) is a fact of every probe that got a response over TCP (:meth:`ProbeResult.h3_advertised`).
     """
     if n < 1:
         raise ValueError("n must be at least 1")
+    if compare_tcp and not http3:
+        raise ValueError("compare_tcp compares HTTP/3 with TCP: it needs http3")
+    client_class = _http3_client() if http3 else Client
     speaks = get_dialect(dialect)
     base_url = normalise_base_url(base_url, speaks.base_path)
     all_headers = list(headers)
@@ -317,6 +351,7 @@ async def probe(
         models=models,
         models_timeline=models_timeline,
         browser=browser,
+        http3=http3,
     )
     scraper: MetricsScraper | None = None
     metrics_client: Client | None = None
@@ -336,7 +371,7 @@ async def probe(
     try:
         if scraper is not None:
             await scraper.start()
-        async with Client(
+        async with client_class(
             verify=verify,
             ca_file=ca_file,
             http2=http2,
@@ -365,6 +400,28 @@ async def probe(
             except asyncio.CancelledError:
                 result.interrupted = True  # the request in flight keeps its marks and a "cancelled" error
             result.pool = client.stats()
+        if compare_tcp and not result.interrupted:
+            async with Client(
+                verify=verify,
+                ca_file=ca_file,
+                http2=http2,
+                quickack=quickack,
+                headers=all_headers,
+                timeouts=timeouts,
+                trace_context=trace_context,
+            ) as tcp_client:
+                try:
+                    for index in range(n):
+                        t = Timeline()
+                        result.tcp_timelines.append(t)
+                        if on_request is not None:
+                            on_request(index + 1, n, t)
+                        await tcp_client.request(spec, base_url, label=f"probe tcp {index + 1}/{n}", timeline=t)
+                        join_server_signals(t)
+                        if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
+                            break
+                except asyncio.CancelledError:
+                    result.interrupted = True
         if scraper is not None and not result.interrupted:
             result.server_metrics = await scraper.stop()
     finally:
@@ -392,6 +449,15 @@ async def _all_at_once(
         join_server_signals(t)
 
     await asyncio.gather(*(one(index, t) for index, t in enumerate(batch)))
+
+
+def _http3_client() -> type[Client]:
+    """:class:`~latscope.wire.h3.H3Client`, imported when a probe speaks HTTP/3 (aioquic is optional)."""
+    try:
+        from latscope.wire.h3 import H3Client
+    except ImportError as exc:
+        raise ProbeError(f"HTTP/3 needs aioquic ({exc}): pip install 'latscope[http3]'") from None
+    return H3Client
 
 
 def _origin(url: str) -> tuple[str, str]:

@@ -64,3 +64,13 @@ def test_cheap_retries_without_idempotency_keys_are_still_a_finding() -> None:
     assert isinstance(outcome, Finding) and outcome.severity is Severity.MEDIUM
     assert "without an Idempotency-Key" in outcome.rule
     assert outcome.evidence["retries_without_idempotency_key"] == 2
+
+
+def test_a_keyed_retry_the_server_generated_again_is_a_high_finding() -> None:
+    # two cheap keyed retries, but one came back as another response than the one its first attempt had begun
+    ev = dataclasses.replace(QUIET, attempts=102, retried=2, retry_ms=100.0, retry_wait_ms=50.0, executed_again=1)
+    outcome = check_retry_amplification(ev)
+    assert isinstance(outcome, Finding) and outcome.severity is Severity.HIGH
+    assert "generated again" in outcome.rule and outcome.evidence["keyed_requests_executed_again"] == 1
+    replayed = check_retry_amplification(dataclasses.replace(ev, executed_again=0))
+    assert isinstance(replayed, Clear)  # the same retries, answered with the first response: nothing to name

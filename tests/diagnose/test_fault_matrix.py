@@ -34,6 +34,10 @@ async def _parse_truth(lab: Lab, result: Diagnosis) -> float:
     return truth.parse_ms_per_mb(list(lab.records))
 
 
+async def _image_truth(lab: Lab, result: Diagnosis) -> float:
+    return truth.image_ms_per_mb(list(lab.records))
+
+
 async def _queue_truth(lab: Lab, result: Diagnosis) -> float:
     return truth.queue_inflation_ms(list(lab.records))
 
@@ -106,6 +110,7 @@ CASES: list[tuple[str, bool, str, Truth, float]] = [
     ("no-keepalive", False, "no-connection-reuse", _connection_truth, SETUP_FLOOR_MS),
     ("short-keepalive", False, "no-connection-reuse", _connection_truth, SETUP_FLOOR_MS),
     ("slow-parse", False, "slow-request-parsing", _parse_truth, 0.0),
+    ("slow-image-preprocessing", False, "multimodal-preprocessing", _image_truth, 0.0),
     ("queue-hol", False, "queue-head-of-line", _queue_truth, 0.0),
     ("nagle", False, "stream-coalescing-nagle", _nagle_truth, 0.0),
     ("proxy-buffering", False, "stream-proxy-buffering", _buffer_truth, 0.0),
@@ -208,6 +213,7 @@ async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
     assert {"batching-window", "capacity-saturation", "prefill-superlinear", "decode-host-overhead"} <= clear
     assert {"trace-context-dropped", "response-cached"} <= clear  # the lab echoes the trace and caches nothing
     assert "request-header-bloat" in clear
+    assert "multimodal-preprocessing" in clear  # the lab decodes its images, and does little more per MB
     assert {"rate-limited", "gateway-queueing"} <= clear  # nothing refused; a burst waited no longer than a trickle
     kv = result.outcome("kv-cache-pressure")
     assert isinstance(kv, NotTested) and "never came near filling" in kv.reason  # the cache is far from full

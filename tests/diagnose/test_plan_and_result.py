@@ -30,6 +30,7 @@ def test_families_follow_the_request_path() -> None:
         "tracecontext",
         "headers",
         "parsing",
+        "multimodal",
         "queueing",
         "batching",
         "prefill",

@@ -22,6 +22,7 @@ def test_experiments_run_in_request_path_order() -> None:
         "tracecontext",
         "headers",
         "parsing",
+        "multimodal",
         "queueing",
         "batching",
         "prefill",

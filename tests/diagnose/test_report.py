@@ -94,3 +94,10 @@ def test_the_target_line_shows_the_path_it_was_measured_over() -> None:
     assert "rtt 40.4 ms" in line and "upload 19.4 Mbit/s" in line
     near = _render(DATA).splitlines()[0]
     assert "rtt 0.01 ms" in near and "upload" not in near  # not measured: not shown
+
+
+def test_the_target_line_says_when_the_target_announces_http3() -> None:
+    h3 = DATA | {"target": DATA["target"] | {"h3_advertised": {"port": 443, "host": None, "max_age_s": 86400}}}
+    assert "h3 advertised (port 443, max-age 86400 s)" in " ".join(_render(h3).split())
+    none = DATA | {"target": DATA["target"] | {"h3_advertised": None}}
+    assert "h3 advertised" not in _render(none)

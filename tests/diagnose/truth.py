@@ -150,6 +150,16 @@ def parse_ms_per_mb(records: list[RequestRecord]) -> float:
     return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
 
 
+def image_ms_per_mb(records: list[RequestRecord]) -> float:
+    """Slope of the lab's own image time (decoding and preprocessing) against the image's size (ms per MB of image),
+    over every request that carried an image."""
+    points = [(r.image_bytes / MB, r.preprocess_ms) for r in records if r.image_bytes and r.preprocess_ms is not None]
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+
+
 def queue_inflation_ms(records: list[RequestRecord]) -> float:
     """Server-side TTFT of short requests that arrived while a long one was in flight, minus that of short requests
     that arrived alone (medians)."""

@@ -48,6 +48,7 @@ def test_every_fault_names_the_finding_it_should_trigger() -> None:
         "silent-response-cache": "response-cached",
         "header-scan": "request-header-bloat",
         "slow-parse": "slow-request-parsing",
+        "slow-image-preprocessing": "multimodal-preprocessing",
         "queue-hol": "queue-head-of-line",
         "nagle": "stream-coalescing-nagle",
         "proxy-buffering": "stream-proxy-buffering",

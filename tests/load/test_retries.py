@@ -144,3 +144,49 @@ async def test_an_open_loop_retry_does_not_move_the_next_arrival(tmp_path: Path)
     # the others started when scheduled, not after the retried one; as close to schedule as a request never retried
     assert float(np.median(others.client_queue_ms)) < 50.0
     assert (others.started_at_ms < first.started_at_ms + first.retry_ms).sum() >= 5
+
+
+#: A stream of 48 tokens at 8 ms a step (~0.4 s), cut by the client after 0.2 s: every first attempt has begun
+#: streaming (its response id and some tokens came) when it fails, so a keyed retry goes again.
+STREAM_COST = CostModel.zero().with_overrides(decode_base_ms=8.0)
+CUT_AFTER_S = 0.2
+
+
+def _cut_config(url: str) -> BenchConfig:
+    return config(
+        url,
+        workload=Workload.single(LengthDist.fixed(8), LengthDist.fixed(48)),
+        requests=2,
+        retries=6,
+        retry_backoff_s=0.05,
+        idempotency_keys=True,
+        total_timeout_s=CUT_AFTER_S,
+    )
+
+
+@pytest.mark.parametrize("honoured", [True, False], ids=["keys-honoured", "no-idempotency"])
+async def test_keyed_retries_of_cut_streams_are_replayed_or_caught_executing_again(
+    tmp_path: Path, honoured: bool
+) -> None:
+    faults = () if honoured else ("no-idempotency",)
+    async with Lab(faults=faults, cost=STREAM_COST) as lab:
+        result = await bench_async(_cut_config(lab.url), tmp_path)
+        records = [r for r in lab.records if r.endpoint is not None and r.idempotency_key is not None]
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    # the truth: how many times the lab generated each key's request
+    generated = {key: sum(1 for r in records if r.idempotency_key == key and r.idempotency != "replayed")
+                 for key in requests.idempotency_key}  # fmt: skip
+    assert all(requests.attempts > 1), requests.attempts  # every first attempt was cut and retried
+    [step] = result.steps
+    [check] = result.data["steps"][0]["checks"]
+    if honoured:
+        # the key held: each request ran once, and the retry that ended it got the first response back (its id)
+        assert set(generated.values()) == {1}, generated
+        assert requests.ok.all() and step.overall.executed_again == 0
+        assert check["evidence"]["keyed_requests_executed_again"] == 0
+        assert "generated again" not in check.get("rule", "")
+    else:
+        # the lab ignored the key: every attempt generated anew, under a new id, and the client caught it
+        assert all(n > 1 for n in generated.values()), generated
+        assert step.overall.executed_again == len(generated)
+        assert check["severity"] == "high" and "generated again" in check["rule"]

@@ -13,6 +13,24 @@ def test_traceresponse_names_the_servers_trace() -> None:
     assert returned_trace_ids(headers, sent_trace_id=SENT) == [ReturnedTraceId("traceresponse", OTHER, True)]
 
 
+def test_an_upstreams_traceresponse_a_gateway_renamed_still_names_the_upstreams_trace() -> None:
+    # LiteLLM's proxy passes its upstream's response headers on prefixed with llm_provider-
+    headers = [
+        ("x-litellm-call-id", "e0f87897-9595-4ad9-8e54-300e298fd695"),
+        ("llm_provider-traceresponse", f"00-{OTHER}-75eecc2da48cfcfd-01"),
+    ]
+    found = returned_trace_ids(headers, sent_trace_id=SENT)
+    assert found == [ReturnedTraceId("llm_provider-traceresponse", OTHER, True)]
+
+
+def test_the_servers_own_traceresponse_comes_before_an_upstreams() -> None:
+    headers = [
+        ("llm_provider-traceresponse", f"00-{OTHER}-75eecc2da48cfcfd-01"),
+        ("traceresponse", f"00-{SENT}-b7ad6b7169203331-01"),
+    ]
+    assert [r.source for r in returned_trace_ids(headers)] == ["traceresponse", "llm_provider-traceresponse"]
+
+
 def test_a_server_timing_traceparent_metric_names_the_servers_trace() -> None:
     headers = [("Server-Timing", f'total;dur=12, traceparent;desc="00-{SENT}-b7ad6b7169203331-01"')]
     assert returned_trace_ids(headers) == [ReturnedTraceId("server-timing", SENT, True)]

@@ -8,6 +8,7 @@ One module per family, each holding its thresholds as named constants next to th
 * :mod:`~latscope.checks.tracecontext` — ``trace-context-dropped``
 * :mod:`~latscope.checks.headers` — ``request-header-bloat``
 * :mod:`~latscope.checks.parsing` — ``slow-request-parsing``
+* :mod:`~latscope.checks.multimodal` — ``multimodal-preprocessing``
 * :mod:`~latscope.checks.queueing` — ``queue-head-of-line``
 * :mod:`~latscope.checks.batching` — ``batching-window``
 * :mod:`~latscope.checks.prefill` — ``prefill-superlinear``
@@ -39,6 +40,7 @@ from latscope.checks.evidence import Reference
 from latscope.checks.gateway import check_gateway_queueing
 from latscope.checks.headers import check_header_bloat
 from latscope.checks.kvcache import check_kv_cache_pressure
+from latscope.checks.multimodal import check_multimodal_preprocessing
 from latscope.checks.overhead import check_gateway_overhead
 from latscope.checks.parsing import check_request_parsing
 from latscope.checks.prefill import check_prefill_superlinear
@@ -74,6 +76,7 @@ CHECKS: dict[str, Check] = {
         Check("trace-context-dropped", "tracecontext", check_trace_context),
         Check("request-header-bloat", "headers", check_header_bloat),
         Check("slow-request-parsing", "parsing", check_request_parsing),
+        Check("multimodal-preprocessing", "multimodal", check_multimodal_preprocessing),
         Check("queue-head-of-line", "queueing", check_queue_head_of_line),
         Check("batching-window", "batching", check_batching_window),
         Check("prefill-superlinear", "prefill", check_prefill_superlinear),

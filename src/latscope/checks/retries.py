@@ -8,7 +8,10 @@ after the server started it), paying for the generation twice.
 
 Evidence comes from a ``latscope bench`` run with ``--retries``: per logical request its attempts and the time from
 its first attempt's start to its last attempt's start (earlier attempts and the waits after them). A finding needs
-that time to be a noticeable share of the time the logical requests took, or any retry sent without a key. Not tested
+that time to be a noticeable share of the time the logical requests took, or any retry sent without a key, or a
+keyed retry the server generated again: a server that honours ``Idempotency-Key`` answers a retry of a request it
+had begun with that request's response (the same id, a replay), so a retry whose stream names another response id
+than the one an earlier attempt had begun streaming was executed twice. Not tested
 without retries configured: a client that never retries cannot amplify anything, and the run cannot tell what
 retries would have cost.
 """
@@ -42,6 +45,9 @@ class RetryEvidence:
     retry_ms: float  #: time in earlier attempts and the waits after them (first attempt's start → last's start)
     retry_wait_ms: float  #: the waiting part of ``retry_ms`` (backoff and Retry-After)
     request_ms: float  #: the logical requests' own time (first attempt's start → end)
+    #: keyed logical requests the server generated a second time: an earlier attempt had begun streaming a response
+    #: (named its id, delivered tokens) and the one that ended it was another (a replay keeps the id)
+    executed_again: int = 0
 
     @property
     def share(self) -> float:
@@ -63,6 +69,7 @@ def _evidence(ev: RetryEvidence) -> dict[str, Any]:
         "attempts_per_request": round(ev.attempts_per_request, 3),
         "retried_requests": ev.retried,
         "retries_without_idempotency_key": ev.unkeyed_retries,
+        "keyed_requests_executed_again": ev.executed_again,
         "retry_ms_total": round(ev.retry_ms, 3),
         "retry_wait_ms_total": round(ev.retry_wait_ms, 3),
         "request_ms_total": round(ev.request_ms, 3),
@@ -83,7 +90,7 @@ def check_retry_amplification(ev: RetryEvidence) -> Outcome:
         return NotTested(RETRY_AMPLIFICATION_ID, "the run measured no request")
     evidence = _evidence(ev)
     share = ev.share
-    if share < MIN_SHARE and ev.unkeyed_retries == 0:
+    if share < MIN_SHARE and ev.unkeyed_retries == 0 and ev.executed_again == 0:
         if ev.retried == 0:
             reason = f"no request of {ev.requests} needed a retry (up to {ev.retries_allowed} were allowed)"
         else:
@@ -106,6 +113,15 @@ def check_retry_amplification(ev: RetryEvidence) -> Outcome:
         rules.append(
             f"{ev.unkeyed_retries} retr{'y' if ev.unkeyed_retries == 1 else 'ies'} sent without an Idempotency-Key "
             "(the server may execute the request twice)"
+        )
+    if ev.executed_again:
+        # the key was sent and the server generated again anyway: it pays (and bills) twice, and the caller got a
+        # different answer from the one it had begun to show
+        severity = Severity.HIGH
+        rules.append(
+            f"{ev.executed_again} keyed request{'s' if ev.executed_again != 1 else ''} generated again: an earlier "
+            "attempt had begun streaming one response and the retry got another (a new response id) despite the same "
+            "Idempotency-Key, so the server does not dedupe on it"
         )
     return make_finding(
         RETRY_AMPLIFICATION_ID,

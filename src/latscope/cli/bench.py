@@ -182,7 +182,24 @@ def build_config(
 @click.option("--prompts", type=click.Path(exists=True, dir_okay=False), help="JSONL file of prompts to replay.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload and the arrivals.")
 @click.option("--slo", help="Goodput objectives, e.g. ttft=500ms,tpot=50ms,e2e=10s.")
-@click.option("--workers", default="auto", show_default=True, help="Worker processes (one event loop each), or auto.")
+@click.option(
+    "--workers",
+    default="auto",
+    show_default=True,
+    help="Worker processes (one event loop each), or auto; with --ray, Ray actors (one CPU each, spread over the "
+    "cluster's nodes).",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="auto",
+    default=None,
+    metavar="[ADDRESS]",
+    help="Run each step's workers as actors on an existing Ray cluster: ADDRESS as ray.init takes it (HOST:PORT of "
+    "the head), default auto (the cluster this machine belongs to). Needs latscope[ray] on every node. Put it "
+    "after URL, or write --ray=ADDRESS.",
+)
 @click.option("--out", "-o", type=click.Path(file_okay=False), help="Run directory (default runs/bench-<time>).")
 @target_options
 @click.option("--http2/--no-http2", default=True, show_default=True, help="Offer HTTP/2 over TLS.")
@@ -258,6 +275,7 @@ def command(
     header: tuple[str, ...],
     api_key: str | None,
     inline: bool,
+    ray_address: str | None,
     no_progress: bool,
     as_json: bool,
     html_path: str | None,
@@ -286,10 +304,14 @@ def command(
     With --otlp URL / --otlp-file FILE every request carries a W3C traceparent, and after the run its spans (read
     back from requests.parquet, so the workers do no export work) are sent or written.
 
+    With --ray [ADDRESS] each step runs on --workers Ray actors spread over an existing cluster, on one start
+    instant (each actor's clock offset is measured and saved with its uncertainty); the run directory is the same.
+
     Exit status: 0 when requests completed (some may have failed: see the error columns); 2 when every measured
     request failed, or for usage errors; 130 when interrupted (Ctrl-C; what was measured is saved).
     """
     from latscope.load.bench import ModelDiscoveryError, default_run_dir, load_summaries, run_bench
+    from latscope.load.onray import RayUnavailable
     from latscope.load.workers import WorkerFailed
     from latscope.report.progress import LiveProgress
     from latscope.report.run import render_run
@@ -300,6 +322,8 @@ def command(
         raise click.BadParameter("a number or 'auto'", param_hint="--workers")
     if inline and workers not in ("auto", "1"):
         raise click.UsageError("--inline runs one worker in this process; drop --workers or --inline")
+    if inline and ray_address is not None:
+        raise click.UsageError("--inline runs in this process and --ray on a cluster; give one of them")
     try:
         api = options.get("api")
         speaks = pick_dialect(options["dialect"], None if api is None else f"openai.{api}", "--api")
@@ -315,10 +339,12 @@ def command(
     try:
         if show_progress:
             with LiveProgress(console, len(config.steps), config.measured_requests, config.duration_s) as live:
-                result = run_bench(config, run_dir, on_step=live.start_step, on_progress=live.update)
+                result = run_bench(
+                    config, run_dir, ray_address=ray_address, on_step=live.start_step, on_progress=live.update
+                )
         else:
-            result = run_bench(config, run_dir, inline=inline)
-    except ModelDiscoveryError as exc:
+            result = run_bench(config, run_dir, inline=inline, ray_address=ray_address)
+    except (ModelDiscoveryError, RayUnavailable) as exc:
         raise click.ClickException(str(exc)) from None
     except _SPEC_ERRORS as exc:
         raise click.UsageError(str(exc)) from None

@@ -159,6 +159,8 @@ async def serve(
         console.print(f"[bold green]latscope lab[/]{through} profile [bold]{settings.profile}[/], faults: {faults}")
         if lab.cert_path is not None:
             console.print(f"certificate to trust: {lab.cert_path}")
+        if settings.http3:
+            console.print(f"HTTP/3: UDP port {origin.port} (announced by Alt-Svc; latscope probe {lab.url} --http3)")
         if engine.idempotency_store is not None and settings.idempotency:
             console.print(f"idempotency keys: store {engine.idempotency_store.describe()}")
         if others is not None:
@@ -280,6 +282,12 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
 )
 @click.option("--tls/--no-tls", default=False, help="HTTPS with a self-signed certificate generated on start.")
 @click.option("--http2/--no-http2", default=True, help="Offer HTTP/2 (ALPN h2; cleartext prior knowledge).")
+@click.option(
+    "--http3/--no-http3",
+    default=False,
+    help="Also serve HTTP/3 over UDP on the same port (needs --tls and aioquic: pip install 'latscope[http3]'); "
+    "the TCP responses announce it with Alt-Svc.",
+)
 @click.option("--truth", is_flag=True, help="Stamp every stream event with the lab's send time (latscope.sent_ns).")
 @click.option(
     "--api-key",
@@ -392,6 +400,31 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
     help="How long a duplicate waits for the running original before it gets 409.",
 )
 @click.option(
+    "--circuit-breaker",
+    is_flag=True,
+    help="Put a circuit breaker in front of the engine: once --circuit-error-ratio of the recent requests failed "
+    "upstream it refuses everything (503 with Retry-After) for --circuit-open-s, then lets one probe through.",
+)
+@click.option(
+    "--circuit-error-ratio",
+    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
+    default=0.5,
+    help="The share of failed requests among the last 20 (at least 10 seen) that opens the breaker.",
+)
+@click.option(
+    "--circuit-open-s",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=5.0,
+    help="Seconds the breaker stays open before its half-open probe.",
+)
+@click.option(
+    "--upstream-error-rate",
+    type=click.FloatRange(min=0.0, max=1.0),
+    default=0.0,
+    help="The share of requests the engine fails before their first token (503 engine_unavailable): an unhealthy "
+    "upstream for the breaker to trip on.",
+)
+@click.option(
     "--gateway-hop-ms",
     type=click.FloatRange(min=0.0),
     default=None,
@@ -403,6 +436,13 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
     type=click.FloatRange(min=0.0),
     default=None,
     help="The gateway's cost per streamed chunk, ms (also puts the hop in front) [default: 1 with gateway-overhead].",
+)
+@click.option(
+    "--image-ms-per-mb",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="What preprocessing image parts costs, ms per MB of image, decoding included [default: 1; 40 with "
+    "slow-image-preprocessing].",
 )
 @click.option("--seed", type=int, default=0, help="Base seed of the generated token text.")
 @click.option(
@@ -480,10 +520,12 @@ def command(
       latscope lab                                  tuned: what a well-configured server looks like
       latscope lab --profile naive                  the four hidden bottlenecks at once
       latscope lab --fault proxy-buffering --tls    one fault on top of the tuned profile
+      latscope lab --tls --http3                    HTTP/3 over UDP beside TCP, on the same port
       latscope lab --list-faults                    every fault and the finding it should trigger
       latscope lab --fault gateway-overhead         a converting gateway in front; prints its upstream's URL
       latscope lab --tls --edge nginx --fault proxy-buffering   a real nginx in front, buffering the stream
       latscope lab --replicas 4 --idempotency-store redis://127.0.0.1:6379/0   four labs, one port, shared keys
+      latscope lab --circuit-breaker --upstream-error-rate 0.6   a failing engine behind a breaker that opens
     """
     console = Console(stderr=True)
     if list_faults:
@@ -493,6 +535,10 @@ def command(
         settings = settings_from_options(options, zero_cost=zero_cost)
     except (UnknownFaultError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    if settings.http3 and not settings.tls:
+        raise click.UsageError("--http3 needs --tls: QUIC always encrypts")
+    if settings.http3 and (edge != "none" or settings.gateway_hop() is not None):
+        raise click.UsageError("--http3 is served by the lab itself: not with --edge nginx or the gateway hop")
     if edge == "nginx" and settings.gateway_hop() is not None:
         raise click.UsageError(
             "the gateway hop (gateway-overhead, --gateway-hop-ms) cannot be combined with --edge nginx"

@@ -23,8 +23,9 @@ from latscope.probe import SCHEMA as PROBE_SCHEMA
 from latscope.probe import ProbeError, ProbeResult, probe, ttft_side
 from latscope.report.server import server_window
 from latscope.report.waterfall import POOL_ROW_MIN_MS, TtftSegment, requests_table, waterfall
+from latscope.signals.altsvc import describe_h3
 from latscope.signals.join import TtftSplit
-from latscope.timeline.metrics import pool_ms
+from latscope.timeline.metrics import connect_ms, pool_ms, tls_ms, ttft_ms
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.redact import scrub_data
 from latscope.timeline.serialize import timeline_to_dict
@@ -151,6 +152,47 @@ def _browser_line(timelines: list[Timeline]) -> Text:
     return line
 
 
+def _first_new(timelines: list[Timeline]) -> Timeline | None:
+    """The first request that opened a connection and completed its handshake."""
+    return next((t for t in timelines if t.tls_end_ns is not None and t.tls_start_ns is not None), None)
+
+
+def _ms_text(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f} ms"
+
+
+def h3_lines(result: ProbeResult) -> list[Text]:
+    """What a probe says about HTTP/3: whether the target announces it (Alt-Svc), and with ``--http3`` the QUIC
+    handshake and TTFT beside TCP+TLS's (``--compare``)."""
+    lines: list[Text] = []
+    advertised = result.h3_advertised()
+    if advertised:
+        lines.append(Text(f"Alt-Svc: {describe_h3(advertised)}", style="dim"))
+    if not result.http3:
+        return lines  # no h3 announced is the common case: the JSON's h3_advertised (null) says it
+    if advertised is None:
+        lines.append(Text("Alt-Svc: no h3 advertised on the TCP responses", style="dim"))
+    h3 = _first_new(result.timelines)
+    tcp = _first_new(result.tcp_timelines)
+    line = Text("HTTP/3: ", style="bold")
+    if h3 is None:
+        line.append("no QUIC handshake completed", style="red")
+        lines.append(line)
+        return lines
+    line.append(f"QUIC handshake {_ms_text(tls_ms(h3))} (TLS 1.3 inside QUIC; connect is the UDP socket)")
+    if tcp is not None:
+        connect, tls = connect_ms(tcp), tls_ms(tcp)
+        both = None if connect is None or tls is None else connect + tls
+        line.append(f" · TCP+TLS {_ms_text(both)} (connect {_ms_text(connect)} + TLS {_ms_text(tls)})")
+    lines.append(line)
+    ttft = Text("first request's TTFT: ", style="bold")
+    ttft.append(f"HTTP/3 {_ms_text(ttft_ms(result.timelines[0]))}")
+    if result.tcp_timelines:
+        ttft.append(f" · TCP+TLS {_ms_text(ttft_ms(result.tcp_timelines[0]))}")
+    lines.append(ttft)
+    return lines
+
+
 def _print_result(console: Console, result: ProbeResult) -> None:
     n = len(result.timelines)
     head = Text("latscope probe ", style="bold")
@@ -165,9 +207,15 @@ def _print_result(console: Console, result: ProbeResult) -> None:
         console.print(requests_table(result.timelines))
     if result.browser:
         console.print(_browser_line(result.timelines))
+    if result.tcp_timelines:
+        console.print(Text("TCP+TLS, for comparison:", style="bold"))
+        console.print(requests_table(result.tcp_timelines))
+    for h3_line in h3_lines(result):
+        console.print(h3_line)
+    over = " over HTTP/3 (QUIC)" if result.http3 else ""
     for origin, stats in result.pool.items():
         line = (
-            f"{origin}: {stats.connections_opened} connection(s) opened for {stats.requests} request(s), "
+            f"{origin}{over}: {stats.connections_opened} connection(s) opened for {stats.requests} request(s), "
             f"{stats.reuses} reused"
         )
         if stats.tls_sessions_offered:
@@ -198,6 +246,20 @@ def _print_result(console: Console, result: ProbeResult) -> None:
     ),
 )
 @click.option("--http1/--http2", "http1", default=False, help="Offer only HTTP/1.1, or also h2 (default) over TLS.")
+@click.option(
+    "--http3",
+    is_flag=True,
+    help=(
+        "Send the requests over HTTP/3 (QUIC over UDP, same host and port; needs an https URL and aioquic: pip "
+        "install 'latscope[http3]'). The QUIC handshake is the tls row; connect is only the UDP socket."
+    ),
+)
+@click.option(
+    "--compare",
+    "compare_tcp",
+    is_flag=True,
+    help="With --http3: send the same requests over TCP+TLS afterwards and show both handshakes and TTFTs.",
+)
 @dialect_option
 @click.option(
     "--completions",
@@ -258,6 +320,8 @@ def command(
     count: int | None,
     browser: bool,
     http1: bool,
+    http3: bool,
+    compare_tcp: bool,
     dialect: str,
     completions: bool,
     insecure: bool,
@@ -304,6 +368,7 @@ def command(
       latscope probe http://tgi-box:8080 --dialect tgi.generate                # TGI's /generate_stream
       latscope probe http://127.0.0.1:8000 --otlp http://127.0.0.1:4318/v1/traces  # spans to a Collector
       latscope probe https://my-gateway/v1 --browser --http1   # 12 at once, 6 connections: half wait
+      latscope probe https://127.0.0.1:8088/v1 --http3 --compare --ca-file lab-cert.pem  # QUIC beside TCP+TLS
 
     Exit status: 0 when every request completed, 1 when some failed, 2 when none did (or the model list could not
     be read), 130 when interrupted (Ctrl-C; what was measured is still shown and written).
@@ -312,6 +377,8 @@ def command(
         raise click.UsageError("give --prompt or --prompt-tokens, not both")
     if metrics_url is not None and no_metrics:
         raise click.UsageError("give --metrics-url or --no-metrics, not both")
+    if compare_tcp and not http3:
+        raise click.UsageError("--compare compares HTTP/3 with TCP+TLS: give --http3 too")
     require_html(html_path)
     otlp = otlp_target(otlp_url, otlp_file)
     headers = parse_headers(header)
@@ -319,6 +386,8 @@ def command(
     console = Console(stderr=to_stdout, highlight=False)
     dialect = pick_dialect(dialect, "openai.completions" if completions else None, "--completions")
     base_url = normalise_base_url(url, get_dialect(dialect).base_path)
+    if http3 and not base_url.lower().startswith("https://"):
+        raise click.UsageError("--http3 needs an https:// URL: QUIC always encrypts")
     timeouts = Timeouts(
         connect_s=timeout, tls_s=timeout, send_s=timeout, headers_s=timeout, read_s=timeout, total_s=max_time
     )
@@ -337,6 +406,8 @@ def command(
                         n=count if count is not None else BROWSER_REQUESTS if browser else DEFAULT_REQUESTS,
                         browser=browser,
                         http2=not http1,
+                        http3=http3,
+                        compare_tcp=compare_tcp,
                         verify=not insecure,
                         ca_file=ca_file,
                         headers=headers,

@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 from latscope.diagnose.context import Context
+from latscope.signals.altsvc import h3_advertised
 from latscope.signals.join import join_server_signals
 from latscope.timeline.model import Phase, Timeline
 from latscope.wire import ModelListError, WireError
@@ -99,6 +100,9 @@ def facts(
         rtt_us = info.rtt_us
         out.update(info.facts(), rtt_ms=None if rtt_us is None else round(rtt_us / 1000.0, 3))
     out["server"] = t.response_headers.get("server")
+    if t.status is not None:
+        # Alt-Svc (RFC 7838) on the first contact: whether the target announces HTTP/3, and where
+        out["h3_advertised"] = h3_advertised(t.response_headers)
     if t.error is not None:
         out["first_contact_error"] = t.error.message
     return out

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from latscope.lab.batchlog import BatchLog
+from latscope.lab.breaker import CircuitBreaker
 from latscope.lab.certs import CertFiles, generate_self_signed, remove_cert_files
 from latscope.lab.front import ResponseCacheEdge, front_door
 from latscope.lab.gateway import Gateway
@@ -31,6 +32,9 @@ from latscope.lab.scheduler import Scheduler
 from latscope.lab.serving import AsyncService, Served
 from latscope.lab.settings import LabSettings
 from latscope.lab.tls import ServerTls
+
+if TYPE_CHECKING:
+    from latscope.lab.http.http3 import H3Server
 
 
 class Lab(Served, AsyncService):
@@ -62,6 +66,7 @@ class Lab(Served, AsyncService):
         self.port = 0
         self._cert: CertFiles | None = None
         self._server: HttpServer | None = None
+        self._h3: H3Server | None = None
         self._front: Handler | None = None
         self._service: LabService | None = None
         #: where ``Idempotency-Key`` claims and answers are kept (``settings.idempotency_store``), once started
@@ -81,10 +86,34 @@ class Lab(Served, AsyncService):
         return self._server.connections_accepted if self._server is not None else 0
 
     @property
+    def http3_connections_accepted(self) -> int:
+        """QUIC connections accepted so far (0 without ``http3``)."""
+        return self._h3.connections_accepted if self._h3 is not None else 0
+
+    @property
     def cache_hits(self) -> int:
         """Requests the ``response-cache`` fault answered from storage so far (0 without it): ground truth."""
         front = self._front
         return front.hits if isinstance(front, ResponseCacheEdge) else 0
+
+    @property
+    def breaker(self) -> CircuitBreaker | None:
+        """The gateway's circuit breaker while the lab runs (None when it is off or the lab is stopped)."""
+        return self._service.breaker if self._service is not None else None
+
+    @property
+    def upstream_error_rate(self) -> float:
+        """The share of requests the engine fails before their first token (``settings.upstream_error_rate`` until
+        changed): settable while the lab runs, so an unhealthy upstream can recover."""
+        return self._service.upstream_error_rate if self._service is not None else self.settings.upstream_error_rate
+
+    @upstream_error_rate.setter
+    def upstream_error_rate(self, rate: float) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"upstream_error_rate must be in [0, 1], got {rate!r}")
+        if self._service is None:
+            raise RuntimeError("the lab is not running")
+        self._service.upstream_error_rate = rate
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -93,6 +122,9 @@ class Lab(Served, AsyncService):
         if self._server is not None:
             return
         settings = self.settings
+        if settings.http3 and not settings.tls:
+            raise ValueError("HTTP/3 needs TLS: QUIC always encrypts (turn tls on)")
+        h3_module = _http3_module() if settings.http3 else None
         store = open_store(settings.idempotency_store)  # ValueError for an unknown store
         try:
             await store.check()  # StoreUnavailableError: say so now rather than 503 every keyed request
@@ -110,6 +142,7 @@ class Lab(Served, AsyncService):
             slow_parse=settings.slow_parse,
             max_context_tokens=settings.engine_cost.kv_capacity_tokens,
             rate_limit=settings.rate_limit(),
+            image_ms_per_mb=settings.image_preprocess_ms_per_mb,
         )
         idempotency = (
             Idempotency(store, ttl_s=settings.idempotency_ttl_s, wait_s=settings.idempotency_wait_s)
@@ -140,21 +173,32 @@ class Lab(Served, AsyncService):
             header_scan_ms_per_kb=settings.header_scan_ms_per_kb,
         )
         self._front = handler
-        server = HttpServer(handler, options)
+        tcp_handler = handler if h3_module is None else h3_module.with_alt_svc(handler, lambda: self.port)
+        server = HttpServer(tcp_handler, options)
+        h3: H3Server | None = None
         try:
             self.host, self.port = await server.start(settings.host, settings.port)
+            if h3_module is not None:
+                assert self._cert is not None
+                h3 = h3_module.H3Server(handler, self._cert, settings.limits(), resumption=settings.tls_resumption)
+                await h3.start(self.host, self.port)  # the same port number, over UDP
         except BaseException:
+            await server.close()
             await self.scheduler.stop()
             await self._close_store()
             self._remove_cert()
             raise
         self._server = server
+        self._h3 = h3
 
     async def stop(self) -> None:
         """Close every connection (in-flight handlers are cancelled), stop the engine, delete the certificate."""
         server, self._server = self._server, None
         if server is not None:
             await server.close()
+        h3, self._h3 = self._h3, None
+        if h3 is not None:
+            await h3.close()
         service, self._service = self._service, None
         if service is not None:
             await service.close()
@@ -171,3 +215,12 @@ class Lab(Served, AsyncService):
         if self._cert is not None:
             remove_cert_files(self._cert)
             self._cert = None
+
+
+def _http3_module() -> Any:
+    """:mod:`latscope.lab.http.http3`, imported when a lab serves HTTP/3 (aioquic is an optional dependency)."""
+    try:
+        from latscope.lab.http import http3
+    except ImportError as exc:
+        raise ValueError(f"HTTP/3 needs aioquic ({exc}): pip install 'latscope[http3]'") from None
+    return http3

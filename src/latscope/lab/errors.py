@@ -79,6 +79,18 @@ def rate_limit_exceeded(retry_after_s: float, headers: tuple[tuple[bytes, bytes]
     )
 
 
+def circuit_open(retry_after: bytes) -> ErrorResponse:
+    """503 while the gateway's circuit breaker keeps requests away from a failing upstream; ``retry_after`` is the
+    ``Retry-After`` value (whole seconds) until it tries the upstream again."""
+    return ErrorResponse(
+        503,
+        f"The upstream is failing and the gateway's circuit breaker is open: try again in {retry_after.decode()} s.",
+        type="server_error",
+        code="circuit_open",
+        headers=((b"retry-after", retry_after),),
+    )
+
+
 def payload_too_large(limit_bytes: int) -> ErrorResponse:
     """413: the body is larger than the configured limit."""
     return ErrorResponse(413, f"Request body exceeds the limit of {limit_bytes} bytes.", code="request_too_large")

@@ -55,6 +55,7 @@ SHORT_KEEPALIVE = "short-keepalive"
 TLS_NO_TICKETS = "tls-no-tickets"
 NO_H2 = "no-h2"
 SLOW_PARSE = "slow-parse"
+SLOW_IMAGE_PREPROCESSING = "slow-image-preprocessing"
 QUEUE_HOL = "queue-hol"
 NAGLE = "nagle"
 PROXY_BUFFERING = "proxy-buffering"
@@ -132,6 +133,13 @@ FAULTS: dict[str, Fault] = {
             SLOW_PARSE,
             "stdlib json, a naive validation walk over the whole document and a regex safety filter over every string",
             "slow-request-parsing",
+            Stage.GATEWAY,
+        ),
+        Fault(
+            SLOW_IMAGE_PREPROCESSING,
+            "image parts are preprocessed on the request path at 40 ms per MB of image (a processor that resizes and "
+            "normalises in Python): a few MB of image hold the first token for a tenth of a second and more",
+            "multimodal-preprocessing",
             Stage.GATEWAY,
         ),
         Fault(
@@ -249,6 +257,9 @@ SLOW_SAMPLING_MS = 5.0
 #: What ``header-scan`` costs per KB of request headers, ms: a WAF's rule set run over every header value, a few
 #: MB/s (a 16 KB token and its cookies cost 8 ms, as much as a short prompt's prefill).
 HEADER_SCAN_MS_PER_KB = 0.5
+#: What ``slow-image-preprocessing`` spends per MB of image, ms: a slow image processor (PIL resize and numpy
+#: normalisation in the request's path), 25 MB/s, where a compiled one needs a few ms per MB.
+SLOW_IMAGE_MS_PER_MB = 40.0
 #: The ``rate-limit`` fault's limit, requests per minute: a diagnosis's first contact and baseline fit in a full
 #: bucket, the experiments after them run into the limit; a refused request waits up to 3 s for the next one.
 RATE_LIMIT_REQUESTS_PER_MIN = 20

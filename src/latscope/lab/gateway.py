@@ -18,6 +18,7 @@ or holds the request. Validation errors follow OpenAI's shapes: 400 ``invalid_re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import time
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ import orjson
 from latscope.lab import tokenizer
 from latscope.lab.apis import ApiFields, ErrorStyle, read_messages, read_ollama, read_responses, read_tgi
 from latscope.lab.errors import ErrorResponse, invalid_request, model_not_found, rate_limit_exceeded, unauthorized
+from latscope.lab.images import DEFAULT_MS_PER_MB, IMAGE_TOKENS, ImageError, decode_image
 from latscope.lab.ratelimit import RateLimitConfig, RateLimiter, key_digest, limit_headers
 from latscope.lab.slowparse import naive_inspect, naive_parse
 
@@ -42,6 +44,9 @@ DEFAULT_MAX_TOKENS_COMPLETIONS = 16
 #: Integer fields (``seed``, ``n``) are 64-bit, as in OpenAI's API.
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+
+#: Bytes per MB (the unit image preprocessing is priced in).
+MB = 1024 * 1024
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
@@ -109,6 +114,12 @@ class CompletionRequest:
     tool: str | None = None
     #: the first tokens that are thinking (Anthropic extended thinking: a thinking block, then the text); 0 for none
     thinking_tokens: int = 0
+    #: OpenAI chat image parts accepted (:mod:`latscope.lab.images`), and their bytes (decoded from base64)
+    images: int = 0
+    image_bytes: int = 0
+    #: decoding them (inside ``validate_ns``), and the preprocessing after it (:meth:`Gateway.preprocess`), ns
+    image_decode_ns: int = 0
+    preprocess_ns: int = 0
 
 
 def host_sampled(document: Mapping[str, Any]) -> bool:
@@ -147,9 +158,11 @@ class Gateway:
         slow_parse: bool,
         max_context_tokens: int,
         rate_limit: RateLimitConfig | None = None,
+        image_ms_per_mb: float = DEFAULT_MS_PER_MB,
     ) -> None:
         self.model = model
         self.slow_parse = slow_parse
+        self.image_ms_per_mb = image_ms_per_mb
         self.max_context_tokens = max_context_tokens
         self._expected_auth = f"Bearer {api_key}".encode() if api_key is not None else None
         self.limiter = RateLimiter(rate_limit) if rate_limit is not None and rate_limit.enabled else None
@@ -168,6 +181,18 @@ class Gateway:
         if admission.wait_s > 0:
             await asyncio.sleep(admission.wait_s)
         return Admitted(admission.wait_s * 1000.0, headers)
+
+    async def preprocess(self, request: CompletionRequest) -> CompletionRequest:
+        """Preprocess ``request``'s images: the whole image stage (decoding, done in validation, then resizing,
+        normalising, patching: simulated by a wait off the event loop's CPU) takes :attr:`image_ms_per_mb` per MB of
+        image, or what decoding took when that was longer. The request with ``preprocess_ns`` set (the wait;
+        unchanged without images)."""
+        if not request.image_bytes:
+            return request
+        started = time.monotonic_ns()
+        stage_ns = self.image_ms_per_mb * request.image_bytes / MB * 1e6
+        await asyncio.sleep(max(0.0, stage_ns - request.image_decode_ns) / 1e9)
+        return dataclasses.replace(request, preprocess_ns=time.monotonic_ns() - started)
 
     def authorize(self, authorization: bytes | None, api_key: bytes | None = None) -> None:
         """Check ``Authorization: Bearer KEY`` (or Anthropic's ``x-api-key: KEY``, given as ``api_key``) when the lab
@@ -212,8 +237,11 @@ class Gateway:
         if model != self.model:
             raise model_not_found(model)
 
+        images: list[tuple[int, int]] = []  # (bytes, decode ns) of each image part
         if endpoint is Endpoint.CHAT:
             prompt_tokens = self._chat_prompt_tokens(document)
+            images = _chat_images(document["messages"])
+            prompt_tokens += IMAGE_TOKENS * len(images)
             default_max = DEFAULT_MAX_TOKENS_CHAT
         else:
             prompt_tokens = self._completion_prompt_tokens(document)
@@ -261,6 +289,9 @@ class Gateway:
             "seed": seed,
             "sampled": host_sampled(document),
             "tool": tool,
+            "images": len(images),
+            "image_bytes": sum(n for n, _ in images),
+            "image_decode_ns": sum(ns for _, ns in images),
         }
 
     def _validate_api(self, endpoint: Endpoint, document: Mapping[str, Any]) -> dict[str, Any]:
@@ -360,6 +391,31 @@ class Gateway:
             raise _invalid_type("prompt", "a string, an array of token ids, or an array of one of these", prompt)
         # A model always sees at least its begin-of-sequence token, so even an empty prompt is one token of prefill.
         return max(1, tokens)
+
+
+def _chat_images(messages: list[Any]) -> list[tuple[int, int]]:
+    """Decode every ``image_url`` part of validated chat ``messages``: ``(bytes, decode ns)`` of each; raises a 400
+    :class:`ErrorResponse` naming the part that is not an image the lab accepts."""
+    images: list[tuple[int, int]] = []
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for part_index, part in enumerate(content):
+            if part.get("type") != "image_url":
+                continue
+            where = f"messages[{index}].content[{part_index}].image_url"
+            image_url = part.get("image_url")
+            url = image_url.get("url") if isinstance(image_url, dict) else image_url
+            if not isinstance(url, str):
+                raise _invalid_type(f"{where}.url", "a string", url)
+            try:
+                image = decode_image(url)
+            except ImageError as exc:
+                message = f"Invalid image in '{where}.url': {exc}."
+                raise invalid_request(message, param=f"{where}.url", code="invalid_image") from None
+            images.append((image.nbytes, image.decode_ns))
+    return images
 
 
 def _forced_function(document: Mapping[str, Any]) -> str | None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -42,7 +43,15 @@ from typing import Any
 import orjson
 
 from latscope.lab.apis import ErrorStyle, error_body, error_status, stream_error_event
-from latscope.lab.errors import ErrorResponse, invalid_request, method_not_allowed, model_not_found, not_found
+from latscope.lab.breaker import CircuitBreaker
+from latscope.lab.errors import (
+    ErrorResponse,
+    circuit_open,
+    invalid_request,
+    method_not_allowed,
+    model_not_found,
+    not_found,
+)
 from latscope.lab.formats import (
     AnthropicFormat,
     AnthropicThinkingFormat,
@@ -127,6 +136,7 @@ class _Trace:
     """What one request's handling learned, turned into a :class:`RequestRecord` at the end."""
 
     __slots__ = (
+        "circuit",
         "endpoint",
         "error",
         "gateway_wait_ms",
@@ -160,6 +170,7 @@ class _Trace:
         self.idempotency_key: str | None = None  #: the request's ``Idempotency-Key``
         self.idempotency: str | None = None  #: what the gateway did with it (``RequestRecord.idempotency``)
         self.idempotency_ms: float | None = None  #: the store's claim or lookup and a duplicate's wait, ms
+        self.circuit: str | None = None  #: what the circuit breaker did with it (``RequestRecord.circuit``)
 
     def record(self, channel: ResponseChannel, faults: frozenset[str], completion_tokens: int) -> RequestRecord:
         request = self.request
@@ -211,7 +222,16 @@ class _Trace:
             idempotency_key=self.idempotency_key,
             idempotency=self.idempotency,
             idempotency_ms=self.idempotency_ms,
+            circuit=self.circuit,
+            image_bytes=parsed.image_bytes if parsed is not None else 0,
+            preprocess_ms=(
+                ms(parsed.image_decode_ns + parsed.preprocess_ns) if parsed is not None and parsed.images else None
+            ),
         )
+
+
+#: how a request's error starts when the engine failed it (what the circuit breaker counts as the upstream's failure)
+GENERATION_FAILED = "generation failed"
 
 
 def _retry_after_ms(refused: ErrorResponse) -> float | None:
@@ -248,6 +268,13 @@ class LabService:
         self.scheduler = scheduler
         self.metrics = metrics
         self.records = records
+        breaker = settings.breaker
+        #: the gateway's circuit breaker in front of the engine (:mod:`latscope.lab.breaker`); None when off
+        self.breaker = CircuitBreaker(breaker) if breaker is not None else None
+        #: the share of requests the engine fails before their first token (``settings.upstream_error_rate``);
+        #: mutable, so a test can make the upstream healthy again
+        self.upstream_error_rate = settings.upstream_error_rate
+        self._upstream_draws = random.Random(settings.seed)
         self.faults = settings.active_faults
         self.model = settings.model
         self.truth = settings.truth
@@ -468,9 +495,7 @@ class LabService:
         parsed: CompletionRequest,
         credential: bytes | None,
     ) -> None:
-        """Rate-limit, schedule and answer an accepted request."""
-        assert trace.request_id is not None and trace.endpoint is not None
-        request_id, endpoint = trace.request_id, trace.endpoint
+        """Rate-limit, pass the circuit breaker (when on), schedule and answer an accepted request."""
         try:
             admitted = await self.gateway.admit(credential, parsed)
         except ErrorResponse as refused:
@@ -479,8 +504,44 @@ class LabService:
             raise
         trace.gateway_wait_ms = admitted.wait_ms if self.gateway.limiter is not None else None
         trace.limit_headers = admitted.headers
-        # the engine's queue starts when the gateway lets the request through: a gateway's wait is not the engine's
-        arrived_ns = request.received_ns if not admitted.wait_ms else time.monotonic_ns()
+        parsed = trace.parsed = await self.gateway.preprocess(parsed)
+        # a request the gateway held (the rate limiter) or worked on (image preprocessing) reaches the engine later
+        held = bool(admitted.wait_ms or parsed.preprocess_ns)
+        breaker = self.breaker
+        if breaker is None:
+            await self._run_engine(channel, trace, parsed, request, held)
+            return
+        passage = breaker.admit(time.monotonic())
+        if not passage.admitted:
+            trace.circuit = "refused"
+            raise circuit_open(passage.retry_after_header)
+        trace.circuit = "probe" if passage.probe else None
+        failed: bool | None = None
+        try:
+            await self._run_engine(channel, trace, parsed, request, held)
+            # an engine failure is recorded on the trace (503, or an error event mid-stream), not raised past here
+            failed = trace.error is not None and trace.error.startswith(GENERATION_FAILED)
+        except ErrorResponse as refused:
+            failed = True if refused.status >= 500 else None  # a request too large is the client's, not the engine's
+            raise
+        finally:
+            breaker.record(passage, failed, time.monotonic())
+
+    async def _run_engine(
+        self,
+        channel: ResponseChannel,
+        trace: _Trace,
+        parsed: CompletionRequest,
+        request: Request,
+        held: bool,
+    ) -> None:
+        """Schedule an admitted request on the engine and answer it (streamed or whole); an engine failure becomes a
+        503 before the response head, an error event after it."""
+        assert trace.request_id is not None and trace.endpoint is not None
+        request_id, endpoint = trace.request_id, trace.endpoint
+        # the engine's queue starts when the gateway lets the request through (``held``: later than it arrived): a
+        # gateway's wait (the rate limiter's, image preprocessing) is not the engine's
+        arrived_ns = time.monotonic_ns() if held else request.received_ns
         try:
             stream = self.scheduler.submit(
                 GenerationRequest(
@@ -497,6 +558,8 @@ class LabService:
         trace.stats = stream.stats
         completed = False
         try:
+            if self.upstream_error_rate and self._upstream_draws.random() < self.upstream_error_rate:
+                raise GenerationError("the upstream failed the request (upstream_error_rate)")
             openai = endpoint is Endpoint.CHAT or endpoint is Endpoint.COMPLETIONS
             if parsed.stream and openai:
                 await self._stream(channel, trace, parsed, stream, request_id)
@@ -508,7 +571,7 @@ class LabService:
                 await self._complete_api(request, channel, parsed, stream, request_id, trace.limit_headers)
             completed = True
         except GenerationError as exc:
-            trace.error = f"generation failed: {exc}"
+            trace.error = f"{GENERATION_FAILED}: {exc}"
             if channel.headers_sent_ns is None:
                 trace.status = 503
                 raise ErrorResponse(

@@ -30,7 +30,7 @@ class RequestRecord:
     # -- connection (edge stage) --
     connection_id: int  #: 1-based, in accept order
     index_on_connection: int  #: 1 = first request on its connection; > 1 = the client reused it
-    http_version: str  #: "1.1", "1.0" or "2"
+    http_version: str  #: "1.1", "1.0", "2" or "3"
     tls_version: str | None
     tls_resumed: bool  #: the TLS handshake of this request's connection resumed a session
     alpn: str | None
@@ -76,6 +76,13 @@ class RequestRecord:
     #: what the key cost before the request ran or replayed: the store's claim or lookup, and a duplicate's wait for
     #: the original, ms; None when the key was not looked at
     idempotency_ms: float | None = None
+    #: what the gateway's circuit breaker did with the request: ``refused`` (open: 503, never reached the engine),
+    #: ``probe`` (half-open: the request that tried the upstream again); None when it let it through closed, or is off
+    circuit: str | None = None
+    #: bytes of the images the request carried (OpenAI chat ``image_url`` parts, decoded from base64), 0 for none
+    image_bytes: int = 0
+    #: what the gateway spent on those images, ms: decoding them and preprocessing them; None without images
+    preprocess_ms: float | None = None
 
 
 def new_record_log(maxlen: int = DEFAULT_RECORDS_MAX) -> collections.deque[RequestRecord]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from latscope.lab.breaker import BreakerConfig
 from latscope.lab.costmodel import CostModel
 from latscope.lab.faults import (
     BATCHING_TRIGGER,
@@ -38,6 +39,8 @@ from latscope.lab.faults import (
     SHORT_KEEPALIVE,
     SHORT_KEEPALIVE_TIMEOUT_S,
     SILENT_RESPONSE_CACHE,
+    SLOW_IMAGE_MS_PER_MB,
+    SLOW_IMAGE_PREPROCESSING,
     SLOW_PARSE,
     SLOW_SAMPLING,
     SLOW_SAMPLING_MS,
@@ -54,6 +57,7 @@ from latscope.lab.http.limits import (
     ConnectionLimits,
 )
 from latscope.lab.idempotency import DEFAULT_TTL_S, DEFAULT_WAIT_S
+from latscope.lab.images import DEFAULT_MS_PER_MB
 from latscope.lab.ratelimit import LimitMode, RateLimitConfig
 from latscope.lab.records import DEFAULT_RECORDS_MAX
 from latscope.lab.scheduler import Policy, SchedulerConfig
@@ -80,6 +84,9 @@ class LabSettings:
     reuse_port: bool = False
     tls: bool = False  #: serve HTTPS with a self-signed certificate generated on start
     http2: bool = True  #: offer HTTP/2 (ALPN h2 over TLS, prior knowledge over cleartext) unless ``no-h2``
+    #: also serve HTTP/3 over UDP on the same port number (needs ``tls`` and aioquic), announced on the TCP
+    #: responses with ``Alt-Svc: h3=":PORT"``
+    http3: bool = False
     truth: bool = False  #: stamp every stream event with the lab's send time (``latscope.sent_ns``)
     api_key: str | None = None  #: require ``Authorization: Bearer KEY`` on /v1 routes
     model: str = DEFAULT_MODEL
@@ -112,6 +119,20 @@ class LabSettings:
     #: set (0 included) puts the hop in front, explicit values win over what ``gateway-overhead`` implies
     gateway_hop_ms: float | None = None
     gateway_chunk_ms: float | None = None
+    #: the gateway's circuit breaker in front of the engine (:mod:`latscope.lab.breaker`): off unless set; it opens
+    #: when ``circuit_error_ratio`` of the last ``circuit_window`` requests (at least ``circuit_min_requests``) failed
+    #: upstream, refuses everything for ``circuit_open_s`` seconds (503, Retry-After), then lets one probe through
+    circuit_breaker: bool = False
+    circuit_error_ratio: float = 0.5
+    circuit_window: int = 20
+    circuit_min_requests: int = 10
+    circuit_open_s: float = 5.0
+    #: the share of requests the engine fails before their first token (503 ``engine_unavailable``), drawn from
+    #: ``seed``: an unhealthy upstream for the breaker to trip on; 0 fails none
+    upstream_error_rate: float = 0.0
+    #: what the gateway spends preprocessing images, ms per MB of image; None: what the faults imply (a small cost,
+    #: or ``slow-image-preprocessing``'s)
+    image_ms_per_mb: float | None = None
 
     def __post_init__(self) -> None:
         # the Python API takes lists and strings where these are tuples and paths; a frozen value holds them as such
@@ -121,6 +142,21 @@ class LabSettings:
                 object.__setattr__(self, name, tuple(value))
         if self.batch_log is not None and not isinstance(self.batch_log, Path):
             object.__setattr__(self, "batch_log", Path(self.batch_log))
+        if not 0.0 <= self.upstream_error_rate <= 1.0:
+            raise ValueError(f"upstream_error_rate must be in [0, 1], got {self.upstream_error_rate!r}")
+        self.breaker  # noqa: B018 — validates the breaker's values now, not when the first request comes
+
+    @property
+    def breaker(self) -> BreakerConfig | None:
+        """The circuit breaker's configuration, None when it is off (raises ValueError for impossible values)."""
+        if not self.circuit_breaker:
+            return None
+        return BreakerConfig(
+            error_ratio=self.circuit_error_ratio,
+            window=self.circuit_window,
+            min_requests=self.circuit_min_requests,
+            open_s=self.circuit_open_s,
+        )
 
     @property
     def active_faults(self) -> frozenset[str]:
@@ -161,6 +197,14 @@ class LabSettings:
     def header_scan_ms_per_kb(self) -> float | None:
         """What the gateway spends per KB of request headers, ms (``header-scan``), None when nothing."""
         return HEADER_SCAN_MS_PER_KB if HEADER_SCAN in self.active_faults else None
+
+    @property
+    def image_preprocess_ms_per_mb(self) -> float:
+        """What the gateway spends preprocessing images, ms per MB: the explicit setting, else
+        ``slow-image-preprocessing``'s, else the tuned lab's small cost."""
+        if self.image_ms_per_mb is not None:
+            return self.image_ms_per_mb
+        return SLOW_IMAGE_MS_PER_MB if SLOW_IMAGE_PREPROCESSING in self.active_faults else DEFAULT_MS_PER_MB
 
     @property
     def response_cache(self) -> Literal["headers", "silent"] | None:

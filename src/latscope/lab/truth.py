@@ -1,11 +1,13 @@
 """What the lab reports about each request, in the formats clients already read.
 
-- ``Server-Timing`` (W3C): ``parse;dur=X, validate;dur=Y, queue;dur=Z, prefill;dur=W`` in ms with 3 decimals.
+- ``Server-Timing`` (W3C): ``parse;dur=X, validate;dur=Y, queue;dur=Z, prefill;dur=W`` in ms with 3 decimals;
+  ``preprocess`` after ``validate`` for a request with images (decoding them is part of ``validate``).
 - ``timings`` (llama.cpp's object, reference/server-signals.md): ``prompt_n``, ``prompt_ms`` (prefill),
   ``prompt_per_token_ms``, ``prompt_per_second``, ``predicted_n``, ``predicted_ms`` (decode),
   ``predicted_per_token_ms``, ``predicted_per_second``, ``cache_n`` (always 0: the lab has no prefix cache).
 - ``latscope`` (the lab's own object): ``request_id``, ``parse_ms``, ``validate_ms``, ``queue_ms``,
-  ``window_wait_ms``, ``prefill_ms``, ``decode_ms``, ``preemptions``; ``sent_ns`` is added by the writer under
+  ``window_wait_ms``, ``prefill_ms``, ``decode_ms``, ``preemptions`` (``image_bytes`` and ``preprocess_ms`` with
+  images); ``sent_ns`` is added by the writer under
   ``--truth``.
 """
 
@@ -35,6 +37,8 @@ def server_timing(parsed: CompletionRequest, stats: RequestStats, *, decode: boo
         b"queue;dur=%.3f" % (stats.queue_ms or 0.0),
         b"prefill;dur=%.3f" % (stats.prefill_ms or 0.0),
     ]
+    if parsed.images:
+        parts.insert(2, b"preprocess;dur=%.3f" % (parsed.preprocess_ns / NS_PER_MS))
     if decode:
         parts.append(b"decode;dur=%.3f" % (stats.decode_ms or 0.0))
     return b", ".join(parts)
@@ -69,6 +73,7 @@ def latscope_fields(request_id: str, parsed: CompletionRequest, stats: RequestSt
         "prefill_ms": _rounded(stats.prefill_ms),
         "decode_ms": _rounded(stats.decode_ms),
         "preemptions": stats.preemptions,
+        **({"image_bytes": parsed.image_bytes, "preprocess_ms": ms(parsed.preprocess_ns)} if parsed.images else {}),
     }
 
 

@@ -2,7 +2,8 @@
 directory, return the summaries.
 
 * :func:`run_bench` — from synchronous code (the CLI): each step on worker processes (see
-  :mod:`latscope.load.workers`), or in this process with ``inline=True``.
+  :mod:`latscope.load.workers`), on Ray actors across a cluster with ``ray_address`` (see
+  :mod:`latscope.load.onray`), or in this process with ``inline=True``.
 * :func:`bench_async` — from a running event loop (pytest, notebooks): every step in this loop, one worker.
 
 Either way the run directory holds ``run.json``, ``requests.parquet`` and ``events.parquet``
@@ -60,6 +61,7 @@ class StepRecord:
     workers: int
     results: list[WorkerResult] = field(default_factory=list)
     interrupted: bool = False
+    ray: dict[str, Any] | None = None  #: on Ray: each actor's host, node, clock offset, and the load lost
 
     @property
     def health(self) -> ClientHealth:
@@ -202,13 +204,18 @@ def run_bench(
     run_dir: Path,
     *,
     inline: bool = False,
+    ray_address: str | None = None,
     on_step: Callable[[int, str, int], None] | None = None,
     on_progress: Callable[[int, dict[int, dict[str, Any]]], None] | None = None,
 ) -> RunResult:
-    """Run every step (worker processes, or this process with ``inline=True``), save, summarise.
+    """Run every step (worker processes, this process with ``inline=True``, or Ray actors on the cluster at
+    ``ray_address``, "auto" for this machine's), save, summarise.
 
     ``on_step(step, label, workers)`` is called as each step starts; ``on_progress(step, snapshots)`` with the
     workers' latest counters (about twice a second). Ctrl-C ends the current step early and saves the run.
+    On Ray, ``config.workers`` is the number of actors (one CPU each, spread over the nodes); None sizes it from
+    the load and the cluster's CPUs. Raises :class:`~latscope.load.onray.RayUnavailable` when Ray is missing or
+    no cluster answers.
     """
     from latscope.load.workers import StepProcesses
     from latscope.wire.loop import run as run_loop
@@ -220,6 +227,8 @@ def run_bench(
                 on_progress(step, {0: counters.snapshot()})
 
         return run_loop(bench_async(config, run_dir, on_progress=inline_progress))
+    if ray_address is not None:
+        return _run_on_ray(config, run_dir, ray_address, on_step=on_step, on_progress=on_progress)
 
     validate(config)
     model = run_loop(resolve_model(config))
@@ -243,6 +252,54 @@ def run_bench(
         if procs.interrupted:
             break
     return finish_run(config, model, run_dir, records, started, server_gauges=gauges.stop())
+
+
+def _run_on_ray(
+    config: BenchConfig,
+    run_dir: Path,
+    address: str,
+    *,
+    on_step: Callable[[int, str, int], None] | None,
+    on_progress: Callable[[int, dict[int, dict[str, Any]]], None] | None,
+) -> RunResult:
+    """:func:`run_bench` with each step's workers as Ray actors (:mod:`latscope.load.onray`)."""
+    from latscope.load import onray
+    from latscope.wire.loop import run as run_loop
+
+    validate(config)
+    connected = onray.connect(address)
+    try:
+        model = run_loop(resolve_model(config))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        started = _dt.datetime.now(_dt.UTC)
+        records: list[StepRecord] = []
+        gauges = _sampler(config)
+        cpus = onray.cluster_cpus()
+        for step, arrival in enumerate(config.steps):
+            gauges.mark(arrival.label)
+            workers = config.workers or auto_workers(arrival, config.url, cores=cpus)
+            if workers > cpus:  # the extra actors would wait for a CPU until READY_TIMEOUT_S
+                raise BenchConfigError(f"--workers {workers}: the Ray cluster has {cpus} CPUs, one per actor")
+            if on_step is not None:
+                on_step(step, arrival.label, workers)
+            ray_step = onray.RayStep(config, model, step, workers, run_dir, name_prefix=f"latscope-{run_dir.name}")
+
+            def progress(snapshots: dict[int, dict[str, Any]], step: int = step) -> None:
+                if on_progress is not None:
+                    on_progress(step, snapshots)
+
+            results = ray_step.run(progress)
+            records.append(
+                StepRecord(
+                    step, arrival.label, workers, results, interrupted=ray_step.interrupted, ray=ray_step.to_dict()
+                )
+            )
+            if ray_step.interrupted:
+                break
+        return finish_run(config, model, run_dir, records, started, server_gauges=gauges.stop(), ray_address=address)
+    finally:
+        if connected:
+            onray.disconnect()
 
 
 def _sampler(config: BenchConfig) -> GaugeSampler | _NoSampler:
@@ -272,9 +329,11 @@ def finish_run(
     started: _dt.datetime,
     *,
     server_gauges: dict[str, Any] | None = None,
+    ray_address: str | None = None,
 ) -> RunResult:
     """Merge the workers' part files, summarise every step that ran, write ``run.json`` (with the target's gauges
-    over the run, :mod:`latscope.load.servermetrics`, when sampled)."""
+    over the run, :mod:`latscope.load.servermetrics`, when sampled; on Ray, the cluster's address and each step's
+    actors)."""
     n_requests, n_events = merge_parts(run_dir)
     steps_meta = [(r.step, r.label, config.steps[r.step].to_dict()) for r in records]
     clients = {r.step: r.health for r in records if r.results}
@@ -286,6 +345,9 @@ def finish_run(
         slo=config.slo,
         clients=clients,
     )
+    for r, s in zip(records, summaries, strict=True):
+        if r.ray is not None and r.ray.get("actors_lost"):
+            s.warnings.append(missing_load_warning(r.ray))
     interrupted = any(r.interrupted for r in records) or len(records) < len(config.steps)
     data: dict[str, Any] = {
         "created": started.isoformat(timespec="seconds"),
@@ -300,19 +362,10 @@ def finish_run(
             "requests_rows": n_requests,
             "events_rows": n_events,
         },
-        "steps": [
-            {
-                "step": r.step,
-                "label": r.label,
-                "workers": r.workers,
-                "interrupted": r.interrupted,
-                "pool": r.pool_totals(),
-                "summary": s.to_dict(),
-                "checks": [check_retry_amplification(retry_evidence(config, s.overall)).to_dict()],
-            }
-            for r, s in zip(records, summaries, strict=True)
-        ],
+        "steps": [_step_entry(config, r, s) for r, s in zip(records, summaries, strict=True)],
     }
+    if ray_address is not None:
+        data["ray"] = {"address": ray_address}
     if server_gauges is not None:
         data["server_gauges"] = server_gauges
     clocks = [{"step": res.step, "worker": res.worker, **res.clock} for r in records for res in r.results if res.clock]
@@ -330,10 +383,38 @@ def retry_evidence(config: BenchConfig, group: GroupSummary) -> RetryEvidence:
         attempts=group.attempts,
         retried=group.retried,
         unkeyed_retries=group.unkeyed_retries,
+        executed_again=group.executed_again,
         retry_ms=group.retry_time_ms,
         retry_wait_ms=group.retry_wait_time_ms,
         request_ms=group.request_time_ms,
     )
+
+
+def missing_load_warning(ray: dict[str, Any]) -> str:
+    """What a step on Ray lost with its dead actors, in one sentence."""
+    lost = [a for a in ray["actors"] if a["state"] == "lost"]
+    where = ", ".join(f"actor {a['worker']} on {a.get('host', '?')}" for a in lost)
+    not_sent = ray["requests_not_sent"]
+    unsent = "an unknown number of requests not sent (closed loop)" if not_sent is None else f"{not_sent} not sent"
+    return (
+        f"{ray['actors_lost']} Ray actor(s) lost mid-step ({where}): {ray['requests_lost']} requests lost in flight "
+        f"or unreported (error kind worker-lost), {unsent}; {ray['missing_share']:.1%} of the offered load is missing"
+    )
+
+
+def _step_entry(config: BenchConfig, record: StepRecord, summary: StepSummary) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "step": record.step,
+        "label": record.label,
+        "workers": record.workers,
+        "interrupted": record.interrupted,
+        "pool": record.pool_totals(),
+        "summary": summary.to_dict(),
+        "checks": [check_retry_amplification(retry_evidence(config, summary.overall)).to_dict()],
+    }
+    if record.ray is not None:
+        entry["ray"] = record.ray
+    return entry
 
 
 def load_summaries(data: dict[str, Any]) -> list[StepSummary]:

@@ -56,6 +56,7 @@ ATTEMPT_TYPE = pa.struct(
         pa.field("retry_after_ms", pa.float64()),  # the wait the server asked for (retry-after-ms / Retry-After)
         pa.field("should_retry", pa.bool_()),  # the server's x-should-retry
         pa.field("wait_ms", pa.float64()),
+        pa.field("response_id", pa.string()),  # the id its stream named (Timeline.response_id)
     ]
 )
 
@@ -119,6 +120,7 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("trace_id", pa.string()),
         pa.field("span_id", pa.string()),
         pa.field("idempotency_key", pa.string()),  # --idempotency-keys: the key every attempt carried
+        pa.field("response_id", pa.string()),  # the response's own id as its stream named it (chatcmpl-…, msg_…)
         # --retries: each earlier attempt, oldest first: what it got and the wait after it (empty without retries)
         pa.field("retried", pa.list_(ATTEMPT_TYPE), nullable=False),
         # what stamped the reads: "kernel" (kernel receive stamps, --stamps kernel) or "user"; NULL without a
@@ -267,6 +269,7 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         t.trace_id,
         t.span_id,
         t.idempotency_key,
+        t.response_id,
         [_attempt_row(a, origin) for a in t.retries],
         t.first_token_ns,
         t.last_token_ns,
@@ -292,6 +295,7 @@ def _attempt_row(a: Attempt, origin_ns: int) -> dict[str, Any]:
         "retry_after_ms": a.retry_after_ms,
         "should_retry": a.should_retry,
         "wait_ms": a.wait_ns / NS_PER_MS,
+        "response_id": a.response_id,
     }
 
 
@@ -303,7 +307,8 @@ _SCALAR_COLUMNS = (
     "_usage_output_tokens", "max_tokens", "events", "reads", "connection_id", "reused", "http_version", "status",
     "finish_reason", "error_phase", "error_kind", "error_status", "error_message",
     *(f"server_{phase}_ms" for phase in SERVER_COLUMNS),
-    "started_ns", "trace_id", "span_id", "idempotency_key", "retried", "_first_token_ns", "_last_token_ns",
+    "started_ns", "trace_id", "span_id", "idempotency_key", "response_id", "retried",
+    "_first_token_ns", "_last_token_ns",
 )  # fmt: skip
 
 

@@ -42,7 +42,7 @@ from latscope.load.config import BenchConfig, split_evenly
 from latscope.load.health import OFF_CPU_MIN_NS, HealthMonitor, WorkerHealth
 from latscope.load.pacing import SPIN, sleep_until
 from latscope.load.records import RequestContext
-from latscope.load.storage import PartWriter
+from latscope.load.storage import BatchSink, PartWriter
 from latscope.load.tuning import StepTuning
 from latscope.load.workload import Plan, PlannedRequest, prompt_seed
 from latscope.quietgc import rss_bytes
@@ -221,6 +221,8 @@ class StepWorker:
         on_progress: Callable[[WorkerCounters], None] | None = None,
         plan: Plan | None = None,
         writer_threaded: bool = True,
+        sink: BatchSink | None = None,
+        flush_interval_s: float | None = None,
     ) -> None:
         self.config = config
         self.assignment = assignment
@@ -230,6 +232,8 @@ class StepWorker:
         self.run_dir = run_dir
         self.on_progress = on_progress
         self.writer_threaded = writer_threaded
+        self.sink = sink  #: record batches go here instead of the part files (:class:`PartWriter`)
+        self.flush_interval_s = flush_interval_s
         self.counters = WorkerCounters(assignment.worker)
         self._stopping = False
         self._stopped_externally = False
@@ -290,7 +294,14 @@ class StepWorker:
             trace_context=cfg.trace_context,
             stamps=cfg.stamps,
         )
-        self._writer = PartWriter(self.run_dir, a.step, a.worker, threaded=self.writer_threaded)
+        self._writer = PartWriter(
+            self.run_dir,
+            a.step,
+            a.worker,
+            threaded=self.writer_threaded,
+            sink=self.sink,
+            flush_interval_s=self.flush_interval_s,
+        )
         self._tuning.enter(rss_bytes())
 
     async def run(self, start_ns: int) -> WorkerResult:

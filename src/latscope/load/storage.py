@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ from latscope.load.records import (
 )
 from latscope.timeline.model import Timeline
 from latscope.timeline.redact import scrub_data
+
+#: Receives each converted batch instead of the part files: ``(requests, events)`` tables of one row group each.
+BatchSink = Callable[[pa.Table, pa.Table], None]
 
 RUN_SCHEMA = "latscope.bench/1"
 RUN_JSON = "run.json"
@@ -75,6 +79,10 @@ class PartWriter:
     ``event_batch_rows`` events or ``request_batch_rows`` requests the batch goes to one background thread that
     converts it (:func:`~latscope.load.records.build_tables`) and writes a row group to each file. Memory stays at
     about one batch of timelines. ``threaded=False`` converts and writes inline (tests, tiny runs).
+
+    With ``sink`` no file is written: each converted batch goes to ``sink`` (a Ray actor hands them to the driver,
+    which writes the part files on its side), and ``flush_interval_s`` also ends a batch that old, so a worker that
+    dies loses only its last interval of records.
     """
 
     def __init__(
@@ -86,16 +94,24 @@ class PartWriter:
         event_batch_rows: int = EVENT_BATCH_ROWS,
         request_batch_rows: int = REQUEST_BATCH_ROWS,
         threaded: bool = True,
+        sink: BatchSink | None = None,
+        flush_interval_s: float | None = None,
     ) -> None:
         prime_conversions()  # one-time lazy imports now, not in the middle of the measured step
         self.requests_path, self.events_path = part_paths(run_dir, step, worker)
-        self.requests_path.parent.mkdir(parents=True, exist_ok=True)
+        self._sink = sink
+        self._flush_interval_ns = None if flush_interval_s is None else int(flush_interval_s * 1e9)
+        self._last_flush_ns = time.monotonic_ns()
         self._batch: list[tuple[Timeline, RequestContext]] = []
         self._batch_events = 0
         self._event_batch_rows = event_batch_rows
         self._request_batch_rows = request_batch_rows
-        self._requests_writer = pq.ParquetWriter(self.requests_path, REQUEST_SCHEMA, compression=COMPRESSION)
-        self._events_writer = pq.ParquetWriter(self.events_path, EVENT_SCHEMA, compression=COMPRESSION)
+        self._requests_writer: pq.ParquetWriter | None = None
+        self._events_writer: pq.ParquetWriter | None = None
+        if sink is None:
+            self.requests_path.parent.mkdir(parents=True, exist_ok=True)
+            self._requests_writer = pq.ParquetWriter(self.requests_path, REQUEST_SCHEMA, compression=COMPRESSION)
+            self._events_writer = pq.ParquetWriter(self.events_path, EVENT_SCHEMA, compression=COMPRESSION)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="latscope-parquet") if threaded else None
         self._pending: list[Future[None]] = []
         self.requests_written = 0
@@ -111,11 +127,17 @@ class PartWriter:
         """Record one finished request (its row and its events); return its digest."""
         self._batch.append((t, ctx))
         self._batch_events += len(t.events)
-        if self._batch_events >= self._event_batch_rows or len(self._batch) >= self._request_batch_rows:
+        full = self._batch_events >= self._event_batch_rows or len(self._batch) >= self._request_batch_rows
+        if full or self._batch_is_old():
             self._flush()
         return digest(t, ctx)
 
+    def _batch_is_old(self) -> bool:
+        interval = self._flush_interval_ns
+        return interval is not None and time.monotonic_ns() - self._last_flush_ns >= interval
+
     def _flush(self) -> None:
+        self._last_flush_ns = time.monotonic_ns()
         batch, self._batch, self._batch_events = self._batch, [], 0
         if not batch:
             return
@@ -135,6 +157,10 @@ class PartWriter:
 
     def _write(self, batch: list[tuple[Timeline, RequestContext]]) -> None:
         requests, events = build_tables(batch)
+        if self._sink is not None:
+            self._sink(requests, events)
+            return
+        assert self._requests_writer is not None and self._events_writer is not None
         self._requests_writer.write_table(requests)
         self._events_writer.write_table(events)
 
@@ -150,8 +176,9 @@ class PartWriter:
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
-            self._requests_writer.close()
-            self._events_writer.close()
+            if self._requests_writer is not None and self._events_writer is not None:
+                self._requests_writer.close()
+                self._events_writer.close()
 
 
 def merge_parts(run_dir: Path) -> tuple[int, int]:

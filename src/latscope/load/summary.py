@@ -73,6 +73,9 @@ class GroupSummary:
     attempts: int = 0  #: attempts sent for these logical requests (``requests`` without retries)
     retried: int = 0  #: logical requests sent more than once
     unkeyed_retries: int = 0  #: retries (attempts after a first) sent without an ``Idempotency-Key``
+    #: keyed logical requests the server generated again: an earlier attempt had begun streaming one response (it
+    #: named its id and delivered tokens) and the answer that ended it is another (:func:`executed_again`)
+    executed_again: int = 0
     retry_time_ms: float = 0.0  #: time the logical requests spent in earlier attempts and the waits between, summed
     retry_wait_time_ms: float = 0.0  #: the waiting part of ``retry_time_ms`` (backoff, Retry-After), summed
     request_time_ms: float = 0.0  #: the logical requests' own time (first attempt's start → end), summed
@@ -106,6 +109,7 @@ class GroupSummary:
             "attempts": self.attempts,
             "retried": self.retried,
             "unkeyed_retries": self.unkeyed_retries,
+            "executed_again": self.executed_again,
             "retry_time_ms": self.retry_time_ms,
             "retry_wait_time_ms": self.retry_wait_time_ms,
             "request_time_ms": self.request_time_ms,
@@ -136,6 +140,7 @@ class GroupSummary:
             attempts=int(data.get("attempts", data["requests"])),
             retried=int(data.get("retried", 0)),
             unkeyed_retries=int(data.get("unkeyed_retries", 0)),
+            executed_again=int(data.get("executed_again", 0)),
             retry_time_ms=float(data.get("retry_time_ms", 0.0)),
             retry_wait_time_ms=float(data.get("retry_wait_time_ms", 0.0)),
             request_time_ms=float(data.get("request_time_ms", 0.0)),
@@ -378,6 +383,7 @@ def _group(
         attempts=int(attempts.sum()),
         retried=int((attempts > 1).sum()),
         unkeyed_retries=int((attempts - 1)[~keyed].sum()),
+        executed_again=executed_again(rows.filter(pa.array(keyed & (attempts > 1)))),
         retry_time_ms=float(retry.sum()),
         retry_wait_time_ms=float(_column_or(rows, "retry_wait_ms", 0.0).sum()),
         request_time_ms=float(np.nansum(lasted)),
@@ -389,6 +395,21 @@ def _column_or(rows: pa.Table, name: str, default: float) -> npt.NDArray[np.floa
     if name not in rows.column_names:
         return np.full(rows.num_rows, default)
     return np.nan_to_num(_floats(rows, name), nan=default)
+
+
+def executed_again(rows: pa.Table) -> int:
+    """Of ``rows`` (keyed logical requests that were retried), those the server generated a second time: an earlier
+    attempt had begun streaming a response (it named the response's id and delivered tokens), and the attempt that
+    ended the logical request streamed a response with another id. A server that honours the key replays the first
+    response (the same id) or makes the retry wait for it; none of them is counted when a stream named no id."""
+    if "response_id" not in rows.column_names or rows.num_rows == 0:
+        return 0
+    count = 0
+    for final, earlier in zip(rows.column("response_id").to_pylist(), rows.column("retried").to_pylist(), strict=True):
+        begun = {a["response_id"] for a in earlier if a.get("response_id") is not None and (a.get("tokens") or 0) > 0}
+        if final is not None and begun and final not in begun:
+            count += 1
+    return count
 
 
 def _keyed(rows: pa.Table) -> npt.NDArray[np.bool_]:

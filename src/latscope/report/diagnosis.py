@@ -18,6 +18,7 @@ from rich.text import Text
 
 from latscope.report.batchsize import batch_heatmap
 from latscope.report.waterfall import PHASE_STYLES
+from latscope.signals.altsvc import describe_h3
 
 SEVERITY_STYLES = {"high": "bold white on red", "medium": "bold black on yellow", "low": "bold black on grey70"}
 #: Summary phases in request order, with their label and the waterfall colour they share with ``latscope probe``.
@@ -75,6 +76,8 @@ def target_line(data: Mapping[str, Any]) -> Text:
         parts.append(f"rtt {target['rtt_ms']:.3g} ms")
     if target.get("upload_mbit_s") is not None:
         parts.append(f"upload {target['upload_mbit_s']:g} Mbit/s")
+    if target.get("h3_advertised"):
+        parts.append(describe_h3(target["h3_advertised"]))
     parts.append(f"{data.get('duration_s', 0):.1f} s{' (quick)' if data.get('quick') else ''}")
     text.append(" · " + " · ".join(parts), style="dim")
     return text

@@ -255,6 +255,26 @@ def check_line(outcome: dict[str, Any]) -> Text | None:
     return None
 
 
+def ray_actors_table(data: dict[str, Any]) -> Table | None:
+    """A run on Ray: each step's actors, where they ran, their clock offsets (± uncertainty) and what was lost."""
+    rows = [
+        (entry["step"], actor) for entry in data.get("steps", []) for actor in entry.get("ray", {}).get("actors", [])
+    ]
+    if not rows:
+        return None
+    address = (data.get("ray") or {}).get("address", "?")
+    table = Table(title=f"Ray actors ({address})", title_justify="left", header_style="bold")
+    for name in ("step", "actor", "host", "node", "clock offset ms", "state"):
+        table.add_column(name, justify="right" if name in ("step", "actor", "clock offset ms") else "left")
+    for step, a in rows:
+        clock = a.get("clock") or {}
+        offset = "–" if not clock else f"{clock['offset_ms']:+.3f} ± {clock['uncertainty_ms']:.3f}"
+        state = "done" if a["state"] == "done" else f"lost: {a['requests_lost']} requests ({a['lost_reason']})"
+        node = str(a.get("node_id") or "?")[:12]
+        table.add_row(str(step), str(a["worker"]), str(a.get("host", "?")), node, offset, state)
+    return table
+
+
 def render_run(console: Console, data: dict[str, Any], steps: list[StepSummary], run_dir: str | None = None) -> None:
     """Print a run: header, sweep table (several steps), each step, and where the files are."""
     console.print(header(data))
@@ -267,6 +287,9 @@ def render_run(console: Console, data: dict[str, Any], steps: list[StepSummary],
             line = check_line(outcome)
             if line is not None:
                 console.print(line)
+    actors = ray_actors_table(data)
+    if actors is not None:
+        console.print(actors)
     gauges = data.get("server_gauges") or {}
     heatmap = batch_heatmap(
         gauges.get("points", []), gauges.get("steps", []), title="Batch size over time (the server's gauges)"

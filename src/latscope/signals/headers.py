@@ -15,6 +15,17 @@ HeaderInput: TypeAlias = Mapping[str, str] | Iterable[tuple[str, str]]
 """Header fields as a mapping (``Timeline.response_headers``) or as ``(name, value)`` pairs in wire order."""
 
 
+#: Prefixes under which a gateway passes its upstream's response headers on, renamed (LiteLLM's proxy:
+#: ``llm_provider-server-timing``, ``llm_provider-traceresponse``): what the upstream server said about itself.
+UPSTREAM_HEADER_PREFIXES = ("llm_provider-",)
+
+
+def upstream_names(name: str) -> tuple[str, ...]:
+    """``name`` (lower case) as gateways pass an upstream's header of that name on
+    (:data:`UPSTREAM_HEADER_PREFIXES`)."""
+    return tuple(prefix + name for prefix in UPSTREAM_HEADER_PREFIXES)
+
+
 def header_pairs(headers: HeaderInput) -> list[tuple[str, str]]:
     """The fields as ``(lower-case name, value)`` pairs, in order; values have surrounding whitespace removed."""
     items: Iterable[tuple[str, str]] = headers.items() if isinstance(headers, Mapping) else headers

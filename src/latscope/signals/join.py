@@ -40,7 +40,7 @@ from latscope.signals.body import (
     looks_like_lab_object,
     parse_llamacpp_timings,
 )
-from latscope.signals.headers import HeaderInput, header_pairs, header_values
+from latscope.signals.headers import HeaderInput, header_pairs, header_values, upstream_names
 from latscope.signals.requestid import request_id
 from latscope.signals.servertiming import ServerTimingMetric, parse_server_timing_value
 from latscope.signals.timingheaders import timing_header_measures
@@ -56,9 +56,15 @@ SERVER_TIMING_ALIASES: dict[str, ServerPhase] = {
 
 
 def _server_timing(headers: HeaderInput, warnings: list[str] | None) -> list[ServerTimingMetric]:
+    """The Server-Timing metrics of a header section: the server's own, else its upstream's as a gateway passed
+    them on renamed (``llm_provider-server-timing``: a gateway that reports nothing itself forwards the model
+    server's report, which then still says what the engine spent; what the gateway spent is in none of it)."""
     metrics: list[ServerTimingMetric] = []
-    for value in header_values(headers, "server-timing"):
-        metrics += parse_server_timing_value(value, warnings=warnings)
+    for name in ("server-timing", *upstream_names("server-timing")):
+        for value in header_values(headers, name):
+            metrics += parse_server_timing_value(value, warnings=warnings)
+        if metrics:
+            break
     return metrics
 
 

@@ -6,6 +6,9 @@ A client that sent a ``traceparent`` learns whether it was propagated from what 
   same format as ``traceparent``, naming the trace the server's span belongs to. Authoritative.
 * ``Server-Timing`` with a metric named ``traceparent`` (or ``traceresponse``) whose ``desc`` is one (the convention
   of several APM agents, which expose the server's trace to browsers this way). Authoritative.
+* The same ``traceresponse`` passed on by a gateway that renames its upstream's response headers: LiteLLM's proxy
+  sends them on prefixed with ``llm_provider-`` (``llm_provider-traceresponse``), so the upstream's trace is still
+  named, under that name. Authoritative: it states the trace the upstream recorded the request under.
 * A request-id style header (``x-request-id``, ``x-trace-id``, ``x-cloud-trace-context`` …) that *contains* the sent
   trace id: the server used it. Such headers are not trace ids by contract, so one that does not contain the sent id
   says nothing (a random request id is not "a different trace").
@@ -17,13 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from latscope.signals.headers import HeaderInput, header_pairs, header_values
+from latscope.signals.headers import HeaderInput, header_pairs, header_values, upstream_names
 from latscope.signals.requestid import REQUEST_ID_HEADERS
 from latscope.signals.servertiming import parse_server_timing
 from latscope.signals.tracecontext import parse_traceparent
 
 #: Server-Timing metric names that carry a ``traceparent`` value in ``desc``.
 SERVER_TIMING_TRACE_NAMES = frozenset({"traceparent", "traceresponse"})
+#: Headers whose value is a ``traceresponse``: the server's own, then an upstream's passed on by a gateway.
+TRACERESPONSE_HEADERS = ("traceresponse", *upstream_names("traceresponse"))
 #: Headers that may contain the trace id the server used (read only for the sent id itself).
 ID_HEADERS = (*REQUEST_ID_HEADERS, "x-trace-id", "trace-id", "x-b3-traceid", "uber-trace-id")
 
@@ -49,15 +54,16 @@ def returned_trace_ids(
     sent_trace_id: str | None = None,
     warnings: list[str] | None = None,
 ) -> list[ReturnedTraceId]:
-    """Every trace id the response names (see the module docstring), in the order: ``traceresponse``, Server-Timing,
-    then id headers containing ``sent_trace_id``."""
+    """Every trace id the response names (see the module docstring), in the order: ``traceresponse`` (the server's,
+    then an upstream's a gateway passed on), Server-Timing, then id headers containing ``sent_trace_id``."""
     sections = [header_pairs(headers), header_pairs(trailers)]
     found: list[ReturnedTraceId] = []
-    for section in sections:
-        for value in header_values(section, "traceresponse"):
-            parsed = parse_traceparent(value, warnings=warnings)
-            if parsed is not None:
-                found.append(ReturnedTraceId("traceresponse", parsed.trace_id, True))
+    for name in TRACERESPONSE_HEADERS:
+        for section in sections:
+            for value in header_values(section, name):
+                parsed = parse_traceparent(value, warnings=warnings)
+                if parsed is not None:
+                    found.append(ReturnedTraceId(name, parsed.trace_id, True))
     for metric in parse_server_timing(sections[0], sections[1], warnings=warnings):
         if metric.name.lower() in SERVER_TIMING_TRACE_NAMES and metric.desc:
             parsed = parse_traceparent(metric.desc, warnings=warnings)

@@ -22,6 +22,10 @@ Mark naming follows one scheme, ``<phase>_start_ns`` / ``<phase>_end_ns``, in re
                                     ``first_token_ns`` when the model reasons or calls a tool first
     ended_ns                        the response ended (or the request failed)
 
+Over HTTP/3 (QUIC, :mod:`latscope.wire.h3`) the same marks hold with one difference: QUIC has no transport
+handshake of its own, so ``connect`` is only the opening of the UDP socket (no packet, microseconds) and ``tls`` is
+the whole QUIC handshake, which carries TLS 1.3 inside it. TCP's connect + tls compares with HTTP/3's tls.
+
 Hot-path records (:class:`Read`, :class:`StreamEvent`) are named tuples: one is made per socket read and per stream
 event, and tuple construction is several times cheaper than a dataclass.
 """
@@ -73,6 +77,8 @@ class ErrorKind(StrEnum):
     ENCODING = "encoding"  #: the body came in a content encoding the client cannot decode
     LIMIT = "limit"  #: the response exceeded one of the client's limits (a line, an event, the body's size)
     CANCELLED = "cancelled"  #: the caller cancelled the request (a load step ended, Ctrl-C)
+    #: the load worker that ran it died (a Ray actor or its node) before reporting it: its outcome is unknown
+    WORKER_LOST = "worker-lost"
     INTERNAL = "internal"  #: a bug in latscope: the timeline keeps what was measured before it
 
 
@@ -229,7 +235,7 @@ class ConnectionInfo:
     local_port: int | None = None
     remote_address: str | None = None
     remote_port: int | None = None
-    http_version: str | None = None  #: "HTTP/1.1", "HTTP/1.0" or "HTTP/2"
+    http_version: str | None = None  #: "HTTP/1.1", "HTTP/1.0", "HTTP/2" or "HTTP/3"
     alpn: str | None = None  #: ALPN protocol the TLS server selected ("h2", "http/1.1"), None without TLS/ALPN
     tls_version: str | None = None  #: e.g. "TLSv1.3"
     tls_cipher: str | None = None
@@ -313,6 +319,7 @@ class Attempt:
     retry_after_ms: float | None  #: the wait the server asked for (``retry-after-ms``, else ``Retry-After``), ms
     should_retry: bool | None  #: the server's ``x-should-retry``, when it sent one
     wait_ns: int  #: what the caller waited after it before the next attempt started (backoff, or Retry-After)
+    response_id: str | None = None  #: the id its stream named (:attr:`Timeline.response_id`), None without one
 
 
 @dataclass(slots=True)
@@ -381,6 +388,10 @@ class Timeline:
     retries: list[Attempt] = field(default_factory=list)
     #: the ``Idempotency-Key`` the caller sent with every attempt of the logical request, None without one
     idempotency_key: str | None = None
+    #: the response's own id as its stream names it first (OpenAI's chunk ``id``, Anthropic's message id, the
+    #: Responses API's response id; see :mod:`latscope.wire.exchange`), None when the stream names none: a server
+    #: that replays a stored answer sends the same id again, one that generates anew a new one
+    response_id: str | None = None
 
     @property
     def attempt(self) -> int:

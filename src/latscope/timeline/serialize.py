@@ -11,8 +11,8 @@ record is never half-understood. Headers and
 trailers are written redacted (see :mod:`latscope.timeline.redact`): :func:`timeline_to_dict` redacts them whatever the
 timeline holds, so a caller that filled a timeline by hand cannot leak a key either. ``response_trailers`` was added
 to schema 1 later; a record without it reads as having none; so was ``span_id`` (absent: None), and so were
-``retries`` (the earlier attempts of a logical request the caller sent again; absent: none) and ``idempotency_key``
-(absent: None). ``read_user_ns`` came later still: present only when some read was kernel-stamped
+``retries`` (the earlier attempts of a logical request the caller sent again; absent: none), ``idempotency_key``
+and ``response_id`` (absent: None). ``read_user_ns`` came later still: present only when some read was kernel-stamped
 (:class:`~latscope.timeline.model.StampSource`), one item per read, the user-space stamp of a kernel-stamped read
 and null for a user-stamped one (absent: every read was user-stamped).
 """
@@ -105,6 +105,7 @@ def timeline_to_dict(t: Timeline) -> dict[str, Any]:
     out["warnings"] = [scrub(w) for w in t.warnings]
     out["stale_retry_error"] = _error_to_dict(t.stale_retry_error)
     out["idempotency_key"] = t.idempotency_key
+    out["response_id"] = t.response_id
     out["retries"] = [_attempt_to_dict(a) for a in t.retries]
     return out
 
@@ -120,6 +121,7 @@ def _attempt_to_dict(a: Attempt) -> dict[str, Any]:
         "retry_after_ms": a.retry_after_ms,
         "should_retry": a.should_retry,
         "wait_ns": a.wait_ns,
+        "response_id": a.response_id,
     }
 
 
@@ -134,6 +136,7 @@ def _attempt_from_dict(d: dict[str, Any]) -> Attempt:
         retry_after_ms=d.get("retry_after_ms"),
         should_retry=d.get("should_retry"),
         wait_ns=int(d.get("wait_ns") or 0),
+        response_id=d.get("response_id"),
     )
 
 
@@ -196,6 +199,7 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
         t.warnings = list(data.get("warnings") or [])
         t.stale_retry_error = _error_from_dict(data.get("stale_retry_error"))  # absent in older records
         t.idempotency_key = data.get("idempotency_key")  # absent in records written before retries
+        t.response_id = data.get("response_id")  # absent in older records
         t.retries = [_attempt_from_dict(a) for a in data.get("retries") or []]
     except TimelineFormatError:
         raise

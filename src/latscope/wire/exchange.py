@@ -14,6 +14,7 @@ the first (and last) token mark is the read that completed the body, since every
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,14 @@ from latscope.wire.models import DEFAULT_MAX_BODY_BYTES
 #: error bodies are kept up to this size for decoding; the rest is counted, not kept (an HTML error page from a
 #: proxy can be large, and the message is always at the start).
 MAX_ERROR_BODY_BYTES = 65_536
+
+#: The response's own id: the first JSON string member named ``id`` in a stream's first bytes. OpenAI's chunks begin
+#: with it (``chatcmpl-…``, ``cmpl-…``), Anthropic's ``message_start`` carries the message's, the Responses API's
+#: ``response.created`` the response's; TGI's numeric token ids and Ollama's lines have none. A server replaying a
+#: stored answer (an idempotency key) sends the same id again, one generating anew a new one.
+RESPONSE_ID = re.compile(rb'"id"\s*:\s*"([^"\\]{1,256})"')
+#: How far into a stream the response id is looked for, bytes: past a first event with any realistic preamble.
+RESPONSE_ID_SCAN_BYTES = 4096
 
 #: a non-streamed body is decoded only up to this size; a larger one (logprobs for a very long answer) is counted and
 #: left undecoded with a warning, rather than held in memory whole by a load generator running many requests.
@@ -83,6 +92,7 @@ class Exchange:
         "_error_decoder",
         "_feed",
         "_framing",
+        "_id_head",
         "_max_body_bytes",
         "_mode",
         "_pending_error",
@@ -142,6 +152,7 @@ class Exchange:
         self._text_parts: list[str] = []
         self._decompress: Decompress | None = None
         self._max_body_bytes = max_body_bytes
+        self._id_head = b""  # the stream's first bytes, while its response id is looked for (:meth:`_feed_first`)
 
     # --- fed by the HTTP layer ----------------------------------------------------------------------------------
 
@@ -168,7 +179,7 @@ class Exchange:
                     t.warnings.append(f"the response has no Content-Type; decoded it as {self._framing.description}")
                 if self._decoder is not None:
                     self._mode = _DECODE
-                    self._feed = self._decoder.feed
+                    self._feed = self._feed_first
             else:
                 expected = ", ".join(self.stream_types)
                 self._pending_error = make_error(
@@ -221,6 +232,19 @@ class Exchange:
             return
         if chunks:
             self._record(chunks, at_ns, read_index)
+
+    def _feed_first(self, data: bytes) -> list[Chunk]:
+        """The decoder's ``feed`` for a stream's first bytes: also finds the response's own id
+        (:attr:`Timeline.response_id`) in them, then hands the hot path to the decoder alone."""
+        assert self._decoder is not None
+        head = self._id_head = self._id_head + data
+        found = RESPONSE_ID.search(head)
+        if found is not None or len(head) >= RESPONSE_ID_SCAN_BYTES:
+            if found is not None:
+                self.timeline.response_id = found.group(1).decode("utf-8", "replace")
+            self._id_head = b""
+            self._feed = self._decoder.feed
+        return self._decoder.feed(data)
 
     def trailers(self, fields: Sequence[tuple[str, str]]) -> None:
         """The trailer section (lower-case names; HTTP/2 trailers or the chunked trailer of HTTP/1.1) arrived."""

@@ -242,6 +242,7 @@ async def request_with_retries(
                 retry_after_ms=None if decision.retry_after_s is None else decision.retry_after_s * 1000.0,
                 should_retry=decision.should_retry,
                 wait_ns=time.monotonic_ns() - ended_ns,
+                response_id=t.response_id,
             )
         )
     return t

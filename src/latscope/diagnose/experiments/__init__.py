@@ -13,6 +13,7 @@ check module, one lab fault.
 * :mod:`~latscope.diagnose.experiments.tracecontext` — one request with a fresh ``traceparent``: is it propagated?
 * :mod:`~latscope.diagnose.experiments.headers` — the same request with growing padding headers
 * :mod:`~latscope.diagnose.experiments.parsing` — server time vs request body size
+* :mod:`~latscope.diagnose.experiments.multimodal` — an image part of growing size vs the same bytes as text
 * :mod:`~latscope.diagnose.experiments.queueing` — a short prompt alone and behind long ones
 * :mod:`~latscope.diagnose.experiments.batching` — short requests alone and in staggered pairs
 * :mod:`~latscope.diagnose.experiments.prefill` — TTFT vs prompt length towards the context limit
@@ -36,6 +37,7 @@ from latscope.diagnose.experiments import (
     gateway,
     headers,
     kvcache,
+    multimodal,
     overhead,
     parsing,
     prefill,
@@ -63,6 +65,7 @@ for _module in (
     tracecontext,
     headers,
     parsing,
+    multimodal,
     queueing,
     batching,
     prefill,

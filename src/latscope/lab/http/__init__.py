@@ -8,5 +8,6 @@ event. h11 and h2 parse and frame; this package owns the socket, the timers and 
 
 Modules: :mod:`.exchange` (what a handler sees: request, response channel, connection facts), :mod:`.limits`
 (timeouts and sizes), :mod:`.sockets` (socket options), :mod:`.http1` and :mod:`.http2` (one connection each),
-:mod:`.server` (listening, TLS, choosing the protocol, shutdown).
+:mod:`.server` (listening, TLS, choosing the protocol, shutdown), :mod:`.http3` (HTTP/3 over QUIC on UDP with aioquic,
+and the ``Alt-Svc`` that announces it on TCP).
 """

@@ -30,7 +30,7 @@ class ConnectionInfo:
     tls_version: str | None = None  #: "TLSv1.3" …, None over plain TCP
     session_reused: bool = False  #: the TLS handshake resumed a session (ticket or cache)
     alpn: str | None = None  #: protocol chosen by ALPN ("h2", "http/1.1"), None when none was negotiated
-    http_version: str = "1.1"  #: "1.1", "1.0" (from the request line) or "2"
+    http_version: str = "1.1"  #: "1.1", "1.0" (from the request line), "2" or "3" (QUIC: :mod:`.http3`)
     requests: int = 0  #: requests received on this connection so far
 
 

@@ -1,0 +1,102 @@
+"""What running through Ray costs an open loop: 1 local worker, 2 local workers and 2 Ray actors at the same rates.
+
+The lab runs with a zero-cost engine in its own process (``max_tokens`` 1), and a two-node Ray cluster is started on
+this machine (``tests/support/raycluster.py``: one CPU per node, no dashboard, stopped at the end). Each
+configuration runs the same open loop (constant arrivals) through ``run_bench`` — worker processes, or Ray actors
+with ``ray_address`` — and the table shows:
+
+* achieved rate — (n − 1) ÷ (last start − first start) over the measured requests, vs the target;
+* dispatch lag — how late the dispatcher woke for each arrival (its absolute deadline → the moment it fired), p50 and
+  p99;
+* errors.
+
+Target: 2 Ray actors no worse than 2 local worker processes. On a 2-core machine every configuration shares the
+cores with the lab (and Ray's own daemons), so compare the rows with each other, not with a quiet server.
+
+Usage::
+
+    .venv/bin/python benchmarks/ray_dispatch.py                       # ~1 minute
+    .venv/bin/python benchmarks/ray_dispatch.py --rates 200 --seconds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.raycluster
+
+from tests.support.raycluster import RayCluster
+
+from latscope.lab.process import LabProcess
+from latscope.load.arrivals import InterArrival, OpenLoop
+from latscope.load.bench import run_bench
+from latscope.load.config import BenchConfig
+from latscope.load.lengths import LengthDist
+from latscope.load.workload import Workload
+
+RATES = (100, 500)
+WARMUP_S = 0.5
+
+
+def run_one(url: str, rate: int, seconds: float, workers: int, ray_address: str | None) -> dict[str, Any]:
+    config = BenchConfig(
+        url=url,
+        model="lab-model",
+        steps=(OpenLoop(float(rate), InterArrival.CONSTANT),),
+        workload=Workload.single(LengthDist.fixed(8), LengthDist.fixed(1), seed=1),
+        duration_s=seconds,
+        warmup_s=WARMUP_S,
+        drain_s=5.0,
+        workers=workers,
+        server_metrics=False,
+    )
+    with tempfile.TemporaryDirectory(prefix="latscope-ray-dispatch-") as tmp:
+        result = run_bench(config, Path(tmp), ray_address=ray_address)
+    [step] = result.steps
+    lag = step.schedule_lag_ms
+    achieved = step.achieved_rps or 0.0
+    return {
+        "rate": rate,
+        "client": f"{workers} {'Ray actor' if ray_address else 'local worker'}{'s' * (workers > 1)}",
+        "requests": step.overall.requests,
+        "errors": step.overall.errors,
+        "achieved_rps": achieved,
+        "error_pct": (achieved / rate - 1) * 100,
+        "lag_p50": lag.p50 if lag else float("nan"),
+        "lag_p99": lag.p99 if lag else float("nan"),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rates", default=",".join(str(r) for r in RATES))
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per run")
+    args = parser.parse_args()
+    rates = [int(r) for r in args.rates.split(",") if r]
+    cores = os.cpu_count()
+    print(f"# open-loop dispatch: local workers vs Ray actors ({cores} cores; lab --zero-cost; max_tokens 1)\n")
+    print("| target req/s | client | n | achieved req/s | vs target | lag p50 ms | lag p99 ms | errors |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    with (
+        LabProcess(zero_cost=True, args=["--max-batch", "4096", "--kv-blocks", "200000"]) as lab,
+        RayCluster(nodes=2, cpus_per_node=1) as address,
+    ):
+        assert lab.url is not None
+        for rate in rates:
+            for workers, ray_address in ((1, None), (2, None), (2, address)):
+                r = run_one(lab.url, rate, args.seconds, workers, ray_address)
+                print(
+                    f"| {rate:,} | {r['client']} | {r['requests']:,} | {r['achieved_rps']:,.2f} | "
+                    f"{r['error_pct']:+.2f}% | {r['lag_p50']:.3f} | {r['lag_p99']:.3f} | {r['errors']} |",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""``multimodal-preprocessing`` on hand-built evidence: each image's TTFT against its control's (the same bytes as
+text), per MB of image."""
+
+from __future__ import annotations
+
+from latscope.checks.evidence import ImagePair, MultimodalEvidence
+from latscope.checks.multimodal import MIN_EXCESS_MS_PER_MB, check_multimodal_preprocessing
+from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested
+from tests.checks.builders import REF, failed, ok
+
+MB = 1024 * 1024
+SIZES_MB = (0.25, 0.5, 1.0)
+
+
+def _pairs(
+    image_ms_per_mb: float,
+    *,
+    text_ms: float = 5.0,
+    text_ms_per_mb: float = 2.0,
+    jitter: tuple[float, ...] = (),
+    text_jitter: tuple[float, ...] = (),
+) -> tuple[ImagePair, ...]:
+    """Three repeats of every size: the control grows ``text_ms_per_mb``, the image that plus ``image_ms_per_mb``
+    (and a fixed 3 ms for its prompt tokens); ``jitter`` is added to the images in turn, ``text_jitter`` to the
+    controls."""
+    pairs: list[ImagePair] = []
+    for repeat in range(3):
+        for size in SIZES_MB:
+            n = len(pairs)
+            text = text_ms + text_ms_per_mb * size
+            image = text + 3.0 + image_ms_per_mb * size + (jitter[n] if n < len(jitter) else 0.0)
+            text += text_jitter[n] if n < len(text_jitter) else 0.0
+            pairs.append(
+                ImagePair(
+                    int(size * MB),
+                    ok(f"image {size} MB #{repeat}", ttft_after_setup_ms=image, output_tokens=1),
+                    ok(f"image control {size} MB #{repeat}", ttft_after_setup_ms=text, output_tokens=1),
+                )
+            )
+    return tuple(pairs)
+
+
+def _evidence(pairs: tuple[ImagePair, ...]) -> MultimodalEvidence:
+    probe = ok("image probe", ttft_after_setup_ms=6.0, output_tokens=1)
+    return MultimodalEvidence(dialect="openai.chat", control="user", probe=probe, pairs=pairs)
+
+
+def test_an_image_that_costs_40_ms_per_mb_beyond_its_text_is_a_finding_priced_per_mb() -> None:
+    out = check_multimodal_preprocessing(_evidence(_pairs(40.0, jitter=(0.3, -0.2, 0.4, -0.3, 0.2, -0.1))), REF)
+    assert isinstance(out, Finding)
+    assert abs(out.cost_ms - 40.0) < 1.0 and out.confidence is Confidence.HIGH
+    assert abs(out.evidence["cost_at_largest_ms"] - 40.0) < 1.0  # the largest image is 1 MB
+    assert out.evidence["text_ttft_ms_per_mb"] == 2.0  # the control's own growth is reported, and not counted
+    assert "per MB of image" in out.cost_basis and "off the request path" in out.fix
+
+
+def test_the_text_controls_growth_is_subtracted() -> None:
+    # slow parsing makes both grow 30 ms per MB; the image adds only 4 ms per MB on top: no image cost to speak of
+    out = check_multimodal_preprocessing(_evidence(_pairs(4.0, text_ms_per_mb=30.0)), REF)
+    assert isinstance(out, Clear) and "below" in out.reason
+    assert out.evidence["text_ttft_ms_per_mb"] == 30.0
+
+
+def test_a_fixed_cost_per_image_is_not_a_cost_per_mb() -> None:
+    # every image costs 3 ms (its prompt tokens) whatever its size: the intercept, not the slope
+    out = check_multimodal_preprocessing(_evidence(_pairs(0.0)), REF)
+    assert isinstance(out, Clear)
+    assert abs(out.evidence["intercept_ms"] - 3.0) < 0.01
+
+
+def test_a_cost_within_the_noise_of_one_request_is_not_a_finding() -> None:
+    # 25 ms per MB, 25 ms at the largest image, on a host where a request's TTFT scatters by ±15 ms
+    both = (15.0, -14.0, 12.0, -15.0, 14.0, -13.0, 15.0, -12.0, 14.0)
+    out = check_multimodal_preprocessing(_evidence(_pairs(25.0, jitter=both, text_jitter=both[::-1])), REF)
+    assert isinstance(out, Inconclusive), out
+
+
+def test_one_stalled_request_does_not_hide_the_cost() -> None:
+    # a 60 ms stall of one image and of one control: each size's fastest pair still shows 40 ms per MB
+    out = check_multimodal_preprocessing(_evidence(_pairs(40.0, jitter=(60.0,), text_jitter=(0, 0, 0, 0, 60.0))), REF)
+    assert isinstance(out, Finding) and abs(out.cost_ms - 40.0) < 1.0, out
+
+
+def test_a_dialect_without_image_parts_is_not_tested() -> None:
+    out = check_multimodal_preprocessing(MultimodalEvidence(dialect="ollama.chat", supported=False), REF)
+    assert isinstance(out, NotTested) and "ollama.chat" in out.reason
+
+
+def test_a_server_that_refuses_images_is_not_tested_and_says_with_which_status() -> None:
+    refused = failed("image probe", status=400, message="HTTP 400: image input is not supported by this model")
+    out = check_multimodal_preprocessing(MultimodalEvidence(dialect="openai.chat", probe=refused), REF)
+    assert isinstance(out, NotTested)
+    assert "did not accept an image" in out.reason and "HTTP 400" in out.reason and "not supported" in out.reason
+
+
+def test_an_image_answered_without_a_token_is_not_accepted() -> None:
+    empty = ok("image probe", ttft_after_setup_ms=None, output_tokens=0)
+    out = check_multimodal_preprocessing(MultimodalEvidence(dialect="openai.chat", probe=empty), REF)
+    assert isinstance(out, NotTested) and "did not accept" in out.reason
+
+
+def test_images_refused_past_a_size_leave_too_few_pairs() -> None:
+    pairs = list(_pairs(40.0)[:2])  # 0.25 and 0.5 MB went through; 1 MB was refused, and the sizes stopped there
+    too_large = failed("image 1 MB #0", status=413, message="HTTP 413: request body too large")
+    pairs.append(ImagePair(MB, too_large, ok("image control 1 MB #0", ttft_after_setup_ms=7.0, output_tokens=1)))
+    out = check_multimodal_preprocessing(_evidence(tuple(pairs)), REF)
+    assert isinstance(out, NotTested) and "HTTP 413" in out.reason and "2 image/text pair(s)" in out.reason
+
+
+def test_the_threshold_is_a_cost_per_mb_not_the_labs() -> None:
+    # just above and below the threshold, with a clean line
+    above = check_multimodal_preprocessing(_evidence(_pairs(MIN_EXCESS_MS_PER_MB + 5.0)), REF)
+    below = check_multimodal_preprocessing(_evidence(_pairs(MIN_EXCESS_MS_PER_MB - 5.0)), REF)
+    assert isinstance(above, Finding) and isinstance(below, Clear)

@@ -16,6 +16,8 @@ server's CPU is not counted.
   the recorded events are what makes it collect.
 - ``wire (full, Content-Length body)``: the full recording on the Content-Length framing.
 - ``wire (framing only)``: the client with a decoder that decodes nothing: stamps, reads and HTTP framing.
+- ``… kernel stamps``: the same rows with ``Client(stamps="kernel")``: the client reads the socket itself with
+  ``recvmsg`` and each read carries the kernel's receive stamp besides its user-space one.
 - ``httpx aiter_raw`` and ``aiohttp iter_any``: the bytes only, no SSE parsing, no JSON, no recording.
 - ``wire (full, DIALECT)``: the full recording of the same number of tokens in another dialect's stream, as the lab
   writes it (Anthropic's and OpenAI Responses' typed events, TGI's token objects, Ollama's NDJSON), to compare each
@@ -40,6 +42,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import orjson
@@ -208,9 +211,9 @@ class NullDecoder:
         return []
 
 
-async def run_wire(url: str, events: int) -> int:
+async def run_wire(url: str, events: int, stamps: str = "user") -> int:
     spec = chat_request("bench-model", "hi", events)
-    async with Client() as client:
+    async with Client(stamps=stamps) as client:
         t = await client.request(spec, url, decoder=OpenAIStreamDecoder("chat"))
     assert t.ok, t.error
     content = sum(1 for e in t.events if e.tokens)
@@ -234,9 +237,9 @@ def run_wire_dialect(dialect: str) -> Callable[[str, int], Awaitable[int]]:
     return run
 
 
-async def run_wire_framing(url: str, events: int) -> int:
+async def run_wire_framing(url: str, events: int, stamps: str = "user") -> int:
     spec = chat_request("bench-model", "hi", events)
-    async with Client() as client:
+    async with Client(stamps=stamps) as client:
         t = await client.request(spec, url, decoder=NullDecoder())
     assert t.ok, t.error
     return events
@@ -291,6 +294,8 @@ ROWS: dict[str, Row] = {
     "wire (full, GC off: reference)": Row(run_wire, gc_mode="off"),
     "wire (full, Content-Length body)": Row(run_wire, framing="length"),
     "wire (framing only)": Row(run_wire_framing),
+    "wire (full, kernel stamps)": Row(partial(run_wire, stamps="kernel")),
+    "wire (framing only, kernel stamps)": Row(partial(run_wire_framing, stamps="kernel")),
     "httpx aiter_raw": Row(run_httpx),
     "aiohttp iter_any": Row(run_aiohttp),
     **{f"wire (full, {name})": Row(run_wire_dialect(name), framing=name) for name in DIALECT_ROWS},
@@ -352,10 +357,10 @@ def main() -> None:
         server.join(5)
 
     print(f"{args.events} events, {args.loop}, best of {args.repeat}, client CPU only (noisy on a shared machine)")
-    print(f"{'client':<34} {'CPU µs/event':>13} {'events/s (1 core)':>18} {'wall s':>8}")
+    print(f"{'client':<36} {'CPU µs/event':>13} {'events/s (1 core)':>18} {'wall s':>8}")
     for name, m in best.items():
         per_event_us = m.cpu_s / m.events * 1e6
-        print(f"{name:<34} {per_event_us:>13.2f} {m.events / m.cpu_s:>18,.0f} {m.wall_s:>8.2f}")
+        print(f"{name:<36} {per_event_us:>13.2f} {m.events / m.cpu_s:>18,.0f} {m.wall_s:>8.2f}")
     if "wire (full recording)" in best and "httpx aiter_raw" in best:
         ratio = best["httpx aiter_raw"].cpu_s / best["wire (full recording)"].cpu_s
         print(f"httpx aiter_raw / wire (full recording) CPU: {ratio:.1f}x")

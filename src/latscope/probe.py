@@ -32,6 +32,7 @@ from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.serialize import timeline_to_dict
 from latscope.units import NS_PER_MS
 from latscope.wire import Client, ModelListError, Timeouts, WireError
+from latscope.wire.kstamps import DEFAULT_STAMPS
 from latscope.wire.models import OriginStats, normalise_base_url
 from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST, DEFAULT_MAX_CONNECTIONS_PER_ORIGIN
 
@@ -275,6 +276,7 @@ async def probe(
     api_key: str | None = None,
     dialect: str = DEFAULT_DIALECT,
     quickack: bool = False,
+    stamps: str = DEFAULT_STAMPS,
     ca_file: str | None = None,
     timeouts: Timeouts = Timeouts(),  # noqa: B008 - frozen, so one shared default is safe
     metrics_url: str | None = None,
@@ -374,6 +376,7 @@ async def probe(
             ca_file=ca_file,
             http2=http2,
             quickack=quickack,
+            stamps=stamps,
             headers=all_headers,
             timeouts=timeouts,
             trace_context=trace_context,

@@ -75,11 +75,12 @@ async def test_streamed_requests_on_a_kept_alive_connection() -> None:
         assert await garbage_per_request(run) < 1
 
 
-async def test_a_new_connection_per_request() -> None:
+@pytest.mark.parametrize("stamps", ["user", "kernel"])
+async def test_a_new_connection_per_request(stamps: str) -> None:
     async with StreamServer(paced_stream(2)) as server:
 
         async def run(n: int) -> None:
-            async with Client() as client:
+            async with Client(stamps=stamps) as client:
                 for _ in range(n):
                     t = await client.request(
                         chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"), new_connection=True
@@ -99,12 +100,13 @@ async def test_refused_connections() -> None:
     assert await garbage_per_request(run) < 1
 
 
+@pytest.mark.parametrize("stamps", ["user", "kernel"])
 @pytest.mark.parametrize("trusted", [True, False], ids=["tls", "tls-untrusted"])
-async def test_tls_requests_and_failed_handshakes(pki: LocalPKI, trusted: bool) -> None:
+async def test_tls_requests_and_failed_handshakes(pki: LocalPKI, trusted: bool, stamps: str) -> None:
     async with StreamServer(paced_stream(2), ssl_context=pki.server_context()) as server:
 
         async def run(n: int) -> None:
-            async with Client(ca_file=pki.ca_file if trusted else None) as client:
+            async with Client(ca_file=pki.ca_file if trusted else None, stamps=stamps) as client:
                 for _ in range(n):
                     t = await client.request(
                         chat_spec(), server.base_url, decoder=OpenAIStreamDecoder("chat"), new_connection=True

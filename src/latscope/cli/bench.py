@@ -25,8 +25,10 @@ from latscope.load.config import (
 )
 from latscope.load.lengths import LengthSpecError, parse_length
 from latscope.load.slo import SloSpecError, parse_slo
+from latscope.load.stamps import describe as describe_stamps
 from latscope.load.workload import Workload, WorkloadSpecError, parse_class
 from latscope.timeline.redact import scrub_data
+from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES
 from latscope.wire.retry import DEFAULT_BACKOFF_S, DEFAULT_MAX_WAIT_S
 
 #: every measured request failed
@@ -81,6 +83,7 @@ def build_config(
     idempotency_keys: bool = False,
     retry_backoff: str | None = None,
     retry_max_wait: str | None = None,
+    stamps: str = DEFAULT_STAMPS,
 ) -> BenchConfig:
     """The :class:`BenchConfig` the command-line options describe (raises the spec errors on bad input)."""
     if concurrency and rate:
@@ -136,6 +139,7 @@ def build_config(
         idempotency_keys=idempotency_keys,
         retry_backoff_s=parse_duration_s(retry_backoff) if retry_backoff else DEFAULT_BACKOFF_S,
         retry_max_wait_s=parse_duration_s(retry_max_wait) if retry_max_wait else DEFAULT_MAX_WAIT_S,
+        stamps=stamps,
     )
 
 
@@ -211,6 +215,15 @@ def build_config(
     help="Keep each worker's loop polling instead of sleeping (one core each): reads are stamped without waiting "
     "for the process to wake (event delay p99 ~0.5 ms instead of ~1.5 ms on a 2-core VM), and moments the machine "
     "took the CPU away are recorded.",
+)
+@click.option(
+    "--stamps",
+    type=click.Choice(STAMP_CHOICES),
+    default=DEFAULT_STAMPS,
+    show_default=True,
+    help="What stamps each read: 'kernel' uses the kernel's receive stamps (Linux SO_TIMESTAMPNS; each read keeps "
+    "its user-space stamp too, and their difference, the client's own scheduling delay, is recorded), 'user' stamps "
+    "a read when the event loop hands it over.",
 )
 @click.option(
     "--server-metrics/--no-server-metrics",
@@ -344,6 +357,8 @@ def command(
         sys.stdout.buffer.write(orjson.dumps(scrub_data(result.data), option=orjson.OPT_INDENT_2) + b"\n")
     else:
         render_run(console, result.data, load_summaries(result.data), str(run_dir))
+        if result.data.get("stamps"):
+            console.print(describe_stamps(result.data["stamps"]), highlight=False)
     if html_path is not None:
 
         def build() -> str:

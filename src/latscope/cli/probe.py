@@ -30,6 +30,7 @@ from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.redact import scrub_data
 from latscope.timeline.serialize import timeline_to_dict
 from latscope.wire import Timeouts, WireError
+from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES
 from latscope.wire.loop import run
 from latscope.wire.models import normalise_base_url
 from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST
@@ -275,6 +276,14 @@ def _print_result(console: Console, result: ProbeResult) -> None:
 @target_options
 @click.option("--quickack", is_flag=True, help="Set TCP_QUICKACK before every read (tells Nagle from proxy buffering).")
 @click.option(
+    "--stamps",
+    type=click.Choice(STAMP_CHOICES),
+    default=DEFAULT_STAMPS,
+    show_default=True,
+    help="What stamps each read: 'kernel' receive stamps (Linux; each read keeps its user-space stamp too) or "
+    "'user'-space stamps when the event loop hands a read over.",
+)
+@click.option(
     "--timeout",
     type=click.FloatRange(min=0.1),
     default=120.0,
@@ -327,6 +336,7 @@ def command(
     header: tuple[str, ...],
     api_key: str | None,
     quickack: bool,
+    stamps: str,
     timeout: float,
     max_time: float | None,
     metrics_url: str | None,
@@ -411,6 +421,7 @@ def command(
                         api_key=api_key,
                         dialect=dialect,
                         quickack=quickack,
+                        stamps=stamps,
                         timeouts=timeouts,
                         metrics_url=metrics_url,
                         scrape_metrics=not no_metrics,

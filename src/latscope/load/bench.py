@@ -33,6 +33,7 @@ from latscope.load.health import ClientHealth, available_cores
 from latscope.load.runner import Assignment, StepWorker, WorkerCounters, WorkerResult
 from latscope.load.servermetrics import GaugeSampler
 from latscope.load.slo import Slo
+from latscope.load.stamps import stamps_summary
 from latscope.load.storage import (
     iter_event_batches,
     merge_parts,
@@ -367,6 +368,8 @@ def finish_run(
         data["ray"] = {"address": ray_address}
     if server_gauges is not None:
         data["server_gauges"] = server_gauges
+    clocks = [{"step": res.step, "worker": res.worker, **res.clock} for r in records for res in r.results if res.clock]
+    data["stamps"] = stamps_summary(config.stamps, requests, iter_event_batches(run_dir, ["read_delay_ms"]), clocks)
     write_run_json(run_dir, data)
     return RunResult(run_dir=run_dir, model=model, steps=summaries, interrupted=interrupted, data=data)
 

@@ -20,6 +20,7 @@ from latscope.load.health import available_cores
 from latscope.load.slo import Slo
 from latscope.load.workload import Workload
 from latscope.timeline.redact import redact_headers, redact_url
+from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES
 from latscope.wire.retry import DEFAULT_BACKOFF_S, DEFAULT_MAX_WAIT_S, RetryPolicy
 
 #: Without any bound a step stops after this many measured requests.
@@ -81,6 +82,9 @@ class BenchConfig:
     retry_backoff_s: float = DEFAULT_BACKOFF_S  #: the first retry's backoff ceiling (full jitter below it), s
     retry_max_wait_s: float = DEFAULT_MAX_WAIT_S  #: a longer Retry-After ends the logical request instead, s
     idempotency_keys: bool = False  #: one ``Idempotency-Key`` (a fresh UUID4) per logical request, on every attempt
+    #: what stamps each read (:mod:`latscope.wire.kstamps`): ``kernel`` receive stamps where the platform gives them,
+    #: or ``user``-space stamps when the loop hands a read over
+    stamps: str = DEFAULT_STAMPS
 
     def __post_init__(self) -> None:
         if not self.steps:
@@ -99,6 +103,8 @@ class BenchConfig:
             raise BenchConfigError("--spin-us must be >= 0")
         if self.drain_s is not None and self.drain_s < 0:
             raise BenchConfigError("--drain must be >= 0 s")
+        if self.stamps not in STAMP_CHOICES:
+            raise BenchConfigError(f"--stamps must be one of {', '.join(STAMP_CHOICES)}, got {self.stamps!r}")
         if self.retries < 0:
             raise BenchConfigError(f"--retries must be >= 0, got {self.retries}")
         if not self.retry_backoff_s >= 0 or not self.retry_max_wait_s >= 0:
@@ -157,6 +163,7 @@ class BenchConfig:
             "retry_backoff_s": self.retry_backoff_s,
             "retry_max_wait_s": self.retry_max_wait_s,
             "idempotency_keys": self.idempotency_keys,
+            "stamps": self.stamps,
         }
 
     @classmethod
@@ -193,6 +200,7 @@ class BenchConfig:
             retry_backoff_s=float(data.get("retry_backoff_s", DEFAULT_BACKOFF_S)),
             retry_max_wait_s=float(data.get("retry_max_wait_s", DEFAULT_MAX_WAIT_S)),
             idempotency_keys=bool(data.get("idempotency_keys", False)),
+            stamps=str(data.get("stamps", "user")),  # runs saved before kernel stamps used user-space ones
         )
 
 

@@ -123,6 +123,12 @@ REQUEST_SCHEMA = pa.schema(
         pa.field("response_id", pa.string()),  # the response's own id as its stream named it (chatcmpl-…, msg_…)
         # --retries: each earlier attempt, oldest first: what it got and the wait after it (empty without retries)
         pa.field("retried", pa.list_(ATTEMPT_TYPE), nullable=False),
+        # what stamped the reads: "kernel" (kernel receive stamps, --stamps kernel) or "user"; NULL without a
+        # connection. With kernel stamps, the client's own scheduling delay over the request's reads (user-space
+        # stamp − kernel stamp of each read): median and 99th percentile, measured, NULL with user stamps
+        pa.field("stamps", pa.string()),
+        pa.field("read_delay_p50_ms", pa.float64()),
+        pa.field("read_delay_p99_ms", pa.float64()),
     ]
 )
 
@@ -141,6 +147,9 @@ EVENT_SCHEMA = pa.schema(
         pa.field("coalesced", pa.bool_(), nullable=False),  # arrived in the same read as the previous event
         pa.field("delay_ms", pa.float64()),  # client stamp − server send stamp (lab --truth only)
         pa.field("choice", pa.int32(), nullable=False),  # the choice (n > 1) or output item; 0 for a single answer
+        # kernel stamps: user-space stamp − kernel stamp of the read that completed the event (``at_ms`` is the
+        # kernel's); ``delay_ms + read_delay_ms`` is what a user-space stamp would have shown. NULL with user stamps
+        pa.field("read_delay_ms", pa.float64()),
     ]
 )
 
@@ -362,6 +371,30 @@ def _events_of(timelines: Sequence[Timeline]) -> tuple[npt.NDArray[Any], ...]:
     return tuple(np.concatenate(cols) for cols in zip(*parts, strict=True))
 
 
+def _read_delays(
+    timelines: Sequence[Timeline],
+    first: npt.NDArray[np.int64],
+    counts: npt.NDArray[np.int64],
+    read_index: npt.NDArray[np.int32],
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per event, the scheduling delay (ms) of the read that completed it; per request, that delay's median and 99th
+    percentile over its reads. NaN wherever the read was user-stamped."""
+    n_req = len(timelines)
+    per_event = np.full(int(counts.sum()), np.nan)
+    p50 = np.full(n_req, np.nan)
+    p99 = np.full(n_req, np.nan)
+    for i, t in enumerate(timelines):
+        if t.connection is None or t.connection.stamps != "kernel" or not t.reads:
+            continue
+        delays = np.array([np.nan if r.user_ns is None else r.user_ns - r.at_ns for r in t.reads]) / NS_PER_MS
+        stamped = delays[~np.isnan(delays)]
+        if stamped.size:
+            p50[i], p99[i] = np.percentile(stamped, (50, 99))
+        lo = int(first[i])
+        per_event[lo : lo + int(counts[i])] = delays[read_index[lo : lo + int(counts[i])]]
+    return per_event, p50, p99
+
+
 def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.Table, pa.Table]:
     """The ``requests`` and ``events`` rows of a batch of finished requests (see the module docstring)."""
     n_req = len(batch)
@@ -375,6 +408,7 @@ def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.T
     counts = np.array(scalars["events"], dtype=np.int64)
     req = np.repeat(np.arange(n_req, dtype=np.int64), counts)
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    read_delay, delay_p50, delay_p99 = _read_delays(timelines, first, counts, read_index)
     started = np.array(scalars["started_ns"], dtype=np.int64)
     is_token = np.isin(kind, _TOKEN_CODE_LIST)
 
@@ -421,6 +455,9 @@ def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.T
         "token_events": pa.array(token_events.astype(np.int32)),
         "coalesced_events": pa.array(np.bincount(req[coalesced], minlength=n_req).astype(np.int32)),
         "max_events_per_read": nullable(_group_max(run_len, req[run_start], n_req), pa.int32()),
+        "stamps": pa.array([None if t.connection is None else t.connection.stamps for t in timelines], pa.string()),
+        "read_delay_p50_ms": nullable(delay_p50),
+        "read_delay_p99_ms": nullable(delay_p99),
     }
     columns = []
     for f in REQUEST_SCHEMA:
@@ -446,6 +483,7 @@ def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.T
             pa.array(coalesced),
             nullable(delay),
             pa.array(choice),
+            nullable(read_delay),
         ],
         schema=EVENT_SCHEMA,
     )

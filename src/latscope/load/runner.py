@@ -49,6 +49,7 @@ from latscope.quietgc import rss_bytes
 from latscope.timeline.model import ErrorKind, Timeline
 from latscope.wire import Client, Timeouts
 from latscope.wire.errors import fail_unfinished
+from latscope.wire.kstamps import CLOCK
 from latscope.wire.retry import request_with_retries
 
 #: How often a worker reports its counters (s): smooth enough for a live display, negligible cost.
@@ -137,6 +138,9 @@ class WorkerResult:
     requests_written: int
     events_written: int
     stopped: bool  #: True when an external stop ended it early
+    #: with kernel stamps: how this worker put them on the monotonic clock (:class:`~latscope.wire.kstamps.ClockReport`
+    #: as a dict: the realtime↔monotonic offset at the first and latest measurement, drift, uncertainty); None without
+    clock: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Picklable / JSON-ready form."""
@@ -149,6 +153,7 @@ class WorkerResult:
             "requests_written": self.requests_written,
             "events_written": self.events_written,
             "stopped": self.stopped,
+            "clock": self.clock,
         }
 
     @classmethod
@@ -163,6 +168,7 @@ class WorkerResult:
             requests_written=int(data["requests_written"]),
             events_written=int(data["events_written"]),
             stopped=bool(data["stopped"]),
+            clock=data.get("clock"),
         )
 
 
@@ -286,6 +292,7 @@ class StepWorker:
             headers=cfg.headers,
             # a traceparent per request costs CPU and only an OpenTelemetry export reads it
             trace_context=cfg.trace_context,
+            stamps=cfg.stamps,
         )
         self._writer = PartWriter(
             self.run_dir,
@@ -307,6 +314,7 @@ class StepWorker:
         self.warmup_end_ns = start_ns + int(cfg.warmup_s * 1e9)
         self.end_ns = None if cfg.duration_s is None else self.warmup_end_ns + int(cfg.duration_s * 1e9)
         monitor = HealthMonitor(a.worker, tuning=self._tuning)
+        CLOCK.reset()  # this step's offset report starts afresh
         loop = asyncio.get_running_loop()
         reporter = loop.create_task(self._report(), name="latscope-progress")
         poller = loop.create_task(busy_poll(monitor.health), name="latscope-busy-poll") if cfg.busy_poll else None
@@ -339,6 +347,7 @@ class StepWorker:
             requests_written=writer.requests_written,
             events_written=writer.events_written,
             stopped=self._stopped_externally,
+            clock=None if (report := CLOCK.report()) is None else report.to_dict(),
         )
 
     async def _report(self) -> None:

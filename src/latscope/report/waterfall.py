@@ -217,6 +217,10 @@ def token_cadence(t: Timeline) -> Text:
     if per_read:
         mean = statistics.fmean(per_read)
         text.append(f" · events/read mean {mean:.1f} max {max(per_read)}")
+    delays = metrics.read_delays_ms(t)
+    if delays:  # kernel receive stamps: the client's own delay on each read, measured
+        p50, p99 = metrics.percentile(delays, 50), metrics.percentile(delays, 99)
+        text.append(f" · kernel stamps, client read delay p50 {p50:.3f} / p99 {p99:.3f} ms")
     return text
 
 

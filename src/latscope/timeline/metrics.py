@@ -24,6 +24,8 @@ Definitions (all differences of monotonic-ns marks, divided by 1e6):
                    coalesced events give 0 gaps): the pause while a model switches from reasoning to text is not
                    an inter-token gap of either
 ``tpot``           (last_token − first_token) ÷ (tokens − 1): mean time per output token after the first
+``read_delay``     per kernel-stamped read, user-space stamp − kernel receive stamp: the client's own scheduling
+                   delay, measured (only where the connection read kernel stamps)
 =================  =============================================================================================
 """
 
@@ -171,6 +173,24 @@ def token_events_per_read(t: Timeline) -> list[int]:
     return [counts[i] for i in sorted(counts)]
 
 
+def read_delays_ms(t: Timeline) -> list[float]:
+    """The client's own scheduling delay on each kernel-stamped read, ms: user-space stamp − kernel receive stamp
+    (how long the data waited in the kernel before the event loop read it). Empty without kernel stamps."""
+    return [(r.user_ns - r.at_ns) / NS_PER_MS for r in t.reads if r.user_ns is not None]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q``-th percentile (0–100) of ``values`` by linear interpolation between closest ranks (numpy's
+    default); None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
 def phases_ms(t: Timeline) -> dict[str, float | None]:
     """The waterfall phases of one request, in order, in ms (None where the phase did not happen)."""
     return {
@@ -194,6 +214,7 @@ def summary(t: Timeline) -> dict[str, object]:
     """A flat dict of the derived metrics (for tables, JSON and DataFrames)."""
     gaps = itl_ms(t)
     per_read = token_events_per_read(t)
+    delays = read_delays_ms(t)
     out: dict[str, object] = {f"{k}_ms": v for k, v in phases_ms(t).items()}
     out.update(
         {
@@ -203,6 +224,9 @@ def summary(t: Timeline) -> dict[str, object]:
             "reads": len(t.reads),
             "events": len(t.events),
             "max_token_events_per_read": max(per_read) if per_read else None,
+            "stamps": t.connection.stamps if t.connection else None,
+            "read_delay_p50_ms": percentile(delays, 50),
+            "read_delay_p99_ms": percentile(delays, 99),
             "reused": t.connection.reused if t.connection else None,
             "status": t.status,
             "error_phase": str(t.error.phase) if t.error else None,

@@ -142,11 +142,42 @@ TEXT_KIND = EventKind.CONTENT
 """The kind a user sees as the answer: "time to first text" is measured to the first event of this kind."""
 
 
-class Read(NamedTuple):
-    """One ``data_received`` call on the socket (after TLS decryption)."""
+class StampSource(StrEnum):
+    """Where the stamp of a :class:`Read` came from."""
 
-    at_ns: int  #: monotonic ns when the bytes were handed to the client
+    #: ``time.monotonic_ns()`` when the event loop handed the bytes to the client: includes the client's own
+    #: scheduling delay (the loop was busy with other sockets' callbacks)
+    USER = "user"
+    #: the kernel's software receive stamp (Linux ``SO_TIMESTAMPNS``), converted to the monotonic clock: when the
+    #: network stack took the data in. For TCP it is the stamp of the *last* segment the read returned, so events read
+    #: together (several events on one read) may have arrived earlier than it
+    KERNEL = "kernel"
+
+
+class Read(NamedTuple):
+    """One socket read (after TLS decryption: the read that completed the TLS records it decrypted).
+
+    ``at_ns`` is the read's best stamp, the one every mark and event uses: the kernel's receive stamp when the
+    connection reads kernel stamps (``user_ns`` then holds the user-space stamp of the same read), else the
+    user-space stamp (``user_ns`` None).
+    """
+
+    at_ns: int  #: monotonic ns when the bytes arrived (kernel stamp) or were handed to the client (user stamp)
     nbytes: int  #: bytes delivered by this read (decrypted application bytes, HTTP framing included)
+    #: monotonic ns when the event loop handed this read to the client, for a kernel-stamped read; None when
+    #: ``at_ns`` is itself that user-space stamp
+    user_ns: int | None = None
+
+    @property
+    def source(self) -> StampSource:
+        """Which clock stamped ``at_ns``."""
+        return StampSource.USER if self.user_ns is None else StampSource.KERNEL
+
+    @property
+    def delay_ns(self) -> int | None:
+        """The client's own scheduling delay on this read, ``user_ns − at_ns`` (ns): how long the data waited in
+        the kernel before the loop read it. None for a user-stamped read."""
+        return None if self.user_ns is None else self.user_ns - self.at_ns
 
 
 class StreamEvent(NamedTuple):
@@ -214,6 +245,11 @@ class ConnectionInfo:
     tcp_info_at_end: TcpInfo | None = None  #: TCP_INFO when the response ended
     quickack: bool = False  #: True when the client set TCP_QUICKACK before every read
     delayed_ack: bool = False  #: True when the client held the connection in delayed-ACK mode (TCP_QUICKACK 0)
+    #: where this connection's read stamps come from: ``kernel`` when the client read the socket itself with kernel
+    #: receive stamps (:class:`StampSource`), ``user`` otherwise, including where kernel stamps were asked for and the
+    #: platform or kernel refused them (``kernel_stamps_refused`` then says so)
+    stamps: str = "user"
+    kernel_stamps_refused: bool = False  #: True when kernel stamps were asked for and could not be had
 
     @property
     def rtt_us(self) -> int | None:

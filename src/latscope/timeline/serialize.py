@@ -12,7 +12,9 @@ trailers are written redacted (see :mod:`latscope.timeline.redact`): :func:`time
 timeline holds, so a caller that filled a timeline by hand cannot leak a key either. ``response_trailers`` was added
 to schema 1 later; a record without it reads as having none; so was ``span_id`` (absent: None), and so were
 ``retries`` (the earlier attempts of a logical request the caller sent again; absent: none), ``idempotency_key``
-and ``response_id`` (absent: None).
+and ``response_id`` (absent: None). ``read_user_ns`` came later still: present only when some read was kernel-stamped
+(:class:`~latscope.timeline.model.StampSource`), one item per read, the user-space stamp of a kernel-stamped read
+and null for a user-stamped one (absent: every read was user-stamped).
 """
 
 from __future__ import annotations
@@ -91,6 +93,8 @@ def timeline_to_dict(t: Timeline) -> dict[str, Any]:
     else:
         out["connection"] = None
     out["reads"] = [[r.at_ns, r.nbytes] for r in t.reads]
+    if any(r.user_ns is not None for r in t.reads):
+        out["read_user_ns"] = [r.user_ns for r in t.reads]
     out["events"] = [
         [e.at_ns, e.read_index, str(e.kind), e.text_chars, e.tokens, e.server_sent_ns, e.choice] for e in t.events
     ]
@@ -181,7 +185,11 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
             conn["tcp_info_at_headers"] = _tcp_from_dict(conn.get("tcp_info_at_headers"))
             conn["tcp_info_at_end"] = _tcp_from_dict(conn.get("tcp_info_at_end"))
             t.connection = ConnectionInfo(**conn)
-        t.reads = [Read(int(a), int(n)) for a, n in data.get("reads") or []]
+        reads = data.get("reads") or []
+        user = data.get("read_user_ns") or [None] * len(reads)  # absent in records without kernel stamps
+        if len(user) != len(reads):
+            raise TimelineFormatError(f"read_user_ns: {len(user)} items for {len(reads)} reads")
+        t.reads = [Read(int(a), int(n), None if u is None else int(u)) for (a, n), u in zip(reads, user, strict=True)]
         t.events = [_event_from_list(item, schema) for item in data.get("events") or []]
         usage = data.get("usage")
         t.usage = None if usage is None else Usage(**usage)

@@ -27,6 +27,7 @@ from latscope.wire.connection import Connection, open_connection
 from latscope.wire.encoding import STREAM_ACCEPT_ENCODING
 from latscope.wire.errors import ModelListError, WireError, make_error, timeout_error
 from latscope.wire.exchange import Exchange
+from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES, arm
 from latscope.wire.models import Limits, Origin, OriginStats, Response, Timeouts, join_url, split_url
 from latscope.wire.pool import DEFAULT_MAX_CONNECTIONS_PER_ORIGIN, ConnectionPool
 from latscope.wire.request import BODY_METHODS, HeaderSet, Outgoing, merge_headers
@@ -94,7 +95,11 @@ class Client:
     connections too (Linux only; ``ConnectionInfo.delayed_ack`` says whether it was applied); ``headers`` go on
     every request (per-call headers override them by name); ``keep_text`` keeps the generated text in
     ``Timeline.output_text``; ``trace_context`` sends a fresh W3C ``traceparent`` with each request; ``limits``
-    bound what one response may make the client hold (:class:`~latscope.wire.models.Limits`). Streamed requests ask
+    bound what one response may make the client hold (:class:`~latscope.wire.models.Limits`); ``stamps`` says what
+    stamps each read: ``"kernel"`` reads the sockets itself with the kernel's receive stamps (Linux ``SO_TIMESTAMPNS``;
+    each read keeps its user-space stamp too, see :class:`~latscope.timeline.model.Read`), falling back to user-space
+    stamps where the platform gives none (``ConnectionInfo.stamps`` says which); ``"user"`` stamps each read when
+    the event loop hands it over. Streamed requests ask
     for ``Accept-Encoding: identity`` (a compressed stream holds tokens back); one that comes compressed anyway is
     decoded and the timeline warns.
     """
@@ -113,7 +118,10 @@ class Client:
         headers: Sequence[tuple[str, str]] = (),
         keep_text: bool = False,
         trace_context: bool = True,
+        stamps: str = DEFAULT_STAMPS,
     ) -> None:
+        if stamps not in STAMP_CHOICES:
+            raise ValueError(f"stamps must be one of {', '.join(STAMP_CHOICES)}, not {stamps!r}")
         if max_connections_per_origin < 1:
             raise ValueError("max_connections_per_origin must be at least 1")
         if quickack and delayed_ack:
@@ -128,6 +136,9 @@ class Client:
         self.headers = list(headers)
         self.keep_text = keep_text
         self.trace_context = trace_context
+        self.stamps = stamps
+        if stamps == "kernel":
+            arm()  # before any request's clock starts: it may wait for the kernel to start stamping
         # built before the first https request's clock starts (see _prepare_tls), not here: loading the system trust
         # store costs 20-30 ms, which a client that only speaks plain http should not pay
         self._ssl_context: ssl.SSLContext | None = None
@@ -366,6 +377,7 @@ class Client:
             deadline_ns=deadline_ns,
             quickack=self.quickack,
             delayed_ack=self.delayed_ack,
+            stamps=self.stamps,
         )
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:

@@ -19,7 +19,9 @@ from latscope.wire.errors import WireError, connect_error, make_error, timeout_e
 from latscope.wire.exchange import Exchange
 from latscope.wire.http2 import HTTP2Connection
 from latscope.wire.http11 import HTTP11Connection
+from latscope.wire.kstamps import enable as enable_kernel_stamps
 from latscope.wire.models import Origin, Timeouts
+from latscope.wire.rawsock import StampedSocket
 from latscope.wire.request import Outgoing
 from latscope.wire.tcpinfo import set_delayed_ack
 from latscope.wire.tls import ALPN_H2, SessionCache
@@ -123,12 +125,16 @@ async def open_connection(
     deadline_ns: int | None,
     quickack: bool,
     delayed_ack: bool = False,
+    stamps: str = "user",
 ) -> Connection:
     """Resolve, connect and (for https) handshake, recording each phase in ``t``; return the HTTP connection.
 
     ``deadline_ns`` is the request's total deadline (monotonic ns): a phase that runs into it fails with a "total
     timeout" error naming itself. ``quickack`` ACKs every read at once; ``delayed_ack`` puts the new connection in
-    delayed-ACK mode instead (see :func:`~latscope.wire.tcpinfo.set_delayed_ack`). Raises
+    delayed-ACK mode instead (see :func:`~latscope.wire.tcpinfo.set_delayed_ack`). ``stamps="kernel"`` reads the
+    socket itself with the kernel's receive stamps (:mod:`latscope.wire.rawsock`) where the platform gives them, and
+    through an asyncio transport with user-space stamps where it does not (``ConnectionInfo.stamps`` says which,
+    ``kernel_stamps_refused`` that kernel stamps were refused). Raises
     :class:`~latscope.wire.errors.WireError` naming the phase that failed; the marks of the phases that ran stay in
     ``t``.
     """
@@ -142,6 +148,7 @@ async def open_connection(
         raise
 
     t.connect_start_ns = monotonic_ns()
+    kernel = False
     sock: socket.socket | None = None
     last_exc: OSError | None = None
     try:
@@ -150,6 +157,8 @@ async def open_connection(
             candidate.setblocking(False)
             # asyncio transports set TCP_NODELAY themselves; setting it before connect keeps it uniform on both loops
             candidate.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # before connect, so the handshake's segments already come stamped
+            kernel = stamps == "kernel" and enable_kernel_stamps(candidate)
             total_limits = _total_limits(deadline_ns, timeouts.connect_s)
             try:
                 async with asyncio.timeout(_remaining(deadline_ns, timeouts.connect_s)):
@@ -186,7 +195,10 @@ async def open_connection(
     delayed = delayed_ack and not quickack and set_delayed_ack(sock)
     protocol = WireProtocol(sock, quickack=quickack, delayed_ack=delayed)
     try:
-        await loop.create_connection(lambda: protocol, sock=sock)
+        if kernel:
+            StampedSocket(loop, sock, protocol)
+        else:
+            await loop.create_connection(lambda: protocol, sock=sock)
     except OSError as exc:
         sock.close()
         raise connect_error(exc, origin.host, origin.port) from None
@@ -204,6 +216,8 @@ async def open_connection(
         remote_port=remote[1],
         quickack=quickack,
         delayed_ack=delayed,
+        stamps="kernel" if kernel else "user",
+        kernel_stamps_refused=stamps == "kernel" and not kernel,
     )
 
     alpn: str | None = None

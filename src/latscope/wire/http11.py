@@ -367,7 +367,7 @@ class HTTP11Connection:
 
     # --- Receiver (called from WireProtocol) --------------------------------------------------------------------
 
-    def data_received(self, data: bytes, at_ns: int) -> None:
+    def data_received(self, data: bytes, at_ns: int, user_ns: int | None = None) -> None:
         ex = self._exchange
         if ex is None:
             # bytes while no request is out: the server broke the protocol or is closing; never reuse this one
@@ -375,7 +375,7 @@ class HTTP11Connection:
             return
         reads = ex.reads
         read_index = len(reads)
-        reads.append(_new_tuple(Read, (at_ns, len(data))))
+        reads.append(_new_tuple(Read, (at_ns, len(data), user_ns)))
         if read_index == 0:
             ex.timeline.first_byte_ns = at_ns
         reader = self._reader

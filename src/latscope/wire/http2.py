@@ -177,7 +177,7 @@ class HTTP2Connection:
 
     # --- Receiver -----------------------------------------------------------------------------------------------
 
-    def data_received(self, data: bytes, at_ns: int) -> None:
+    def data_received(self, data: bytes, at_ns: int, user_ns: int | None = None) -> None:
         try:
             events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
@@ -196,20 +196,20 @@ class HTTP2Connection:
                 if ex is not None:
                     index = touched.get(stream_id)
                     if index is None:
-                        index = touched[stream_id] = self._record_read(ex, at_ns, nbytes)
+                        index = touched[stream_id] = self._record_read(ex, at_ns, nbytes, user_ns)
                     ex.body(event.data, at_ns, index)
                 self._h2.acknowledge_received_data(event.flow_controlled_length, stream_id)
             elif isinstance(event, _ResponseReceived):
                 ex = streams.get(event.stream_id)
                 if ex is not None:
                     if event.stream_id not in touched:
-                        touched[event.stream_id] = self._record_read(ex, at_ns, nbytes)
+                        touched[event.stream_id] = self._record_read(ex, at_ns, nbytes, user_ns)
                     self._on_response(ex, event, at_ns)
             elif isinstance(event, h2.events.TrailersReceived):
                 ex = streams.get(event.stream_id)
                 if ex is not None:
                     if event.stream_id not in touched:
-                        touched[event.stream_id] = self._record_read(ex, at_ns, nbytes)
+                        touched[event.stream_id] = self._record_read(ex, at_ns, nbytes, user_ns)
                     ex.trailers(_decode_fields(event.headers))
             elif isinstance(event, _StreamEnded):
                 ex = streams.get(event.stream_id)
@@ -253,10 +253,10 @@ class HTTP2Connection:
 
     # --- internals ----------------------------------------------------------------------------------------------
 
-    def _record_read(self, ex: Exchange, at_ns: int, nbytes: int) -> int:
+    def _record_read(self, ex: Exchange, at_ns: int, nbytes: int, user_ns: int | None) -> int:
         reads = ex.reads
         index = len(reads)
-        reads.append(_new_tuple(Read, (at_ns, nbytes)))
+        reads.append(_new_tuple(Read, (at_ns, nbytes, user_ns)))
         if index == 0:
             ex.timeline.first_byte_ns = at_ns
         return index

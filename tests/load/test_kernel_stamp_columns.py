@@ -1,0 +1,102 @@
+"""Kernel stamps in the run's tables: the stamp source and the client's measured scheduling delay per request and
+per event, and the --stamps setting in run.json's config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from latscope.load.arrivals import ClosedLoop
+from latscope.load.bench import bench_async
+from latscope.load.config import BenchConfig, BenchConfigError
+from latscope.load.lengths import LengthDist
+from latscope.load.records import RequestContext, build_tables
+from latscope.load.stamps import describe, stamps_summary
+from latscope.load.storage import read_run_json
+from latscope.load.workload import Workload
+from latscope.timeline.model import Read
+from latscope.wire.kstamps import kernel_stamps_supported
+from tests.support.load_sse_server import Script, ScriptedServer
+from tests.support.load_timelines import MS, make_timeline
+
+START = 5_000 * MS
+
+
+def ctx(request_id: int) -> RequestContext:
+    return RequestContext(step=0, request_id=request_id, worker=0, class_name="chat", warmup=False, step_start_ns=START)
+
+
+def test_kernel_stamped_reads_give_the_request_its_read_delay_and_each_event_its_read_s_delay() -> None:
+    t = make_timeline()
+    assert t.connection is not None
+    t.connection.stamps = "kernel"
+    t.reads = [Read(r.at_ns, r.nbytes, r.at_ns + (i + 1) * MS // 10) for i, r in enumerate(t.reads)]
+    plain = make_timeline()
+    requests, events = build_tables([(t, ctx(0)), (plain, ctx(1))])
+    rows = requests.to_pylist()
+    assert [r["stamps"] for r in rows] == ["kernel", "user"]
+    delays = [(i + 1) / 10 for i in range(len(t.reads))]
+    assert rows[0]["read_delay_p50_ms"] == pytest.approx(sorted(delays)[len(delays) // 2], abs=0.06)
+    assert rows[0]["read_delay_p99_ms"] == pytest.approx(max(delays), abs=0.02)
+    assert rows[1]["read_delay_p50_ms"] is None and rows[1]["read_delay_p99_ms"] is None
+    ev = events.to_pylist()
+    for row in ev:
+        if row["request_id"] == 0:
+            assert row["read_delay_ms"] == pytest.approx((row["read_index"] + 1) / 10)
+        else:
+            assert row["read_delay_ms"] is None
+
+
+def test_the_stamp_source_is_part_of_the_bench_config() -> None:
+    workload = Workload.single(LengthDist.fixed(4), LengthDist.fixed(4))
+    config = BenchConfig(url="http://127.0.0.1:1/v1", steps=(ClosedLoop(1),), workload=workload, stamps="kernel")
+    data = config.to_dict()
+    assert data["stamps"] == "kernel"
+    assert BenchConfig.from_dict(data).stamps == "kernel"
+    del data["stamps"]  # a run saved before kernel stamps
+    assert BenchConfig.from_dict(data).stamps == "user"
+    with pytest.raises(BenchConfigError, match="--stamps"):
+        BenchConfig(url="http://127.0.0.1:1/v1", steps=(ClosedLoop(1),), workload=workload, stamps="tsc")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not kernel_stamps_supported(), reason="kernel receive stamps need 64-bit Linux")
+async def test_a_kernel_stamped_bench_run_says_so_in_run_json_and_its_tables(tmp_path: Path) -> None:
+    workload = Workload.single(LengthDist.fixed(8), LengthDist.fixed(6))
+    async with ScriptedServer(Script(gap_s=0.001)) as server:
+        config = BenchConfig(
+            url=server.url,
+            steps=(ClosedLoop(2),),
+            workload=workload,
+            requests=6,
+            read_timeout_s=10.0,
+            server_metrics=False,
+            stamps="kernel",
+        )
+        await bench_async(config, tmp_path)
+    data = read_run_json(tmp_path)
+    section = data["stamps"]
+    assert section["requested"] == "kernel"
+    assert section["requests_by_source"] == {"kernel": 6}
+    assert section["fell_back"] is False
+    assert section["read_delay_ms"]["events"] > 0 and section["read_delay_ms"]["p50"] >= 0
+    assert section["clock"] and section["clock"][0]["measurements"] >= 1
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    assert (requests.stamps == "kernel").all()
+    assert (requests.read_delay_p99_ms >= 0).all()
+    events = pd.read_parquet(tmp_path / "events.parquet")
+    assert events.read_delay_ms.notna().all() and (events.read_delay_ms >= 0).all()
+    assert "kernel stamps on 6/6 requests" in describe(section)
+
+
+def test_a_run_that_asked_for_kernel_stamps_and_fell_back_says_so() -> None:
+    requests = pa.table({"stamps": ["kernel", "user", "user"]})
+    events = pa.table({"read_delay_ms": pa.array([0.1, None, None], pa.float64())})
+    section = stamps_summary("kernel", requests, events.to_batches(), [])
+    assert section["fell_back"] is True
+    assert section["requests_by_source"] == {"kernel": 1, "user": 2}
+    assert section["read_delay_ms"]["events"] == 1
+    assert "fell back" in describe(section)

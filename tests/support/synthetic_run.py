@@ -168,6 +168,7 @@ def write_synthetic_run(
             "coalesced": (event_gaps == 0).ravel(),
             "delay_ms": np.full(total, np.nan),
             "choice": np.zeros(total, dtype=np.int32),
+            "read_delay_ms": np.full(total, np.nan),  # user-space stamps: no kernel stamp to measure against
         }
         arrays = [kind if f.name == "kind" else _array(events[f.name], f) for f in EVENT_SCHEMA]
         event_parts.append(pa.Table.from_arrays(arrays, schema=EVENT_SCHEMA))

@@ -86,7 +86,8 @@ async def _kv_truth(lab: Lab, result: Diagnosis) -> float:
     # long a preempted stream waits depends on when the others finish, which the load of the run moves)
     burst = [t for t in result.timelines if t.label and t.label.startswith("long stream") and "at once" in t.label]
     assert len(burst) == e["concurrency"], [t.label for t in result.timelines]
-    return truth.preempted_hold_ms(list(lab.records), burst)
+    # holds as long as the finding's stall threshold (a burst's prefill on this host), timed by the lab's clock
+    return truth.preempted_hold_ms(list(lab.records), burst, e["stall_threshold_ms"])
 
 
 async def _sampling_truth(lab: Lab, result: Diagnosis) -> float:

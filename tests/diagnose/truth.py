@@ -241,19 +241,20 @@ def sweep_queue_ms(records: list[RequestRecord], concurrency: int) -> float:
     return min(statistics.fmean((r.queue_ms or 0.0) - (r.window_wait_ms or 0.0) for r in b) for b in measured)
 
 
-def preempted_hold_ms(records: list[RequestRecord], timelines: list[Timeline]) -> float:
+def preempted_hold_ms(records: list[RequestRecord], timelines: list[Timeline], threshold_ms: float = 30.0) -> float:
     """The time the lab kept the preempted streams of ``timelines`` from decoding, per preemption it counted (ms):
     over every stream its ``records`` say it preempted, each hold between two tokens by the lab's send stamps
     (``truth=True``) beyond the stream's own cadence, summed, divided by the preemptions the records count. A hold is
-    a gap of at least ten cadences and 30 ms (what a preemption takes: the victim waits for room, then is prefilled
-    again). Given a diagnosis's own burst (``keep_timelines``), the very streams its finding timed, under the very
+    a gap of at least ten cadences and ``threshold_ms`` (what a preemption takes: the victim waits for room, then is
+    prefilled again; give the finding's own stall threshold to count what it counts, by the server's clock). Given a
+    diagnosis's own burst (``keep_timelines``), the very streams its finding timed, under the very
     load it ran with; a stream preempted twice counts twice, as the server's counter does."""
     by_id = {r.request_id: r for r in records if r.request_id}
     held = 0.0
     preemptions = 0
     for gaps, record in _preempted_gaps_of(records, timelines, by_id):
         cadence = statistics.median(gaps)
-        held += sum(g - cadence for g in gaps if g >= max(30.0, 10.0 * cadence))
+        held += sum(g - cadence for g in gaps if g >= max(threshold_ms, 10.0 * cadence))
         preemptions += record.preemptions
     assert preemptions, "the lab preempted no stream of these"
     return held / preemptions

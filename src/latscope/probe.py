@@ -388,15 +388,7 @@ async def probe(
                 if browser:
                     await _all_at_once(client, spec, base_url, n, result.timelines, on_request)
                 else:
-                    for index in range(n):
-                        t = Timeline()
-                        result.timelines.append(t)
-                        if on_request is not None:
-                            on_request(index + 1, n, t)
-                        await client.request(spec, base_url, label=f"probe {index + 1}/{n}", timeline=t)
-                        join_server_signals(t)
-                        if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
-                            break
+                    await _one_after_another(client, spec, base_url, n, result.timelines, on_request, "probe")
             except asyncio.CancelledError:
                 result.interrupted = True  # the request in flight keeps its marks and a "cancelled" error
             result.pool = client.stats()
@@ -411,15 +403,9 @@ async def probe(
                 trace_context=trace_context,
             ) as tcp_client:
                 try:
-                    for index in range(n):
-                        t = Timeline()
-                        result.tcp_timelines.append(t)
-                        if on_request is not None:
-                            on_request(index + 1, n, t)
-                        await tcp_client.request(spec, base_url, label=f"probe tcp {index + 1}/{n}", timeline=t)
-                        join_server_signals(t)
-                        if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
-                            break
+                    await _one_after_another(
+                        tcp_client, spec, base_url, n, result.tcp_timelines, on_request, "probe tcp"
+                    )
                 except asyncio.CancelledError:
                     result.interrupted = True
         if scraper is not None and not result.interrupted:
@@ -428,6 +414,28 @@ async def probe(
         if metrics_client is not None:
             await metrics_client.aclose()
     return result
+
+
+async def _one_after_another(
+    client: Client,
+    spec: RequestSpec,
+    base_url: str,
+    n: int,
+    timelines: list[Timeline],
+    on_request: RequestStarted | None,
+    label: str,
+) -> None:
+    """``n`` requests one after another on ``client`` (labelled ``"{label} i/n"``), their timelines appended to
+    ``timelines`` as each starts; stops early when one shows the target unreachable."""
+    for index in range(n):
+        t = Timeline()
+        timelines.append(t)
+        if on_request is not None:
+            on_request(index + 1, n, t)
+        await client.request(spec, base_url, label=f"{label} {index + 1}/{n}", timeline=t)
+        join_server_signals(t)
+        if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
+            break
 
 
 async def _all_at_once(

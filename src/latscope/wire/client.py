@@ -13,6 +13,7 @@ import ssl
 from collections.abc import Sequence
 from time import monotonic_ns
 from types import TracebackType
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import orjson
@@ -83,6 +84,17 @@ def asks_for_stream(spec: RequestSpec) -> bool:
     except orjson.JSONDecodeError:
         return False
     return isinstance(body, dict) and body.get("stream") is True
+
+
+class _Abandons(Protocol):
+    def abandon(self, exchange: Exchange) -> None: ...
+
+
+def give_up(exchange: Exchange, conn: _Abandons | None, error: WireError) -> None:
+    """End a request that failed with ``error`` (now), and let its connection, if it got one, drop the exchange."""
+    exchange.fail(error, monotonic_ns())
+    if conn is not None:
+        conn.abandon(exchange)
 
 
 class Client:
@@ -457,22 +469,17 @@ class Client:
             await self._send(conn, request, exchange, deadline_ns)
             await self._await_response(conn, exchange, deadline_ns)
         except WireError as err:
-            exchange.fail(err, monotonic_ns())
-            if conn is not None:
-                conn.abandon(exchange)
+            give_up(exchange, conn, err)
         except Exception as exc:  # a bug must not break request()'s promise to return the timeline
-            exchange.fail(
-                make_error(f"internal error: {exc!r}", phase=t.phase_reached(), kind=ErrorKind.INTERNAL), monotonic_ns()
+            give_up(
+                exchange, conn, make_error(f"internal error: {exc!r}", phase=t.phase_reached(), kind=ErrorKind.INTERNAL)
             )
-            if conn is not None:
-                conn.abandon(exchange)
         except asyncio.CancelledError:
-            exchange.fail(
+            give_up(
+                exchange,
+                conn,
                 make_error("the request was cancelled", phase=t.phase_reached(), kind=ErrorKind.CANCELLED),
-                monotonic_ns(),
             )
-            if conn is not None:
-                conn.abandon(exchange)
             raise
         finally:
             if conn is not None and origin.tls:

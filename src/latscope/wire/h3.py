@@ -51,7 +51,7 @@ from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, QuicEv
 from aioquic.tls import SessionTicket
 
 from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Read, Timeline
-from latscope.wire.client import Client
+from latscope.wire.client import Client, give_up
 from latscope.wire.connection import Connection, is_ip_literal, resolve
 from latscope.wire.errors import WireError, make_error, timeout_error
 from latscope.wire.exchange import Exchange
@@ -394,22 +394,17 @@ class H3Client(Client):
             await self._send(as_connection, request, exchange, deadline_ns)
             await self._await_response(as_connection, exchange, deadline_ns)
         except WireError as err:
-            exchange.fail(err, monotonic_ns())
-            if conn is not None:
-                conn.abandon(exchange)
+            give_up(exchange, conn, err)
         except Exception as exc:  # a bug must not break request()'s promise to return the timeline
-            exchange.fail(
-                make_error(f"internal error: {exc!r}", phase=t.phase_reached(), kind=ErrorKind.INTERNAL), monotonic_ns()
+            give_up(
+                exchange, conn, make_error(f"internal error: {exc!r}", phase=t.phase_reached(), kind=ErrorKind.INTERNAL)
             )
-            if conn is not None:
-                conn.abandon(exchange)
         except asyncio.CancelledError:
-            exchange.fail(
+            give_up(
+                exchange,
+                conn,
                 make_error("the request was cancelled", phase=t.phase_reached(), kind=ErrorKind.CANCELLED),
-                monotonic_ns(),
             )
-            if conn is not None:
-                conn.abandon(exchange)
             raise
 
     async def _shared(self, origin: Origin) -> Http3Connection | None:

@@ -29,7 +29,7 @@ from latscope.lab.idempotency import Idempotency, IdempotencyStore, open_store
 from latscope.lab.metrics import LabMetrics
 from latscope.lab.records import RequestRecord, new_record_log
 from latscope.lab.scheduler import Scheduler
-from latscope.lab.serving import AsyncService, Served
+from latscope.lab.serving import AsyncService, Served, origin_of
 from latscope.lab.settings import LabSettings
 from latscope.lab.tls import ServerTls
 
@@ -76,9 +76,7 @@ class Lab(Served, AsyncService):
     @property
     def origin(self) -> str:
         """``scheme://host:port`` (IPv6 hosts in brackets)."""
-        scheme = "https" if self.settings.tls else "http"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{scheme}://{host}:{self.port}"
+        return origin_of(self.settings.tls, self.host, self.port)
 
     @property
     def connections_accepted(self) -> int:

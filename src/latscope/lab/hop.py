@@ -39,7 +39,7 @@ from latscope.lab.http.exchange import Request, ResponseChannel
 from latscope.lab.http.server import HttpServer, ServerOptions
 from latscope.lab.records import RequestRecord
 from latscope.lab.scheduler import Scheduler
-from latscope.lab.serving import AsyncService, Served
+from latscope.lab.serving import AsyncService, Served, origin_of
 from latscope.lab.settings import LabSettings
 from latscope.lab.tls import ServerTls
 
@@ -279,9 +279,7 @@ class HopLab(Served, AsyncService):
     @property
     def origin(self) -> str:
         """The hop's ``scheme://host:port``."""
-        scheme = "https" if self.settings.tls else "http"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{scheme}://{host}:{self.port}"
+        return origin_of(self.settings.tls, self.host, self.port)
 
     @property
     def direct_url(self) -> str:

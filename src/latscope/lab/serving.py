@@ -35,6 +35,11 @@ class AsyncService:
         await self.stop()
 
 
+def origin_of(tls: bool, host: str, port: int) -> str:
+    """``scheme://host:port`` of a server on ``host:port`` (IPv6 hosts in brackets)."""
+    return f"{'https' if tls else 'http'}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 class Served:
     """A server's addresses: ``origin`` (``scheme://host:port``, from the subclass), the OpenAI-style base URL and
     the certificate it generated (``_cert``, set by the subclass when it serves TLS)."""

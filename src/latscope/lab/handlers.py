@@ -138,6 +138,7 @@ class _Trace:
     __slots__ = (
         "circuit",
         "endpoint",
+        "engine_failed",
         "error",
         "gateway_wait_ms",
         "idempotency",
@@ -171,6 +172,7 @@ class _Trace:
         self.idempotency: str | None = None  #: what the gateway did with it (``RequestRecord.idempotency``)
         self.idempotency_ms: float | None = None  #: the store's claim or lookup and a duplicate's wait, ms
         self.circuit: str | None = None  #: what the circuit breaker did with it (``RequestRecord.circuit``)
+        self.engine_failed = False  #: the engine failed it (before its head: a 503; after: an error event)
 
     def record(self, channel: ResponseChannel, faults: frozenset[str], completion_tokens: int) -> RequestRecord:
         request = self.request
@@ -228,10 +230,6 @@ class _Trace:
                 ms(parsed.image_decode_ns + parsed.preprocess_ns) if parsed is not None and parsed.images else None
             ),
         )
-
-
-#: how a request's error starts when the engine failed it (what the circuit breaker counts as the upstream's failure)
-GENERATION_FAILED = "generation failed"
 
 
 def _retry_after_ms(refused: ErrorResponse) -> float | None:
@@ -520,7 +518,7 @@ class LabService:
         try:
             await self._run_engine(channel, trace, parsed, request, held)
             # an engine failure is recorded on the trace (503, or an error event mid-stream), not raised past here
-            failed = trace.error is not None and trace.error.startswith(GENERATION_FAILED)
+            failed = trace.engine_failed
         except ErrorResponse as refused:
             failed = True if refused.status >= 500 else None  # a request too large is the client's, not the engine's
             raise
@@ -571,7 +569,8 @@ class LabService:
                 await self._complete_api(request, channel, parsed, stream, request_id, trace.limit_headers)
             completed = True
         except GenerationError as exc:
-            trace.error = f"{GENERATION_FAILED}: {exc}"
+            trace.engine_failed = True
+            trace.error = f"generation failed: {exc}"
             if channel.headers_sent_ns is None:
                 trace.status = 503
                 raise ErrorResponse(

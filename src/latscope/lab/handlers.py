@@ -517,7 +517,7 @@ class LabService:
         failed: bool | None = None
         try:
             await self._run_engine(channel, trace, parsed, request, held)
-            # an engine failure is recorded on the trace (503, or an error event mid-stream), not raised past here
+            # an engine failure after the head ends the stream with an error event and returns: the flag says so
             failed = trace.engine_failed
         except ErrorResponse as refused:
             failed = True if refused.status >= 500 else None  # a request too large is the client's, not the engine's

@@ -312,3 +312,17 @@ def test_one_stall_the_server_counts_two_preemptions_for_is_shared_between_them(
     burst = [_stream([*STEADY[:30], 1206.0, *STEADY[:29]]), *(_stream(STEADY) for _ in range(7))]
     out = check_kv_cache_pressure(_kv(burst, preemptions=2.0, kv_usage_max=1.0), REF)
     assert isinstance(out, Finding) and out.cost_ms == pytest.approx(600.0)
+
+
+def test_a_preemption_held_just_under_the_stall_threshold_is_still_priced() -> None:
+    # the 8 × 20 ms threshold is 160 ms: one victim held 526 ms, the other 150 — a stall by the server's count, not
+    # by the threshold; both are what preemption cost, so the price does not jump when a hold crosses the threshold
+    burst = [
+        _stream([*STEADY[:30], 526.0, *STEADY[:29]]),
+        _stream([*STEADY[:20], 150.0, *STEADY[:39]]),
+        *(_stream([*STEADY[:10], 40.0, *STEADY[:49]]) for _ in range(6)),  # a neighbour's prefill held these
+    ]
+    out = check_kv_cache_pressure(_kv(burst, preemptions=2.0, kv_usage_max=1.0), REF)
+    assert isinstance(out, Finding) and out.evidence["stalled_streams"] == 1
+    assert out.cost_ms == pytest.approx(((526 - 6) + (150 - 6)) / 2)
+    assert out.evidence["priced_holds_ms"] == [520.0, 144.0]

@@ -77,10 +77,7 @@ async def _saturation_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> f
 
 
 async def _kv_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
-    finding = result.finding("kv-cache-pressure")
-    assert finding is not None
-    e = finding.evidence
-    return await path.run(truth.preempted_stall_ms(lab, e["prompt_tokens"], e["max_tokens"], e["concurrency"]))
+    return truth.preempted_hold_ms(list(lab.records), truth.kv_burst(result))
 
 
 async def _sampling_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
@@ -195,7 +192,7 @@ async def run_case(net: NetworkPath, case: Case, *, quick: bool = True) -> CaseR
     async with Lab(cost=TEST_COST, truth=True, host=net.server_host, **settings) as lab:
         ca = str(lab.cert_path) if lab.cert_path is not None else None
         started = time.monotonic()
-        result = await net.run(diagnose(lab.url, ca_file=ca, quick=quick))
+        result = await net.run(diagnose(lab.url, ca_file=ca, quick=quick, keep_timelines=True))
         seconds = time.monotonic() - started
         real = None if case.truth is None else await case.truth(lab, result, net)
     return CaseRun(result, real, seconds)

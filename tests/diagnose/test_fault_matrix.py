@@ -79,15 +79,7 @@ async def _saturation_truth(lab: Lab, result: Diagnosis) -> float:
 
 
 async def _kv_truth(lab: Lab, result: Diagnosis) -> float:
-    finding = result.finding("kv-cache-pressure")
-    assert finding is not None
-    e = finding.evidence
-    # the diagnosis's own burst, timed by the lab's send stamps: a re-run burst stalls for a different time (how
-    # long a preempted stream waits depends on when the others finish, which the load of the run moves)
-    burst = [t for t in result.timelines if t.label and t.label.startswith("long stream") and "at once" in t.label]
-    assert len(burst) == e["concurrency"], [t.label for t in result.timelines]
-    # holds as long as the finding's stall threshold (a burst's prefill on this host), timed by the lab's clock
-    return truth.preempted_hold_ms(list(lab.records), burst, e["stall_threshold_ms"])
+    return truth.preempted_hold_ms(list(lab.records), truth.kv_burst(result))
 
 
 async def _sampling_truth(lab: Lab, result: Diagnosis) -> float:

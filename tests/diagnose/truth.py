@@ -14,6 +14,7 @@ import itertools
 import statistics
 from typing import Any
 
+from latscope.diagnose import Diagnosis
 from latscope.diagnose.experiments.saturation import ROUNDS as SWEEP_ROUNDS
 from latscope.dialects.base import RequestSpec
 from latscope.dialects.openai import chat_request
@@ -241,20 +242,29 @@ def sweep_queue_ms(records: list[RequestRecord], concurrency: int) -> float:
     return min(statistics.fmean((r.queue_ms or 0.0) - (r.window_wait_ms or 0.0) for r in b) for b in measured)
 
 
-def preempted_hold_ms(records: list[RequestRecord], timelines: list[Timeline], threshold_ms: float = 30.0) -> float:
-    """The time the lab kept the preempted streams of ``timelines`` from decoding, per preemption it counted (ms):
-    over every stream its ``records`` say it preempted, each hold between two tokens by the lab's send stamps
-    (``truth=True``) beyond the stream's own cadence, summed, divided by the preemptions the records count. A hold is
-    a gap of at least ten cadences and ``threshold_ms`` (what a preemption takes: the victim waits for room, then is
-    prefilled again; give the finding's own stall threshold to count what it counts, by the server's clock). Given a
-    diagnosis's own burst (``keep_timelines``), the very streams its finding timed, under the very
-    load it ran with; a stream preempted twice counts twice, as the server's counter does."""
+def kv_burst(result: Diagnosis) -> list[Timeline]:
+    """A diagnosis's own KV-cache burst (run with ``keep_timelines``): the streams its ``kv-cache-pressure`` finding
+    timed."""
+    finding = result.finding("kv-cache-pressure")
+    assert finding is not None
+    burst = [t for t in result.timelines if t.label and t.label.startswith("long stream") and "at once" in t.label]
+    assert len(burst) == finding.evidence["concurrency"], [t.label for t in result.timelines]
+    return burst
+
+
+def preempted_hold_ms(records: list[RequestRecord], timelines: list[Timeline]) -> float:
+    """The time the lab kept the preempted streams of ``timelines`` from decoding, per preemption it counted (ms),
+    by its own send stamps (``truth=True``): each stream the lab's ``records`` say it preempted *k* times held *k*
+    times, its *k* longest gaps between tokens beyond its own median gap; summed over the streams, divided by the
+    preemptions. No threshold: a victim readmitted at once counts with the short hold it had. Given a diagnosis's
+    own burst (``keep_timelines``), the very streams its finding timed, under the very load it ran with (a re-run
+    burst stalls for a different time: how long a victim waits depends on when the others finish)."""
     by_id = {r.request_id: r for r in records if r.request_id}
     held = 0.0
     preemptions = 0
     for gaps, record in _preempted_gaps_of(records, timelines, by_id):
         cadence = statistics.median(gaps)
-        held += sum(g - cadence for g in gaps if g >= max(threshold_ms, 10.0 * cadence))
+        held += sum(sorted((max(0.0, g - cadence) for g in gaps), reverse=True)[: record.preemptions])
         preemptions += record.preemptions
     assert preemptions, "the lab preempted no stream of these"
     return held / preemptions
@@ -264,28 +274,6 @@ def sampling_cost_ms(lab: Lab, stream_tokens: int) -> float:
     """What the lab's host-side sampling adds to a sampled stream of ``stream_tokens`` tokens decoded alone: its
     per-step cost on every decode step after the first token (the prefill step emits that one)."""
     return lab.settings.engine_cost.sampling_ms * (stream_tokens - 1)
-
-
-async def preempted_stall_ms(lab: Lab, prompt_tokens: int, max_tokens: int, concurrency: int) -> float:
-    """Median, over the streams the lab preempted (its records), of how long each spent beyond its own cadence,
-    from the lab's send stamps (``truth=True``): its stream's duration less its gaps at their median, for
-    ``concurrency`` streams of ``prompt_tokens`` + ``max_tokens`` sent at once."""
-    specs = [
-        chat_request("lab-model", synthetic_prompt(prompt_tokens, 20_000_000 + i), max_tokens)
-        for i in range(concurrency)
-    ]
-    async with _client(lab, quickack=True) as client:
-        timelines = await asyncio.gather(*(client.request(spec, lab.url) for spec in specs))
-    stalls = [sum(gaps) - len(gaps) * statistics.median(gaps) for gaps in _preempted_gaps(list(lab.records), timelines)]
-    assert stalls, "the lab preempted no stream"
-    return statistics.median(stalls)
-
-
-def _preempted_gaps(records: list[RequestRecord], timelines: list[Timeline]) -> list[list[float]]:
-    """The gaps between tokens (ms, by the lab's send stamps) of each stream of ``timelines`` that the lab's
-    ``records`` say it preempted."""
-    by_id = {r.request_id: r for r in records if r.request_id}
-    return [gaps for gaps, _ in _preempted_gaps_of(records, timelines, by_id)]
 
 
 def _preempted_gaps_of(

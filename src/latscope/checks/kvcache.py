@@ -8,7 +8,8 @@ own cadence and longer than the prefill of every stream of the burst (what admit
 measured against the same streams sent one at a time in the same run, which must not stall. The server's own
 preemption counter and KV-usage gauge confirm it where its metrics have them; they also tell a burst that never
 came near filling the cache, where nothing was tested. The cost is the stall time measured, per preemption the
-server counted (a victim readmitted at once stalls too briefly to be seen), or per stalled stream without metrics.
+server counted: as many of the burst's longest holds as it counted (a victim readmitted at once holds about nothing,
+and one held just under the threshold is still priced), or per stalled stream without metrics.
 """
 
 from __future__ import annotations
@@ -48,6 +49,29 @@ def stall_ms(sample: RequestSample, threshold_ms: float) -> float:
         return 0.0
     limit = max(threshold_ms, STALL_FACTOR * cadence)
     return sum(gap - cadence for gap in sample.itl_ms if gap >= limit)
+
+
+def stall_gaps(samples: list[RequestSample], threshold_ms: float) -> int:
+    """Gaps of ``samples`` that are stalls (see :func:`stall_ms`)."""
+    count = 0
+    for sample in samples:
+        cadence = median(sample.itl_ms)
+        if cadence is not None:
+            limit = max(threshold_ms, STALL_FACTOR * cadence)
+            count += sum(1 for gap in sample.itl_ms if gap >= limit)
+    return count
+
+
+def preemption_holds_ms(samples: list[RequestSample], count: int) -> list[float]:
+    """The ``count`` longest holds (ms) over every gap of ``samples``, each beyond its own stream's median gap (0 for
+    a gap under it), longest first: what ``count`` preemptions held their victims for, the rest of the gaps being a
+    stream's own cadence or a neighbour's prefill."""
+    holds: list[float] = []
+    for sample in samples:
+        cadence = median(sample.itl_ms)
+        if cadence is not None:
+            holds.extend(max(0.0, gap - cadence) for gap in sample.itl_ms)
+    return sorted(holds, reverse=True)[: max(1, count)]
 
 
 def check_kv_cache_pressure(ev: KvEvidence, reference: Reference | None) -> Outcome:
@@ -118,11 +142,16 @@ def check_kv_cache_pressure(ev: KvEvidence, reference: Reference | None) -> Outc
             evidence,
         )
     if preempted and ev.preemptions is not None:
-        # a preempted stream quickly readmitted stalls less than the threshold: the server's count says how many
-        # streams shared the stall time measured
-        shared = max(float(len(stalled)), ev.preemptions)
-        cost = sum(stalled) / shared
-        per = f"the {sum(stalled):.0f} ms of stalls measured over the {shared:g} preemption(s) the server counted"
+        # every preemption holds its victim once: the server's count says how many of the burst's longest holds are
+        # preemptions, the threshold no longer needed (a hold just under it is still one; a victim readmitted at
+        # once holds about nothing)
+        priced = preemption_holds_ms(burst, max(stall_gaps(burst, threshold), round(ev.preemptions)))
+        evidence["priced_holds_ms"] = [_round(v) for v in priced]
+        cost = sum(priced) / len(priced)
+        per = (
+            f"the {len(priced)} longest holds of the burst beyond their stream's cadence, as many as the "
+            f"{ev.preemptions:g} preemption(s) the server counted (or the stalls seen, if more)"
+        )
     else:
         cost = sum(stalled) / len(stalled)
         per = f"the mean over the {len(stalled)} streams that stalled"

@@ -23,6 +23,8 @@ Clients (each in this process, one after the other, while the lab runs on the ot
   ``data:`` line as it is yielded, on the default asyncio loop;
 * ``aiohttp`` — a loop in the style of aiohttp-based tools: ``async for line in resp.content``, stamp each line, on
   the default asyncio loop;
+* ``aiperf`` — NVIDIA's aiperf (when installed: ``LATSCOPE_AIPERF`` or on PATH; not in CI), as its users run it,
+  one worker; its raw export's per-message read stamps against the same send stamps (benchmarks/aiperf_client.py);
 * ``raw`` — the floor of this machine at this moment: a bare ``asyncio.Protocol`` on uvloop that stamps in
   ``data_received`` and only scans the bytes for the send stamps (no HTTP parsing, no decoding, no recording).
   Nothing that parses the stream can do better, so the gap between ``raw`` and a client is that client's own cost,
@@ -63,6 +65,7 @@ import numpy.typing as npt
 import orjson
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from aiperf_client import AIPERF_ENV, find_aiperf, run_aiperf
 
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.lab.process import LabProcess
@@ -89,6 +92,8 @@ BLAST_STREAMS = 8
 BLAST_EVENTS = 4_000
 
 CLIENTS = ("latscope", "latscope --stamps kernel", "latscope --busy-poll", "httpx", "aiohttp", "raw")
+#: … and ``aiperf`` last when it is installed (``LATSCOPE_AIPERF`` or on PATH): benchmarks/aiperf_client.py.
+OPTIONAL_CLIENTS = ("aiperf",)
 
 
 @dataclass
@@ -355,8 +360,20 @@ def run_client(name: str, url: str, streams: int, seconds: float, max_tokens: in
         return run_latscope(
             url, streams, seconds, max_tokens, lab_pid, busy_poll=name.endswith("busy-poll"), stamps=stamps
         )
+    if name == "aiperf":
+        return run_aiperf_client(url, streams, seconds, max_tokens, lab_pid)
     fn = {"httpx": httpx_loop, "aiohttp": aiohttp_loop, "raw": raw_loop}[name]
     return run_reference(name, fn, url, streams, seconds, max_tokens, lab_pid)
+
+
+def run_aiperf_client(url: str, streams: int, seconds: float, max_tokens: int, lab_pid: int) -> ClientRun:
+    aiperf = find_aiperf()
+    if aiperf is None:
+        raise SystemExit(f"the aiperf row needs aiperf: set {AIPERF_ENV} or put it on PATH")
+    lab0, wall0 = proc_cpu_s(lab_pid), time.monotonic()
+    delays, cpu, events = run_aiperf(aiperf, url, streams, seconds, WARMUP_S, max_tokens, PROMPT_TOKENS)
+    lab = (proc_cpu_s(lab_pid) - lab0) / (time.monotonic() - wall0)  # over aiperf's start-up too: idle then
+    return ClientRun("aiperf", events, seconds, cpu * seconds, seconds, delays, lab)
 
 
 # --- the blast server --------------------------------------------------------------------------------------------
@@ -427,7 +444,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per client and level")
     parser.add_argument("--levels", default=",".join(str(k) for k in LEVELS), help="events/s levels to run")
-    parser.add_argument("--clients", default=",".join(CLIENTS))
+    default_clients = [*CLIENTS, *(["aiperf"] if find_aiperf() else [])]
+    parser.add_argument(
+        "--clients",
+        default=",".join(default_clients),
+        help=f"comma-separated, of {', '.join((*CLIENTS, *OPTIONAL_CLIENTS))} (aiperf: when installed)",
+    )
     parser.add_argument("--no-flood", action="store_true", help="skip the max-rate measurement")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()

@@ -326,3 +326,30 @@ def test_a_preemption_held_just_under_the_stall_threshold_is_still_priced() -> N
     assert isinstance(out, Finding) and out.evidence["stalled_streams"] == 1
     assert out.cost_ms == pytest.approx(((526 - 6) + (150 - 6)) / 2)
     assert out.evidence["priced_holds_ms"] == [520.0, 144.0]
+
+
+def _timed(gaps: list[float], start: float = 0.0) -> RequestSample:
+    """A stream of ``gaps`` whose tokens arrived from ``start`` (ms, the run's clock) on."""
+    at = [start]
+    for gap in gaps:
+        at.append(at[-1] + gap)
+    return ok(ttft_after_setup_ms=20.0, itl_ms=tuple(gaps), token_at_ms=tuple(at))
+
+
+def test_stalls_every_stream_shared_are_not_a_preemption_without_metrics() -> None:
+    # a gateway's event loop busy for 300 ms: every stream in flight stops in the same window, then all go on, the
+    # tokens held back meanwhile flushed at once
+    burst = [_timed([*STEADY[:20], 300.0, *[0.05] * 10, *STEADY[:39]], start=k * 0.5) for k in range(8)]
+    out = check_kv_cache_pressure(_kv(burst), REF)
+    assert isinstance(out, Inconclusive) and "every stream stopped at once" in out.reason
+    assert out.evidence["stalled_streams"] == 8 and out.evidence["stalled_alone"] == 0
+
+
+def test_streams_that_stall_while_the_others_decode_are_a_preemption_without_metrics() -> None:
+    # two victims stop in turn while the six others keep their 6 ms cadence through both stalls
+    victims = [_timed([*STEADY[:20], 300.0, *STEADY[:39]]), _timed([*STEADY[:40], 250.0, *STEADY[:19]])]
+    others = [_timed([6.0] * 120, start=k * 0.5) for k in range(6)]
+    out = check_kv_cache_pressure(_kv([*victims, *others]), REF)
+    assert isinstance(out, Finding) and out.confidence.value == "medium"
+    assert out.evidence["stalled_alone"] == 2
+    assert out.cost_ms == pytest.approx(((300 - 6) + (250 - 6)) / 2)

@@ -54,6 +54,8 @@ class RequestSample:
             :data:`PARTIAL_SEGMENT_SHARE` of a segment (``rcv_mss``); empty without a segment size. Nagle's algorithm
             lets one partial segment be unacknowledged at a time, so with it on these gaps are a round trip or more.
         itl_ms: every inter-token gap.
+        token_at_ms: when each token event arrived, ms on the client's monotonic clock (one clock for every request
+            of a run, so streams sent together can be laid side by side), in arrival order.
         output_tokens: tokens the server generated (``usage``) or the events carried.
         x_accel_buffering: the response's ``X-Accel-Buffering`` header (None when absent).
         server_ms: server-reported phases by name (subset of :data:`SERVER_PHASES`).
@@ -99,6 +101,7 @@ class RequestSample:
     token_read_events: tuple[int, ...] = ()
     partial_read_gaps_ms: tuple[float, ...] = ()
     itl_ms: tuple[float, ...] = ()
+    token_at_ms: tuple[float, ...] = ()
     output_tokens: int = 0
     x_accel_buffering: str | None = None
     server_ms: dict[ServerPhase, float] = field(default_factory=dict)
@@ -209,6 +212,7 @@ class RequestSample:
             token_read_events=tuple(count for _, count in sorted(token_reads.items())),
             partial_read_gaps_ms=_partial_read_gaps(t, first_read, mss),
             itl_ms=tuple(metrics.itl_ms(t)),
+            token_at_ms=tuple(e.at_ns / NS_PER_MS for e in t.events if e.kind in TOKEN_KINDS),
             output_tokens=metrics.output_tokens(t),
             x_accel_buffering=headers.get("x-accel-buffering"),
             server_ms=server,

@@ -14,6 +14,7 @@ and one held just under the threshold is still priced), or per stalled stream wi
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from latscope.checks import failures
@@ -33,6 +34,8 @@ MIN_STALL_MS = 30.0
 #: Streams of the burst that must stall for a finding when the server's metrics do not count a preemption (one
 #: could be a host stall); one suffices when they do.
 MIN_STALLED = 2
+#: Share of a stall window another stream's token arrivals must span for it to have gone on decoding meanwhile.
+WENT_ON_SHARE = 0.5
 #: KV usage (0–1) at which the cache counts as full.
 FULL_USAGE = 0.9
 
@@ -72,6 +75,44 @@ def preemption_holds_ms(samples: list[RequestSample], count: int) -> list[float]
         if cadence is not None:
             holds.extend(max(0.0, gap - cadence) for gap in sample.itl_ms)
     return sorted(holds, reverse=True)[: max(1, count)]
+
+
+def stall_windows(sample: RequestSample, threshold_ms: float) -> list[tuple[float, float]]:
+    """The stalls of ``sample`` (see :func:`stall_ms`) as windows of the client's clock: (last token before, first
+    token after), ms. Empty for a sample without arrival times."""
+    cadence = median(sample.itl_ms)
+    if cadence is None or len(sample.token_at_ms) < 2:
+        return []
+    limit = max(threshold_ms, STALL_FACTOR * cadence)
+    at = sample.token_at_ms
+    return [(a, b) for a, b in pairwise(at) if b - a >= limit]
+
+
+def stalled_alone(burst: list[RequestSample], threshold_ms: float) -> list[bool]:
+    """For each stream of ``burst``: whether it stalled while another stream of the burst went on receiving tokens
+    (:func:`_went_on`).
+
+    A preempted sequence stops on its own: the engine took its blocks and goes on decoding the others. When every
+    stream stops at once, something in front of all of them held them (the host, a gateway's event loop, the
+    client), which a preemption does not. A stream whose arrival times are unknown counts as stalled alone when it
+    stalled at all (nothing can be said against it)."""
+    windows = [stall_windows(s, threshold_ms) for s in burst]
+    alone = []
+    for i, (sample, own) in enumerate(zip(burst, windows, strict=True)):
+        if not sample.token_at_ms:
+            alone.append(stall_ms(sample, threshold_ms) > 0)
+            continue
+        others = [other.token_at_ms for j, other in enumerate(burst) if j != i]
+        alone.append(any(_went_on(times, a, b) for a, b in own for times in others))
+    return alone
+
+
+def _went_on(times: tuple[float, ...], start: float, end: float) -> bool:
+    """Whether a stream with token arrivals ``times`` kept receiving tokens through the window (``start``, ``end``),
+    ms: its arrivals inside it span at least :data:`WENT_ON_SHARE` of it. A stream held with the others has its
+    arrivals inside at one edge only (its last token before the hold, or its held-back tokens flushed at its end)."""
+    inside = [t for t in times if start < t < end]
+    return bool(inside) and inside[-1] - inside[0] >= WENT_ON_SHARE * (end - start)
 
 
 def check_kv_cache_pressure(ev: KvEvidence, reference: Reference | None) -> Outcome:
@@ -126,8 +167,21 @@ def check_kv_cache_pressure(ev: KvEvidence, reference: Reference | None) -> Outc
         )
     if any(v > 0 for v in control):
         return Inconclusive(KV_ID, "streams stalled even one at a time: the stalls are not the cache's", evidence)
-    # one stalled stream is enough when the server says it preempted; without that, one could be a host stall
+    # one stalled stream is enough when the server says it preempted; without that, one could be a host stall, and
+    # stalls every stream shared are not a preemption's
     needed = 1 if preempted else MIN_STALLED
+    if not preempted and len(stalled) >= needed:
+        lone = stalled_alone(burst, threshold)
+        evidence["stalled_alone"] = sum(lone)
+        if sum(lone) < needed:
+            return Inconclusive(
+                KV_ID,
+                f"{len(stalled)} of {len(burst)} streams stalled mid-decode, but every stream stopped at once (only "
+                f"{sum(lone)} stalled while another went on): something in front of them all held them (the host, "
+                "a gateway, the client), not a preempted sequence; no server metrics say whether the cache filled",
+                evidence,
+            )
+        stalled = [v for v, by_itself in zip(stalls, lone, strict=True) if v > 0 and by_itself]
     if len(stalled) < needed:
         if full or preempted:
             what = f"{ev.preemptions:g} preemption(s)" if preempted else f"usage peaked at {ev.kv_usage_max:.0%}"

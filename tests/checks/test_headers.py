@@ -3,6 +3,8 @@ own header size."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from latscope.checks.evidence import HeaderEvidence, HeaderPoint
 from latscope.checks.headers import check_header_bloat
 from latscope.findings import Clear, Confidence, Finding, NotTested
@@ -61,3 +63,45 @@ def test_a_refusal_of_the_first_padding_is_not_tested() -> None:
     ev = HeaderEvidence(16 * KB, _points(5.0, sizes=(0,)), refused_at_bytes=12 * KB, refused="HTTP 400")
     out = check_header_bloat(ev, REF)
     assert isinstance(out, NotTested) and "HTTP 400" in out.reason
+
+
+def _fresh(*waits: float, sizes: tuple[int, ...] = (0, 12 * KB, 24 * KB)) -> tuple[HeaderPoint, ...]:
+    pairs = zip(sizes[: len(waits)], waits, strict=True)
+    return tuple(HeaderPoint(s, ok(f"headers +{s // KB} KB new connection", wait_ms=w, reused=False)) for s, w in pairs)
+
+
+def _reused(*waits: float, reused: bool = True) -> tuple[HeaderPoint, ...]:
+    return tuple(HeaderPoint(p.pad_bytes, dataclasses.replace(p.sample, reused=reused)) for p in _points(*waits))
+
+
+def test_both_lines_are_in_the_evidence_and_the_reused_one_prices_a_kept_alive_client() -> None:
+    # reused: 0.5 ms per KB; new connections: 1 ms per KB (a head past the initial window waits for ACKs)
+    ev = HeaderEvidence(16 * KB, _reused(5.0, 11.0, 17.0), fresh=_fresh(6.0, 18.0, 30.0))
+    out = check_header_bloat(ev, REF)
+    assert isinstance(out, Finding) and abs(out.cost_ms - 8.0) < 0.01
+    assert out.evidence["priced_on"] == "reused connections"
+    assert out.evidence["reused_connections"]["ms_per_kb"] == 0.5
+    assert out.evidence["new_connections"]["ms_per_kb"] == 1.0
+    assert out.evidence["new_connections"]["wait_ms_by_pad_kb"] == {"0": 6.0, "12": 18.0, "24": 30.0}
+    assert "1.000 ms per KB on new connections" in out.rule
+
+
+def test_a_server_that_keeps_no_connection_open_is_priced_on_the_new_connections_line() -> None:
+    # every request of the "reused" sweep went on a new connection: the client's requests all pay a fresh head
+    ev = HeaderEvidence(16 * KB, _reused(5.0, 11.0, 17.0, reused=False), fresh=_fresh(6.0, 18.0, 30.0))
+    out = check_header_bloat(ev, REF)
+    assert isinstance(out, Finding) and abs(out.cost_ms - 16.0) < 0.01
+    assert out.evidence["priced_on"] == "new connections" and "new connection's head" in out.cost_basis
+
+
+def test_growth_on_new_connections_alone_is_clear_for_a_kept_alive_client_and_says_so() -> None:
+    ev = HeaderEvidence(16 * KB, _reused(5.0, 5.1, 5.05), fresh=_fresh(6.0, 18.0, 30.0))
+    out = check_header_bloat(ev, REF)
+    assert isinstance(out, Clear) and "on reused connections" in out.reason
+    assert "1.000 ms per KB on new connections" in out.reason
+
+
+def test_a_failed_fresh_control_leaves_the_reused_line_to_price() -> None:
+    fresh = (HeaderPoint(0, failed("headers +0 KB new connection")), *_fresh(18.0, sizes=(12 * KB,)))
+    out = check_header_bloat(HeaderEvidence(16 * KB, _reused(5.0, 11.0, 17.0), fresh=fresh), REF)
+    assert isinstance(out, Finding) and out.evidence["new_connections"] is None

@@ -60,3 +60,14 @@ def test_a_failed_request_without_a_trace_id_is_not_tested_and_says_why() -> Non
 def test_a_request_without_a_traceparent_of_ours_is_not_tested() -> None:
     out = check_trace_context(TraceContextEvidence(sample=ok(), sent_trace_id=None), REF)
     assert isinstance(out, NotTested)
+
+
+def test_the_sent_trace_id_in_the_body_alone_is_clear_and_names_the_body() -> None:
+    out = check_trace_context(_ev(ReturnedTraceId("body", SENT, False)), REF)
+    assert isinstance(out, Clear) and "body" in out.reason
+    assert out.evidence["returned"] == [{"source": "body", "trace_id": SENT}]
+
+
+def test_another_trace_id_the_body_states_is_a_finding() -> None:
+    out = check_trace_context(_ev(ReturnedTraceId("body", OTHER, True)), REF)
+    assert isinstance(out, Finding) and "body" in out.rule and OTHER in out.rule

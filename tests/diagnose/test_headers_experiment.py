@@ -32,13 +32,34 @@ async def test_the_credentials_on_the_wire_are_exactly_the_callers_on_every_requ
             headers=[("Authorization", TOKEN), ("Cookie", COOKIE)],
         )
     posts = [r for r in server.requests if r.method == "POST"]
-    sweep = posts[-3:]  # the experiment's, after the baseline's
-    assert len(posts) > 3 and result.outcome("request-header-bloat") is not None
+    sweep = posts[-6:]  # the experiment's, after the baseline's: each size on a new connection, then a reused one
+    assert len(posts) > 6 and result.outcome("request-header-bloat") is not None
     for request in posts:
         assert [v for k, v in request.headers if k == "authorization"] == [TOKEN]
         assert [v for k, v in request.headers if k == "cookie"] == [COOKIE]
     padded = [sum(len(v) for k, v in r.headers if k.startswith("x-latscope-pad-")) for r in sweep]
-    assert padded[0] == 0 and padded[1] < padded[2]
+    assert padded[0] == padded[1] == 0 and padded[1] < padded[2] == padded[3] < padded[4] == padded[5]
+
+
+async def test_each_size_goes_on_a_new_connection_and_then_on_a_reused_one() -> None:
+    async with StreamServer(models_handler(paced_stream(2))) as server:
+        result = await diagnose(server.base_url, quick=True, only="request-header-bloat")
+    sweep = [r for r in server.requests if r.method == "POST"][-6:]
+    fresh, reused = sweep[0::2], sweep[1::2]
+    earlier = {r.connection_index for r in server.requests[: len(server.requests) - 6]}
+    fresh_connections = [r.connection_index for r in fresh]
+    assert len(set(fresh_connections)) == 3 and not set(fresh_connections) & earlier  # each a connection of its own
+    assert all(r.connection_index in fresh_connections[: i + 1] for i, r in enumerate(reused))  # one already open
+    outcome = result.outcome("request-header-bloat")
+    assert isinstance(outcome, Clear) and outcome.evidence["priced_on"] == "reused connections"
+    assert set(outcome.evidence["new_connections"]["wait_ms_by_pad_kb"]) == {"0", "12", "24"}
+
+
+async def test_a_server_that_closes_every_connection_is_priced_on_new_connections() -> None:
+    async with StreamServer(models_handler(paced_stream(2)), keep_alive=False) as server:
+        result = await diagnose(server.base_url, quick=True, only="request-header-bloat")
+    outcome = result.outcome("request-header-bloat")
+    assert isinstance(outcome, Clear) and outcome.evidence["priced_on"] == "new connections", outcome
 
 
 async def test_a_server_that_refuses_big_heads_ends_the_sweep_with_the_size() -> None:

@@ -58,3 +58,19 @@ def test_a_response_without_trace_context_names_nothing() -> None:
         returned_trace_ids({"content-type": "text/event-stream", "x-request-id": "chatcmpl-1"}, sent_trace_id=SENT)
         == []
     )
+
+
+def test_the_sent_id_in_the_body_is_named_as_the_bodys() -> None:
+    found = returned_trace_ids({}, sent_trace_id=SENT, body_trace_ids=[SENT])
+    assert found == [ReturnedTraceId("body", SENT, False)]
+
+
+def test_another_trace_the_body_states_is_authoritative() -> None:
+    found = returned_trace_ids({}, sent_trace_id=SENT, body_trace_ids=[OTHER])
+    assert found == [ReturnedTraceId("body", OTHER, True)]
+
+
+def test_the_body_comes_after_the_headers() -> None:
+    headers = {"traceresponse": f"00-{OTHER}-b7ad6b7169203331-01"}
+    found = returned_trace_ids(headers, sent_trace_id=SENT, body_trace_ids=[SENT])
+    assert [r.source for r in found] == ["traceresponse", "body"]

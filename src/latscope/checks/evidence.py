@@ -640,22 +640,27 @@ class HeaderPoint:
 
 @dataclass(frozen=True, slots=True)
 class HeaderEvidence:
-    """The header-size sweep: the same short request with growing padding headers (``X-Latscope-Pad-N``) on one
-    reused connection, the client's own headers (credentials included) unchanged.
+    """The header-size sweep: the same short request with growing padding headers (``X-Latscope-Pad-N``), each size
+    on a new connection and then on a reused one, the client's own headers (credentials included) unchanged.
 
     Fields:
         own_header_bytes: size of the client's own request headers, bytes (``name: value`` plus CRLF each; the
             values are never kept).
-        points: the requests in the order sent, the first without padding (the control).
+        points: the requests on reused connections, in the order sent, the first without padding (the control).
         refused_at_bytes: the padding at which the server refused the request (431, 400, 494, or closed the
-            connection), None when it accepted every size; the sweep stops there.
+            connection) on either kind of connection, None when it accepted every size; the sweep stops there.
         refused: what the server answered then.
+        fresh: the same sizes, each on a new connection (``new_connection``), in the order sent, the first without
+            padding: a head past TCP's initial congestion window (RFC 6928: ten segments, about 14 KB) waits for the
+            first acknowledgements there, a round trip more at a distance, so this sweep's time per KB can exceed
+            the reused one's. Empty when not run.
     """
 
     own_header_bytes: int
     points: tuple[HeaderPoint, ...] = ()
     refused_at_bytes: int | None = None
     refused: str | None = None
+    fresh: tuple[HeaderPoint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,25 +3,34 @@
 Mechanism: large credentials (a signed JWT with many claims), accumulated cookies and tracing baggage make every
 request's head tens of KB; a gateway that scans, parses or forwards headers pays per byte, a fresh connection may need
 an extra round trip to send a head past the initial congestion window, and past a limit the request is refused (431,
-or 400/494 from nginx). The experiment adds harmless padding headers of growing size to a short request on one
-reused connection; the check fits the server's wait (request sent → first response byte: the server's time and the
-network's, none of the client's own work) against the padding (ms per KB) and prices the client's own headers with
-it.
+or 400/494 from nginx). The experiment adds harmless padding headers of growing size to a short request, each size
+on a new connection and then on a reused one; the check fits the server's wait (request sent → first response byte:
+the server's time and the network's, none of the client's own work) against the padding (ms per KB) on each kind of
+connection and prices the client's own headers with one of the two lines.
+
+Which line prices them: the reused connections' — the client's requests mostly go on kept-alive connections, where
+what grows with the head is the server's (and its proxies') work per byte. When the server kept no connection open
+(most of the reused sweep's requests went on new connections after all), every request of the client's pays a new
+connection's head, so the new connections' line prices them. A new connection's line can be the steeper of the two:
+a head past TCP's initial congestion window (RFC 6928: ten segments, about 14 KB) waits for the first
+acknowledgements, a round trip more at a distance; the evidence gives both lines (``reused_connections``,
+``new_connections``) and which one priced the cost (``priced_on``).
 
 A finding needs both halves of the catalogue's rule: the client's own headers above :data:`BLOATED_BYTES`, and a
 time that grows with header size (the largest padding adds at least :data:`MIN_GROWTH_SHARE` of the control's
 time along a steady line — :data:`MIN_FIT_R2` over three sizes or more, so one slow request is not a trend — and
-the client's headers cost at least :data:`MIN_COST_MS`). The fix is smaller credentials (reference tokens)
-and fewer cookies — never truncating a signed token, which breaks authentication.
+the client's headers cost at least :data:`MIN_COST_MS`), both on the line that prices them. The fix is smaller
+credentials (reference tokens) and fewer cookies — never truncating a signed token, which breaks authentication.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from latscope.checks.evidence import HeaderEvidence, Reference
+from latscope.checks.evidence import HeaderEvidence, HeaderPoint, Reference
 from latscope.checks.severity import costed_finding
-from latscope.checks.stats import fit_line
+from latscope.checks.stats import LineFit, fit_line
 from latscope.findings import Clear, Confidence, NotTested, Outcome
 
 HEADER_ID = "request-header-bloat"
@@ -42,63 +51,105 @@ GOOD_FIT_R2 = 0.9
 KB = 1024.0
 
 
+def _waits(points: Sequence[HeaderPoint]) -> list[tuple[float, float]] | None:
+    """``(padding KB, wait ms)`` of the completed requests of one sweep; None when its control (no padding, first)
+    did not complete."""
+    if not points or points[0].pad_bytes != 0 or not points[0].sample.ok or points[0].sample.wait_ms is None:
+        return None
+    return [(p.pad_bytes / KB, p.sample.wait_ms) for p in points if p.sample.ok and p.sample.wait_ms is not None]
+
+
+def _fit(waits: list[tuple[float, float]] | None) -> LineFit | None:
+    return None if waits is None else fit_line([kb for kb, _ in waits], [ms for _, ms in waits])
+
+
+def _line(waits: list[tuple[float, float]] | None, fit: LineFit | None) -> dict[str, Any] | None:
+    """One sweep's line for the evidence (None when it has none)."""
+    if waits is None or fit is None:
+        return None
+    return {
+        "ms_per_kb": round(fit.slope, 4),
+        "r2": round(fit.r2, 3),
+        "wait_ms_by_pad_kb": {f"{kb:g}": round(ms, 3) for kb, ms in waits},
+    }
+
+
+def kept_alive(points: Sequence[HeaderPoint]) -> bool:
+    """The server kept the connection open across the reused sweep: at most half of its completed requests went on
+    a new connection after all (to replace a connection the server had closed; unknown counts as reused)."""
+    done = [p for p in points if p.sample.ok]
+    return sum(p.sample.reused is False for p in done) * 2 <= len(done)
+
+
 def check_header_bloat(ev: HeaderEvidence, reference: Reference | None) -> Outcome:
     """Finding when the client's headers exceed :data:`BLOATED_BYTES` and the server's time grows with header size
-    enough that they cost at least :data:`MIN_COST_MS` (see the module docstring)."""
-    usable = [(p.pad_bytes / KB, p.sample.wait_ms) for p in ev.points if p.sample.ok]
-    points = [(kb, ms) for kb, ms in usable if ms is not None]
-    if not ev.points or ev.points[0].pad_bytes != 0 or not ev.points[0].sample.ok or not points or points[0][0] != 0:
-        return NotTested(HEADER_ID, "the request without padding did not complete")
+    enough that they cost at least :data:`MIN_COST_MS`, on the line of the connections the client's requests go on
+    (see the module docstring)."""
+    reused_waits, fresh_waits = _waits(ev.points), _waits(ev.fresh)
+    reused_fit, fresh_fit = _fit(reused_waits), _fit(fresh_waits)
+    on_fresh = bool(ev.fresh) and not kept_alive(ev.points)
+    waits, fit = (fresh_waits, fresh_fit) if on_fresh else (reused_waits, reused_fit)
+    kind, other_kind = (
+        ("new connections", "reused connections") if on_fresh else ("reused connections", "new connections")
+    )
+    other = reused_fit if on_fresh else fresh_fit
+    if waits is None:
+        return NotTested(HEADER_ID, f"the request without padding on {kind} did not complete")
     refused = f" (refused at {ev.refused_at_bytes // 1024} KB of padding: {ev.refused})" if ev.refused_at_bytes else ""
-    fit = fit_line([kb for kb, _ in points], [ms for _, ms in points])
     if fit is None:
-        return NotTested(HEADER_ID, f"no padded request completed{refused}")
-    control_ms = points[0][1]
-    largest_kb, largest_ms = points[-1]
+        return NotTested(HEADER_ID, f"no padded request on {kind} completed{refused}")
+    control_ms = waits[0][1]
+    largest_kb, largest_ms = waits[-1]
     slope = max(0.0, fit.slope)
     own_kb = ev.own_header_bytes / KB
     cost = slope * own_kb
     evidence: dict[str, Any] = {
         "own_header_bytes": ev.own_header_bytes,
+        "priced_on": kind,
         "ms_per_kb": round(fit.slope, 4),
         "r2": round(fit.r2, 3),
-        "wait_ms_by_pad_kb": {f"{kb:g}": round(ms, 3) for kb, ms in points},
+        "reused_connections": _line(reused_waits, reused_fit),
+        "new_connections": _line(fresh_waits, fresh_fit),
         "refused_at_pad_bytes": ev.refused_at_bytes,
     }
+    beside = f"; {other.slope:.3f} ms per KB on {other_kind}" if other is not None else ""
     growth = largest_ms - control_ms
     steady = fit.n < 3 or fit.r2 >= MIN_FIT_R2
     if growth < MIN_GROWTH_SHARE * control_ms or fit.slope <= 0.0 or not steady:
         return Clear(
             HEADER_ID,
-            f"the server's time does not grow with header size ({control_ms:.1f} ms without padding, "
-            f"{largest_ms:.1f} ms with {largest_kb:g} KB, r² {fit.r2:.2f}){refused}",
+            f"the server's time does not grow with header size on {kind} ({control_ms:.1f} ms without padding, "
+            f"{largest_ms:.1f} ms with {largest_kb:g} KB, r² {fit.r2:.2f}{beside}){refused}",
             evidence,
         )
     if ev.own_header_bytes <= BLOATED_BYTES:
         return Clear(
             HEADER_ID,
-            f"the server pays {fit.slope:.3f} ms per KB of headers, but this client's own headers are "
-            f"{ev.own_header_bytes} bytes (bloated above {BLOATED_BYTES // 1024} KB){refused}",
+            f"the server pays {fit.slope:.3f} ms per KB of headers on {kind}{beside}, but this client's own headers "
+            f"are {ev.own_header_bytes} bytes (bloated above {BLOATED_BYTES // 1024} KB){refused}",
             evidence,
         )
     if cost < MIN_COST_MS:
         return Clear(
             HEADER_ID,
-            f"this client's {own_kb:.1f} KB of headers cost {cost:.2f} ms per request at {fit.slope:.3f} ms per KB, "
-            f"below {MIN_COST_MS} ms{refused}",
+            f"this client's {own_kb:.1f} KB of headers cost {cost:.2f} ms per request at {fit.slope:.3f} ms per KB "
+            f"on {kind}{beside}, below {MIN_COST_MS} ms{refused}",
             evidence,
         )
     good = fit.n >= 3 and fit.r2 >= GOOD_FIT_R2
+    closed = "; the server kept no connection open, so every request pays a new connection's head" if on_fresh else ""
     return costed_finding(
         HEADER_ID,
         cost,
         reference,
-        cost_basis=f"ms per request for this client's {own_kb:.1f} KB of headers (time per KB × their size)",
+        cost_basis=(
+            f"ms per request for this client's {own_kb:.1f} KB of headers (time per KB on {kind} × their size{closed})"
+        ),
         evidence=evidence,
         rule=(
             f"the client's headers are {own_kb:.1f} KB (above {BLOATED_BYTES // 1024} KB) and the server answers "
-            f"{fit.slope:.3f} ms later per KB of headers ({control_ms:.1f} ms without padding, {largest_ms:.1f} ms "
-            f"with {largest_kb:g} KB){refused}"
+            f"{fit.slope:.3f} ms later per KB of headers on {kind} ({control_ms:.1f} ms without padding, "
+            f"{largest_ms:.1f} ms with {largest_kb:g} KB{beside}){refused}"
         ),
         confidence=Confidence.HIGH if good else Confidence.MEDIUM,
     )

@@ -4,11 +4,13 @@ Mechanism: an edge or gateway that does not propagate W3C Trace Context (it stri
 its own and forwards that) cuts the client's trace from the server's: a slow request can no longer be followed from
 the client's span into the server's spans. The experiment sends one request with a fresh ``traceparent``; the server
 tells which trace it recorded the request under through ``traceresponse`` (Trace Context Level 2), a Server-Timing
-``traceparent`` metric, or an id header that contains the trace id (:mod:`latscope.signals.traceresponse`).
+``traceparent`` metric, an id header that contains the trace id, or the body: the sent trace id anywhere in its first
+bytes, or another one in a ``traceparent``-shaped value or a ``trace_id`` member (:mod:`latscope.signals.traceresponse`;
+the evidence names the source, ``body`` for the body).
 
 Outcomes: the sent trace id comes back → Clear; only a *different* trace id comes back from a source that names the
-server's trace (``traceresponse``, Server-Timing) → Finding; no trace id at all → NotTested (most servers return
-none, and silence proves nothing either way).
+server's trace (``traceresponse``, Server-Timing, a trace id the body states as one) → Finding; no trace id at all
+→ NotTested (most servers return none, and silence proves nothing either way).
 
 Cost and severity: the finding costs no time (0 ms) — it is an observability defect: what it costs is the ability to
 diagnose the latency of one request end to end, so it is reported at low severity (severities rank by the share of
@@ -60,5 +62,5 @@ def check_trace_context(ev: TraceContextEvidence, reference: Reference | None) -
     return NotTested(
         TRACE_ID,
         "the server returned no trace id (no traceresponse, no Server-Timing traceparent, no id header containing "
-        "the sent trace id): whether it propagates trace context cannot be told from outside",
+        "the sent trace id, none in the body): whether it propagates trace context cannot be told from outside",
     )

@@ -13,11 +13,17 @@ A client that sent a ``traceparent`` learns whether it was propagated from what 
   trace id: the server used it. Such headers are not trace ids by contract, so one that does not contain the sent id
   says nothing (a random request id is not "a different trace").
 
-Every source is read from the header section and the trailer section alike.
+* The body (``body``): the trace ids the client found in the body's first bytes
+  (:attr:`~latscope.timeline.model.Timeline.body_trace_ids`). The sent trace id anywhere in them means the server
+  used it (an echoed ``traceparent``, a ``trace_id`` member, a request id built from it); any other id there was in a
+  ``traceparent``-shaped value or a ``trace_id`` member, which states a trace, so it is authoritative.
+
+Every header source is read from the header section and the trailer section alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from latscope.signals.headers import HeaderInput, header_pairs, header_values, upstream_names
@@ -29,6 +35,8 @@ from latscope.signals.tracecontext import parse_traceparent
 SERVER_TIMING_TRACE_NAMES = frozenset({"traceparent", "traceresponse"})
 #: Headers whose value is a ``traceresponse``: the server's own, then an upstream's passed on by a gateway.
 TRACERESPONSE_HEADERS = ("traceresponse", *upstream_names("traceresponse"))
+#: The ``source`` of a trace id found in the response body.
+BODY_SOURCE = "body"
 #: Headers that may contain the trace id the server used (read only for the sent id itself).
 ID_HEADERS = (*REQUEST_ID_HEADERS, "x-trace-id", "trace-id", "x-b3-traceid", "uber-trace-id")
 
@@ -37,9 +45,10 @@ ID_HEADERS = (*REQUEST_ID_HEADERS, "x-trace-id", "trace-id", "x-b3-traceid", "ub
 class ReturnedTraceId:
     """A trace id a response names.
 
-    ``source`` is where it was found (``traceresponse``, ``server-timing`` or a header name); ``trace_id`` 32 lower-case
-    hex digits; ``authoritative`` True when the source is a W3C trace context value (it names the server's trace, so
-    a different id means the sent one was not used), False for a header that merely contains the sent id.
+    ``source`` is where it was found (``traceresponse``, ``server-timing``, a header name or ``body``); ``trace_id``
+    32 lower-case hex digits; ``authoritative`` True when the source is a W3C trace context value or a body's trace
+    id (it names the server's trace, so a different id means the sent one was not used), False for a header that
+    merely contains the sent id.
     """
 
     source: str
@@ -52,10 +61,12 @@ def returned_trace_ids(
     trailers: HeaderInput = (),
     *,
     sent_trace_id: str | None = None,
+    body_trace_ids: Sequence[str] = (),
     warnings: list[str] | None = None,
 ) -> list[ReturnedTraceId]:
     """Every trace id the response names (see the module docstring), in the order: ``traceresponse`` (the server's,
-    then an upstream's a gateway passed on), Server-Timing, then id headers containing ``sent_trace_id``."""
+    then an upstream's a gateway passed on), Server-Timing, id headers containing ``sent_trace_id``, then the ids
+    the body named (``body_trace_ids``, :attr:`~latscope.timeline.model.Timeline.body_trace_ids`)."""
     sections = [header_pairs(headers), header_pairs(trailers)]
     found: list[ReturnedTraceId] = []
     for name in TRACERESPONSE_HEADERS:
@@ -75,4 +86,7 @@ def returned_trace_ids(
             for name, value in section:
                 if name in ID_HEADERS and wanted in value.lower():
                     found.append(ReturnedTraceId(name, wanted, False))
+    sent = (sent_trace_id or "").lower()
+    for trace_id in body_trace_ids:
+        found.append(ReturnedTraceId(BODY_SOURCE, trace_id.lower(), trace_id.lower() != sent))
     return found

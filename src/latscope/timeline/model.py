@@ -392,6 +392,10 @@ class Timeline:
     #: Responses API's response id; see :mod:`latscope.wire.exchange`), None when the stream names none: a server
     #: that replays a stored answer sends the same id again, one that generates anew a new one
     response_id: str | None = None
+    #: the trace ids the response body names in its first bytes, when the request sent a ``traceparent``
+    #: (:func:`latscope.wire.exchange.body_trace_ids`: the sent one first when the body contains it, then any other
+    #: in a ``traceparent``-shaped value or a ``trace_id`` member); empty when it names none or none was sent
+    body_trace_ids: list[str] = field(default_factory=list)
 
     @property
     def attempt(self) -> int:

@@ -14,7 +14,8 @@ to schema 1 later; a record without it reads as having none; so was ``span_id`` 
 ``retries`` (the earlier attempts of a logical request the caller sent again; absent: none), ``idempotency_key``
 and ``response_id`` (absent: None). ``read_user_ns`` came later still: present only when some read was kernel-stamped
 (:class:`~latscope.timeline.model.StampSource`), one item per read, the user-space stamp of a kernel-stamped read
-and null for a user-stamped one (absent: every read was user-stamped).
+and null for a user-stamped one (absent: every read was user-stamped). ``body_trace_ids`` too: present only when
+the body named a trace id (absent: none).
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ def timeline_to_dict(t: Timeline) -> dict[str, Any]:
     out["stale_retry_error"] = _error_to_dict(t.stale_retry_error)
     out["idempotency_key"] = t.idempotency_key
     out["response_id"] = t.response_id
+    if t.body_trace_ids:
+        out["body_trace_ids"] = t.body_trace_ids
     out["retries"] = [_attempt_to_dict(a) for a in t.retries]
     return out
 
@@ -200,6 +203,7 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
         t.stale_retry_error = _error_from_dict(data.get("stale_retry_error"))  # absent in older records
         t.idempotency_key = data.get("idempotency_key")  # absent in records written before retries
         t.response_id = data.get("response_id")  # absent in older records
+        t.body_trace_ids = [str(i) for i in data.get("body_trace_ids") or []]  # absent: the body named none
         t.retries = [_attempt_from_dict(a) for a in data.get("retries") or []]
     except TimelineFormatError:
         raise

@@ -41,8 +41,44 @@ MAX_ERROR_BODY_BYTES = 65_536
 #: ``response.created`` the response's; TGI's numeric token ids and Ollama's lines have none. A server replaying a
 #: stored answer (an idempotency key) sends the same id again, one generating anew a new one.
 RESPONSE_ID = re.compile(rb'"id"\s*:\s*"([^"\\]{1,256})"')
-#: How far into a stream the response id is looked for, bytes: past a first event with any realistic preamble.
+#: How far into a stream the response id is looked for, bytes: past a first event with any realistic preamble. A
+#: body's trace ids (:func:`body_trace_ids`) are looked for as far, in a stream's and in a whole body's first bytes.
 RESPONSE_ID_SCAN_BYTES = 4096
+#: A trace id a body names as one: a W3C ``traceparent``-shaped value (version-traceid-parentid-flags,
+#: https://www.w3.org/TR/trace-context/#traceparent-header-field-values) or a JSON member named ``trace_id`` /
+#: ``traceId`` holding 32 hex digits; the trace id is group 1 or group 2.
+BODY_TRACE_ID = re.compile(
+    rb"(?<![0-9a-f-])[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}(?![0-9a-f-])"
+    rb'|"trace_?id"\s*:\s*"([0-9a-f]{32})"',
+    re.IGNORECASE,
+)
+#: W3C Trace Context: the all-zero trace id is invalid, never a trace.
+_INVALID_TRACE_ID = "0" * 32
+
+
+def body_trace_ids(head: bytes, sent_trace_id: str) -> list[str]:
+    """The trace ids ``head`` (a body's first bytes) names, lower-case, each once: ``sent_trace_id`` first when the
+    bytes contain it anywhere (the server used it: in a ``traceparent``, a ``trace_id`` member, a request id …),
+    then every other one found in a :data:`BODY_TRACE_ID` shape (a trace the body states as one)."""
+    lower = head.lower()
+    sent = sent_trace_id.lower()
+    found = [sent] if sent.encode("ascii", "replace") in lower else []
+    for match in BODY_TRACE_ID.finditer(lower):
+        trace_id = (match.group(1) or match.group(2)).decode("ascii")
+        if trace_id not in found and trace_id != _INVALID_TRACE_ID:
+            found.append(trace_id)
+    return found
+
+
+def _first_bytes(parts: Sequence[bytes], limit: int) -> bytes:
+    """The first ``limit`` bytes of the body kept in ``parts``."""
+    head = bytearray()
+    for part in parts:
+        head += part[: limit - len(head)]
+        if len(head) >= limit:
+            break
+    return bytes(head)
+
 
 #: a non-streamed body is decoded only up to this size; a larger one (logprobs for a very long answer) is counted and
 #: left undecoded with a warning, rather than held in memory whole by a load generator running many requests.
@@ -152,7 +188,9 @@ class Exchange:
         self._text_parts: list[str] = []
         self._decompress: Decompress | None = None
         self._max_body_bytes = max_body_bytes
-        self._id_head = b""  # the stream's first bytes, while its response id is looked for (:meth:`_feed_first`)
+        #: the stream's first bytes, while its response id (and, for a request that sent a ``traceparent``, its trace
+        #: ids) are looked for (:meth:`_feed_first`)
+        self._id_head = b""
 
     # --- fed by the HTTP layer ----------------------------------------------------------------------------------
 
@@ -235,16 +273,27 @@ class Exchange:
 
     def _feed_first(self, data: bytes) -> list[Chunk]:
         """The decoder's ``feed`` for a stream's first bytes: also finds the response's own id
-        (:attr:`Timeline.response_id`) in them, then hands the hot path to the decoder alone."""
+        (:attr:`Timeline.response_id`) in them, and keeps the first :data:`RESPONSE_ID_SCAN_BYTES` of a request
+        that sent a ``traceparent`` to look for trace ids in once (:meth:`_scan_head`), then hands the hot path to
+        the decoder alone."""
         assert self._decoder is not None
+        t = self.timeline
         head = self._id_head = self._id_head + data
-        found = RESPONSE_ID.search(head)
-        if found is not None or len(head) >= RESPONSE_ID_SCAN_BYTES:
+        if t.response_id is None:
+            found = RESPONSE_ID.search(head)
             if found is not None:
-                self.timeline.response_id = found.group(1).decode("utf-8", "replace")
-            self._id_head = b""
+                t.response_id = found.group(1).decode("utf-8", "replace")
+        if len(head) >= RESPONSE_ID_SCAN_BYTES or (t.response_id is not None and t.trace_id is None):
+            self._scan_head()
             self._feed = self._decoder.feed
         return self._decoder.feed(data)
+
+    def _scan_head(self) -> None:
+        """Look for trace ids in the kept first bytes of the stream, once, and let them go."""
+        t = self.timeline
+        if t.trace_id is not None and self._id_head:
+            t.body_trace_ids = body_trace_ids(self._id_head[:RESPONSE_ID_SCAN_BYTES], t.trace_id)
+        self._id_head = b""
 
     def trailers(self, fields: Sequence[tuple[str, str]]) -> None:
         """The trailer section (lower-case names; HTTP/2 trailers or the chunked trailer of HTTP/1.1) arrived."""
@@ -266,6 +315,8 @@ class Exchange:
                 self._record(chunks, at_ns, len(self.reads) - 1)
             if t.first_token_ns is None and self._pending_error is None and 200 <= (t.status or 0) < 300:
                 self._pending_error = self._empty_stream_error()
+        if t.trace_id is not None and self._mode in (_DECODE_BODY, _ERROR_BODY, _KEEP):
+            t.body_trace_ids = body_trace_ids(_first_bytes(self.body_parts, RESPONSE_ID_SCAN_BYTES), t.trace_id)
         if self._mode == _DECODE_BODY:
             self._decode_body(at_ns)
         if self._mode == _ERROR_BODY:
@@ -473,6 +524,8 @@ class Exchange:
 
     def _finish(self, at_ns: int) -> None:
         self.finished = True
+        if self._feed == self._feed_first:  # the stream ended within its first bytes: they were not scanned yet
+            self._scan_head()
         self._feed = None
         t = self.timeline
         t.ended_ns = at_ns

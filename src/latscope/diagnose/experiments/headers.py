@@ -1,18 +1,24 @@
-"""The header-size experiment: the same short request (``max_tokens`` 1) with growing padding headers, on one reused
-connection.
+"""The header-size experiment: the same short request (``max_tokens`` 1) with growing padding headers, each size sent
+twice: first on a new connection, then on a reused one.
+
+A reused connection shows what the server (and every proxy on the way) pays per byte of head; a new connection adds
+what TCP does with a large head on a cold path: a head past the initial congestion window (ten segments, about 14 KB:
+RFC 6928) waits for the first acknowledgements, a round trip more at a distance. Each size's new connection goes first
+and its reused request then takes a kept-alive connection of the pool (the previous request's), so the reused sweep's
+control is itself on a reused connection and both sweeps see the sizes in the same order, one right after the other.
 
 The padding is harmless headers of the client's own, ``X-Latscope-Pad-1`` … ``X-Latscope-Pad-N``, each at most
 :data:`PAD_CHUNK_BYTES` (proxies limit single header lines — nginx: 8 KB — before the whole head); the client's own
 headers, credentials included, are sent exactly as given and never altered, shortened or recorded. The control (no
-padding) comes first, the sizes then grow, and the sweep stops at the first refusal (431, 400, 494, or a closed
-connection).
+padding) comes first, the sizes then grow, and the sweep stops at the first refusal on either kind of connection (431,
+400, 494, or a closed connection): a head limit is the server's, not a connection's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from latscope.checks.evidence import HeaderEvidence, HeaderPoint
+from latscope.checks.evidence import HeaderEvidence, HeaderPoint, RequestSample
 from latscope.checks.failures import describe
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
@@ -47,26 +53,45 @@ def header_bytes(headers: list[tuple[str, str]]) -> int:
     return sum(len(name) + len(value) + 4 for name, value in headers)
 
 
+def pad_sizes(quick: bool) -> tuple[int, ...]:
+    """The padding sizes of a run, bytes, in the order sent."""
+    return PAD_BYTES_QUICK if quick else PAD_BYTES
+
+
+def is_refusal(pad: int, sample: RequestSample) -> bool:
+    """A padded request the server refused for its head: a refusal status, or a connection closed before a reply."""
+    return pad > 0 and (sample.status in REFUSAL_STATUSES or (not sample.ok and sample.status is None))
+
+
 async def run(ctx: Context, prior: Prior) -> HeaderEvidence:
     """Run the header-size experiment (see the module docstring)."""
     points: list[HeaderPoint] = []
+    fresh: list[HeaderPoint] = []
     refused_at: int | None = None
     refused: str | None = None
     async with ctx.client(quickack=True) as client:
-        for pad in PAD_BYTES_QUICK if ctx.quick else PAD_BYTES:
-            spec = ctx.spec(PROMPT_TOKENS, 1)
-            spec = dataclasses.replace(spec, headers=[*spec.headers, *padding(pad)])
-            sample = await ctx.send(client, spec, label=f"headers +{pad // 1024} KB")
-            if pad and (sample.status in REFUSAL_STATUSES or (not sample.ok and sample.status is None)):
-                refused_at, refused = pad, describe(sample)
+        for pad in pad_sizes(ctx.quick):
+            label = f"headers +{pad // 1024} KB"
+            for sweep, new_connection in ((fresh, True), (points, False)):
+                spec = ctx.spec(PROMPT_TOKENS, 1)
+                spec = dataclasses.replace(spec, headers=[*spec.headers, *padding(pad)])
+                kind = "new connection" if new_connection else "reused"
+                sample = await ctx.send(client, spec, label=f"{label} {kind}", new_connection=new_connection)
+                if is_refusal(pad, sample):
+                    refused_at, refused = pad, describe(sample)
+                    break
+                sweep.append(HeaderPoint(pad, sample))
+            if refused_at is not None:
                 break
-            points.append(HeaderPoint(pad, sample))
-    return HeaderEvidence(header_bytes(ctx.headers), tuple(points), refused_at, refused)
+    return HeaderEvidence(header_bytes(ctx.headers), tuple(points), refused_at, refused, fresh=tuple(fresh))
 
 
 EXPERIMENT = Experiment(
     family="headers",
-    description="the same request with 0–48 KB of padding headers: does the server's time grow with header size?",
-    planned_requests=lambda ctx: len(PAD_BYTES_QUICK if ctx.quick else PAD_BYTES),
+    description=(
+        "the same request with 0–48 KB of padding headers, on new and reused connections: does the server's time "
+        "grow with header size?"
+    ),
+    planned_requests=lambda ctx: 2 * len(pad_sizes(ctx.quick)),
     run=run,
 )

@@ -4,11 +4,13 @@ Each dialect's stream of ``--events`` tokens is built as the client-overhead ben
 ``client_overhead.dialect_parts``; OpenAI chat: its ``build_stream``), and its body is fed to a fresh decoder of
 that dialect in reads of ``--read`` bytes: large reads, as a client sees when the stream arrives faster than it is
 read (the client-overhead benchmark's case), so the cost is per event, not per read. The SSE (or NDJSON) framing is
-part of the decoder's cost. A run times every dialect once, in turn; the table gives, per dialect, the median and the
-spread (min-max) of ``--runs`` runs, and its ratio to OpenAI chat's time measured in the same run (median and
-spread): on a machine shared with other work, compare the ratios.
+part of the decoder's cost, and the chunks are kept, as a recording keeps them; Python's garbage collector is off
+while a decoder runs (``--gc`` leaves it on: its full collections then walk the chunks kept so far). A run times
+every dialect once, in turn; the table gives, per dialect, the median and the spread (min-max) of ``--runs`` runs,
+and its ratio to OpenAI chat's time measured in the same run (median and spread): on a machine shared with other
+work, compare the ratios.
 
-Run: ``.venv/bin/python benchmarks/decoders.py [--events 100000] [--runs 5] [--read 65536]``.
+Run: ``.venv/bin/python benchmarks/decoders.py [--events 100000] [--runs 5] [--read 65536] [--gc]``.
 """
 
 from __future__ import annotations
@@ -38,15 +40,21 @@ def body_of(dialect: str, events: int) -> bytes:
     return b"".join(dialect_parts(dialect, events)[1])
 
 
-def decode_ns(dialect: str, body: bytes, read: int, events: int) -> float:
-    """ns per token of decoding ``body`` in reads of ``read`` bytes (the tokens counted, as a check)."""
+def decode_ns(dialect: str, body: bytes, read: int, events: int, collect: bool) -> float:
+    """ns per token of decoding ``body`` in reads of ``read`` bytes (the tokens counted, as a check); ``collect``:
+    with the garbage collector on."""
     decoder = get_dialect(dialect).new_decoder()
     reads = [body[i : i + read] for i in range(0, len(body), read)]
     gc.collect()
-    start = time.perf_counter_ns()
-    chunks = [chunk for data in reads for chunk in decoder.feed(data)]
-    chunks += decoder.close()
-    elapsed = time.perf_counter_ns() - start
+    if not collect:
+        gc.disable()
+    try:
+        start = time.perf_counter_ns()
+        chunks = [chunk for data in reads for chunk in decoder.feed(data)]
+        chunks += decoder.close()
+        elapsed = time.perf_counter_ns() - start
+    finally:
+        gc.enable()
     tokens = sum(chunk.tokens for chunk in chunks)
     assert tokens == events, (dialect, tokens, events)
     return elapsed / events
@@ -57,17 +65,19 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--read", type=int, default=65536, help="bytes per feed (default: 64 KiB)")
+    parser.add_argument("--gc", action="store_true", help="leave the garbage collector on while decoding")
     args = parser.parse_args()
 
     bodies = {dialect: body_of(dialect, args.events) for dialect in DIALECTS}
     for dialect in DIALECTS:  # warm-up: imports, caches
-        decode_ns(dialect, bodies[dialect], args.read, args.events)
+        decode_ns(dialect, bodies[dialect], args.read, args.events, args.gc)
     times: dict[str, list[float]] = {dialect: [] for dialect in DIALECTS}
     for _ in range(args.runs):
         for dialect in DIALECTS:  # interleaved, so a noisy moment hits every dialect alike
-            times[dialect].append(decode_ns(dialect, bodies[dialect], args.read, args.events))
+            times[dialect].append(decode_ns(dialect, bodies[dialect], args.read, args.events, args.gc))
 
-    print(f"{args.events} events, reads of {args.read} bytes, {args.runs} runs (noisy on a shared machine)")
+    collector = "GC on" if args.gc else "GC off"
+    print(f"{args.events} events, reads of {args.read} bytes, {collector}, {args.runs} runs (noisy when shared)")
     print(f"{'dialect':<20} {'ns/event median':>16} {'min-max':>14} {'÷ openai.chat':>14} {'min-max':>12}")
     for dialect in DIALECTS:
         ns = times[dialect]

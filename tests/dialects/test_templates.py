@@ -8,10 +8,12 @@ import random
 import orjson
 import pytest
 
-from latscope.dialects import get_dialect, jsonevents
+from latscope.dialects import get_dialect, jsonevents, ollama
 from latscope.dialects.base import Chunk
 from latscope.dialects.templates import PROBE, EventTemplate
 from tests.support.httpfile import LAB, REAL, load_capture
+
+OLLAMA = REAL.parent / "ollama"
 
 NUMBERS = frozenset({"index", "id", "logprob"})
 
@@ -93,10 +95,11 @@ def stream_chunks(dialect: str, reads: list[bytes]) -> tuple[list[Chunk], list[s
 
 
 def splits(body: bytes, seed: int) -> list[list[bytes]]:
-    """The body in one read, event by event (blank-line cuts), and in random reads."""
+    """The body in one read, event by event (blank-line cuts; lines for NDJSON), and in random reads."""
     rng = random.Random(seed)
     cuts = sorted(rng.sample(range(1, len(body)), min(20, len(body) - 1)))
-    events = [piece + b"\n\n" for piece in body.split(b"\n\n") if piece]
+    end = b"\n\n" if b"\n\n" in body else b"\n"
+    events = [piece + end for piece in body.split(end) if piece]
     return [[body], events, [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]]
 
 
@@ -108,6 +111,8 @@ CAPTURES = [
     ("anthropic.messages", "anthropic.messages.tool.stream.http", LAB),
     ("anthropic.messages", "llama-server.anthropic.messages.stream.http", REAL),
     ("tgi.generate", "tgi.generate.stream.http", LAB),
+    ("ollama.chat", "ollama.chat.stream.http", LAB),
+    ("ollama.generate", "ollama.generate.stream.http", LAB),
 ]
 
 
@@ -120,9 +125,41 @@ def test_captured_streams_decode_alike_with_and_without_templates(
     for seed, reads in enumerate(splits(body, 1)):
         with_templates = stream_chunks(dialect, reads)
         monkeypatch.setattr(jsonevents, "TEMPLATE_TRIES", 0)
+        monkeypatch.setattr(ollama, "TEMPLATE_TRIES", 0)
         without = stream_chunks(dialect, reads)
         monkeypatch.undo()
         assert with_templates == without, (name, seed)
+
+
+@pytest.mark.parametrize("name", ["chat.stream.ndjson", "generate.stream.ndjson"])
+def test_ollama_captures_decode_alike_with_and_without_templates(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    body = (OLLAMA / name).read_bytes()
+    done = body.rfind(b"\n", 0, len(body) - 1) + 1
+    body = body[:done] * 3 + body[done:]  # the token lines again and again, then the final line
+    dialect = "ollama.chat" if name.startswith("chat") else "ollama.generate"
+    for reads in splits(body, 2):
+        with_templates = stream_chunks(dialect, reads)
+        monkeypatch.setattr(ollama, "TEMPLATE_TRIES", 0)
+        without = stream_chunks(dialect, reads)
+        monkeypatch.undo()
+        assert with_templates == without
+
+
+def test_ollama_token_lines_are_decoded_by_their_template_though_created_at_changes() -> None:
+    def line(i: int, text: str) -> bytes:
+        created = f"2026-01-01T00:00:{i % 60:02d}.{i:06d}Z"
+        obj = {"model": "m", "created_at": created, "message": {"role": "assistant", "content": text}, "done": False}
+        return orjson.dumps(obj) + b"\n"
+
+    texts = [f" w{i}" if i % 7 else "line\nbreak" for i in range(200)]
+    decoder = ollama.OllamaStreamDecoder()
+    chunks = [
+        c
+        for start in range(0, 200, 50)
+        for c in decoder.feed(b"".join(map(line, range(start, start + 50), texts[start : start + 50])))
+    ]
+    assert [c.text for c in chunks] == texts and {c.tokens for c in chunks} == {1}
+    assert decoder._templated > 100
 
 
 def generated_stream(events: int, seed: int) -> bytes:

@@ -38,6 +38,7 @@ them is replaced the same way in both orders.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import accumulate, compress, count, repeat
 from operator import add, itemgetter, ne, not_
 from typing import Any, NamedTuple
@@ -286,16 +287,30 @@ class SSEParser:
         batch = self._batch
         if not self._general:
             return batch
-        return [item if item.__class__ is str else item[1] for item in batch]
+        values = list(batch)
+        for index in self._general_indexes():
+            values[index] = batch[index][1]
+        return values
 
     def last_types(self) -> list[str]:
         """The types of the events the last :meth:`feed_values` call completed (see :meth:`last_values`)."""
         batch = self._batch
-        types = [item[0] if item.__class__ is SSEEvent else "message" for item in batch]
+        types = ["message"] * len(batch)
         for span in self._spans:
             if span.type_lines is not None:
                 types[span.first : span.first + span.size] = map(_after_event, span.type_lines)
+        if self._general:
+            for index in self._general_indexes():
+                types[index] = batch[index][0]
         return types
+
+    def _general_indexes(self) -> Iterator[int]:
+        """Where the last feed's SSEEvents are in its batch: around its spans (a fast path's events in one go)."""
+        at = 0
+        for span in self._spans:
+            yield from range(at, span.first)
+            at = span.first + span.size
+        yield from range(at, len(self._batch))
 
     def last_events(self) -> list[SSEEvent]:
         """The events the last :meth:`feed` / :meth:`feed_values` call completed, as :class:`SSEEvent`."""
@@ -500,9 +515,10 @@ class SSEParser:
         if (
             len(lines) != 3 * size - 1
             or "".join(lines[2::3])
-            # each line starts with its field: as many line starts with the prefix as lines
+            # each type line starts with its field: as many line starts with the prefix as lines
             or ("\n" + "\n".join(type_lines)).count("\nevent: ") != size
-            or ("\n" + "\n".join(data_lines)).count("\ndata: ") != size
+            # ... and so does each data line: the others start with `event: ` or are blank
+            or text.count("\ndata: ") != size
         ):
             return 0
         if "event: " in type_lines:

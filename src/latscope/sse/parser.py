@@ -512,21 +512,19 @@ class SSEParser:
         lines = text[:-2].split("\n")
         size = (len(lines) + 1) // 3
         type_lines, data_lines = lines[0::3], lines[1::3]
-        if (
-            len(lines) != 3 * size - 1
-            or "".join(lines[2::3])
-            # each type line starts with its field: as many line starts with the prefix as lines
-            or ("\n" + "\n".join(type_lines)).count("\nevent: ") != size
-            # ... and so does each data line: the others start with `event: ` or are blank
-            or text.count("\ndata: ") != size
-        ):
+        if len(lines) != 3 * size - 1 or "".join(lines[2::3]):
             return 0
-        if "event: " in type_lines:
-            return 0  # `event: ` with no type is a `message` event: the general way says so
+        # Each type line starts with its field (a stream has a few distinct ones), and so does each data line:
+        # the lines are the values with the prefix put back.
+        if not all([line.startswith("event: ") and line != "event: " for line in set(type_lines)]):
+            return 0  # (`event: ` with no type is a `message` event: the general way says so)
+        values = list(map(_after_data, data_lines))
+        if "".join(data_lines) != "data: " + "data: ".join(values):
+            return 0
         pos = self._tail_offset
         span = (len(batch), size, pos, 1, self.last_event_id, self.retry_ms, None, 14, type_lines)
         self._spans.append(_new_event(_Span, span))
-        batch.extend(map(_after_data, data_lines))
+        batch.extend(values)
         self._typed = self._typed or type_lines.count("event: message") != size
         self._tail_offset = pos + end
         self._pending_start = None

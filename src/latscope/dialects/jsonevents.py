@@ -114,14 +114,20 @@ class JsonEventDecoder:
         values = sse.feed_values(data)
         if len(sse.invalid_utf8_offsets) != self._utf8_seen:
             self._report_invalid_utf8()
-        self._types = None  # the types of this feed's events, asked for when an event is decoded on its own
-        self._typed_feed = values is None
         if values is None:
             values = sse.last_values()  # events of other types among them
+            if len(values) == 1:
+                return self._decode_one(sse.last_types()[0], values[0])
+            self._typed_feed = True
+        elif len(values) == 1:
+            return self._decode_one("message", values[0])  # the common case when tokens arrive one per read
         elif not values:
             return []
+        else:
+            self._typed_feed = False
+        self._types = None  # the types of this feed's events, asked for when an event is decoded on its own
         out: list[Chunk] = []
-        if self._template is None or len(values) == 1:
+        if self._template is None:
             return self._decode_each(values, 0, len(values), out)
         # A token event's chunk is read from its data (its "type" field wins over the SSE type).
         run = self._decode_run(values)
@@ -149,6 +155,14 @@ class JsonEventDecoder:
                 self._decode_each(values, misfit, misfit + 1, out)
             at = misfit + 1
         return out
+
+    def _decode_one(self, event_type: str, value: str) -> list[Chunk]:
+        """The chunk of a feed's only event, in a list."""
+        try:
+            return [self._decode(event_type, value, 0, 1)]
+        except EventDecodeError as exc:
+            exc.chunks = []
+            raise
 
     def _decode_each(self, values: list[str], start: int, stop: int, out: list[Chunk]) -> list[Chunk]:
         """Append the chunks of this feed's ``values[start:stop]`` to ``out``, one event at a time; an event that

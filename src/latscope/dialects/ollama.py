@@ -254,6 +254,7 @@ class OllamaStreamDecoder:
         self._done = False
         self._warnings: list[str] = []
         self._template: EventTemplate | None = None  # the stream's token lines' template, when learnt
+        self._template_ends: tuple[bytes, bytes] | None = None  # its first and last pieces, encoded
         self._template_builds = 0
         self._templated = 0  # lines decoded by the template
 
@@ -264,6 +265,11 @@ class OllamaStreamDecoder:
 
     def feed(self, data: bytes) -> list[Chunk]:
         """Decode every line ``data`` completes."""
+        if not self._buffer and data.find(b"\n") == len(data) - 1:
+            # one whole line: the common case when tokens arrive one per read
+            chunk = self._line(data[:-1], self._offset)
+            self._offset += len(data)
+            return [] if chunk is None else [chunk]
         if self._buffer:
             self._buffer += data
             data = bytes(self._buffer)
@@ -283,7 +289,7 @@ class OllamaStreamDecoder:
         """:meth:`feed` of whole lines (``data`` ends with its newline): the runs of lines that fit the template
         without parsing JSON, the others one by one."""
         template = self._template
-        if template is not None and not self._done:
+        if template is not None and not self._done and data.find(b"\n") != len(data) - 1:
             try:
                 lines: list[str] | None = data.decode().split("\n")
             except UnicodeDecodeError:
@@ -368,13 +374,13 @@ class OllamaStreamDecoder:
         chunk = decode_object(obj, self._warnings)
         if obj.get("done") is True:
             self._done = True
-        elif chunk[0] is _CONTENT and chunk[3:] == _PLAIN_TOKEN_TAIL:
-            template = self._template
-            pieces = template.pieces if template is not None else ["", ""]
-            first, last = pieces[0].encode(), pieces[-1].encode()
-            if template is None or not (line.startswith(first) and line.endswith(last)):
+        else:
+            ends = self._template_ends
+            if ends is not None and line.startswith(ends[0]) and line.endswith(ends[1]):
+                return chunk  # a line the template would fit (read alone, it was parsed: cutting one costs more)
+            if chunk[0] is _CONTENT and chunk[3:] == _PLAIN_TOKEN_TAIL:
                 # no template, or one this token line does not fit: another is learnt while the budget lasts
-                self._template = None
+                self._template = self._template_ends = None
                 if self._template_builds < TEMPLATE_TRIES + self._templated // EVENTS_PER_TEMPLATE_TRY:
                     self._learn_template(line, chunk)
         return chunk
@@ -395,6 +401,7 @@ class OllamaStreamDecoder:
             return
         if probe == (_CONTENT, PROBE, 1, *_PLAIN_TOKEN_TAIL):
             self._template = template
+            self._template_ends = (template.pieces[0].encode(), template.pieces[-1].encode())
 
     def _lenient_utf8(self, line: bytes, offset: int, error: orjson.JSONDecodeError) -> Any:
         """Retry a line whose only fault is invalid UTF-8 (replaced by U+FFFD, as the SSE parser does)."""

@@ -287,6 +287,8 @@ class SSEParser:
         batch = self._batch
         if not self._general:
             return batch
+        if not self._spans:
+            return [item[1] for item in batch]  # SSEEvents only
         values = list(batch)
         for index in self._general_indexes():
             values[index] = batch[index][1]
@@ -295,6 +297,8 @@ class SSEParser:
     def last_types(self) -> list[str]:
         """The types of the events the last :meth:`feed_values` call completed (see :meth:`last_values`)."""
         batch = self._batch
+        if not self._spans:
+            return [item[0] for item in batch] if self._general else ["message"] * len(batch)
         types = ["message"] * len(batch)
         for span in self._spans:
             if span.type_lines is not None:

@@ -285,8 +285,8 @@ class SSEParser:
         """The data of the events the last :meth:`feed_values` call completed, whatever their types (what
         :meth:`last_events` would give, without building the events). The list belongs to the parser."""
         batch = self._batch
-        if not self._general:
-            return batch
+        if self._single_end >= 0 or not self._general:
+            return batch  # data strings only
         if not self._spans:
             return [item[1] for item in batch]  # SSEEvents only
         values = list(batch)
@@ -297,6 +297,8 @@ class SSEParser:
     def last_types(self) -> list[str]:
         """The types of the events the last :meth:`feed_values` call completed (see :meth:`last_values`)."""
         batch = self._batch
+        if self._single_end >= 0:
+            return ["message"]
         if not self._spans:
             return [item[0] for item in batch] if self._general else ["message"] * len(batch)
         types = ["message"] * len(batch)

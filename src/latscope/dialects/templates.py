@@ -4,22 +4,24 @@ A stream's token events are written alike: the same fields in the same order, on
 dialects, a few fields the decoder does not read (OpenAI Responses' ``sequence_number``, TGI's token ``id``,
 ``logprob`` and ``index``, Ollama's ``created_at``, OpenAI's random ``obfuscation``). Learnt from one event, an
 :class:`EventTemplate` is that event cut into constant pieces around its holes: the text (a JSON string value), and
-the values of the ignored fields (JSON numbers, or JSON strings). An event fits when it is the pieces with holes in
-between that hold what the learnt event held there: a JSON number; a string content needing no escaping (no ``"``,
-no ``\\``, printable: stricter than JSON, which only sends more events to the parser).
+the values of the ignored fields (numbers, or strings). An event fits when it is the pieces with, in between: in
+the text and string holes, a string content needing no escaping (no ``"``, no ``\\``, printable: stricter than
+JSON, which only sends more events to the parser), the text not empty; in each number hole, exactly one JSON value
+(the learnt event had a number there; the decoder reads none of it, so any value will do).
 
-Why that is exact: such an event lexes like the learnt one token by token (RFC 8259: a number token ends at the
-first character that cannot continue it, and the piece after a number hole starts with such a character, as it
-did in the learnt event; a string with nothing to escape ends at its closing quote), so it is the same document but
-for the values in the holes. The decoder reads none of the ignored fields (its own list says which), so the chunk
-is the learnt one with the text in the text hole, which the decoder confirms once by decoding a probe document:
-the pieces with a stand-in text and other values in the other holes (:meth:`EventTemplate.probe`).
+Why that is exact: such an event lexes like the learnt one token by token but for the values in the holes (a string
+with nothing to escape ends at its closing quote; a hole holding one whole JSON value is one member's value, as in
+the learnt event), so it is the same document but for those values. The decoder reads none of the ignored fields
+(its own list says which), so the chunk is the learnt one with the text in the text hole, which the decoder
+confirms once by decoding a probe document: the pieces with a stand-in text and other values in the other holes
+(:meth:`EventTemplate.probe`).
 
-A feed's events are checked together (:meth:`EventTemplate.texts`): joined with NUL (which no valid JSON document
-holds), cut with ``str.replace`` at the pieces and ``str.split``, the holes checked in bulk (one scan for the text and
-string holes, one regular expression over all the numbers), and the events rebuilt from the pieces and holes and
-compared with the originals. C-level loops only, no Python bytecode per event; whatever does not rebuild exactly
-(a piece inside a text, an event of another shape, a NUL) makes the whole run fail, and the decoder parses it.
+A feed's events are checked together (:meth:`EventTemplate.texts`): each without its first and last pieces, joined
+with NUL (which no valid JSON document holds), cut with ``str.replace`` at the inner pieces and ``str.split``, the
+holes checked in bulk (one scan for the text and string holes; the number holes parsed as one JSON array, no comma
+in any of them, as many elements as holes), and the events rebuilt from the pieces and holes and compared with the
+originals. C-level loops only, no Python bytecode per event; whatever does not rebuild exactly (a piece inside a
+text, an event of another shape, a NUL) makes the whole run fail, and the decoder parses it.
 """
 
 from __future__ import annotations

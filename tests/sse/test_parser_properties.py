@@ -171,7 +171,8 @@ def test_runs_of_simple_events_match_the_reference_under_any_split(
 
 def assert_feed_values_agrees_with_feed(stream: bytes, cuts: list[int]) -> None:
     """Feed the same pieces to two parsers, one through ``feed`` and one through ``feed_values`` (then
-    ``last_events`` / ``last_end_offset``): the events, their data and offsets, and the parser state must agree."""
+    ``last_values`` / ``last_types`` / ``last_events`` / ``last_end_offset``): the events, their data, types and
+    offsets, and the parser state must agree."""
     plain, values_parser = SSEParser(), SSEParser()
     start = 0
     for cut in [*sorted(cuts), len(stream)]:
@@ -179,6 +180,8 @@ def assert_feed_values_agrees_with_feed(stream: bytes, cuts: list[int]) -> None:
         start = cut
         events = plain.feed(piece)
         values = values_parser.feed_values(piece)
+        assert values_parser.last_values() == [e.data for e in events]
+        assert values_parser.last_types() == [e.event for e in events]
         assert values_parser.last_events() == events
         if any(e.event != "message" for e in events):
             assert values is None
@@ -234,6 +237,17 @@ def test_runs_of_typed_events_match_the_reference_under_any_split(
     outcome = run(stream, cuts)
     assert outcome == run(stream, [])
     assert as_ref(outcome.events) == reference_parse(stream).events
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(TYPES, VALUES), min_size=1, max_size=30), st.data())
+def test_feed_values_agrees_with_feed_on_runs_of_typed_events(
+    events: list[tuple[bytes, bytes]], data: st.DataObject
+) -> None:
+    # the typed run keeps its events as values and event lines: the events, types and offsets made from them
+    stream = b"".join(b"event: " + kind + b"\ndata: " + value + b"\n\n" for kind, value in events)
+    stream += data.draw(st.sampled_from([b"", b"event: x\n", b"data: partial", b": comment\n\n", b"data: m\n\n"]))
+    assert_feed_values_agrees_with_feed(stream, data.draw(cuts_for(stream)))
 
 
 @settings(max_examples=150, deadline=None)

@@ -5,11 +5,14 @@ OpenAI Responses and TGI's native ``/generate_stream``.
 invalid-UTF-8 and truncation warnings, numbering the event that failed, the chunks decoded before it — and asks its
 subclass for one thing: the :class:`~latscope.dialects.base.Chunk` of one parsed object (:meth:`decode_object`).
 
-Token events of one stream usually differ only in their text (Anthropic's ``text_delta`` events do), so once one
-is decoded, its data is learnt as a template — the text between a fixed prefix and suffix — and the events that fit
-it are decoded by comparing strings, without parsing JSON: the OpenAI decoder's technique (its ``_Template``
-docstring says why it is exact), with the same proof: a probe text put in the text's place must decode to the same
-chunk but for its text. Events that do not fit (a sequence number or a token id that changes) are parsed as usual.
+Token events of one stream usually differ only in their text (Anthropic's ``text_delta`` events do) and in fields
+the decoder does not read (a sequence number, a token id: the subclass names them in :attr:`template_numbers` and
+:attr:`template_strings`), so once one is decoded, its data is learnt as a template
+(:class:`~latscope.dialects.templates.EventTemplate`: constant pieces around the text and those fields' values) and
+the events that fit it are decoded by cutting strings, without parsing JSON; a probe put in the text's place must
+decode to the same chunk but for its text. A template whose only hole is the text also decodes an event read alone
+(a prefix and suffix compared: the OpenAI decoder's ``_Template``); one with more holes decodes runs of events, and
+an event read alone is parsed. Events that do not fit are parsed as usual.
 
 A subclass's ``decode_object`` may raise :class:`UnknownShape` (or stumble with ``KeyError``, ``TypeError`` …) on an
 object whose fields have unexpected types: the event becomes an OTHER chunk and a warning (once per stream), never a
@@ -19,14 +22,15 @@ offset it ended at; a stream that outgrows its limits raises :class:`~latscope.s
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import itemgetter
-from typing import Any
+from itertools import compress, count, repeat
+from operator import and_, contains, itemgetter, not_, or_
+from typing import Any, ClassVar
 
 import orjson
 
 from latscope.dialects.base import Chunk, EventDecodeError, excerpt
 from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
+from latscope.dialects.templates import PROBE, EventTemplate
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.sse.parser import SSEParser
 from latscope.timeline.model import EventKind
@@ -36,14 +40,15 @@ TEMPLATE_TRIES = 2
 :data:`EVENTS_PER_TEMPLATE_TRY` events decoded without parsing JSON."""
 EVENTS_PER_TEMPLATE_TRY = 32
 
-_PROBE = "latscope-template-probe-7Qx"  # a stand-in text: printable, nothing to escape, unlikely in real data
-_JSON_SPACE = " \t\n\r"
 _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
 _TOKEN_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL})
 # zip arguments for the empty fields of a token chunk (finish, usage, timings, error, stamp, extra) and its choice 0
 _SIX_EMPTY = (*(repeat(None),) * 6, repeat(0))
 
 _loads = orjson.loads
+_startswith = str.startswith
+_endswith = str.endswith
+_contains = contains
 _JSONDecodeError = orjson.JSONDecodeError
 _OTHER_CHUNK = Chunk(EventKind.OTHER)
 _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
@@ -63,6 +68,9 @@ class JsonEventDecoder:
 
     name = "stream"
     terminal = "a terminal event"  #: what the stream should end with, for the close-time warning
+    #: number- and string-valued fields of token events that :meth:`decode_object` never reads (template holes)
+    template_numbers: ClassVar[frozenset[str]] = frozenset()
+    template_strings: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, *, limits: StreamLimits = DEFAULT_LIMITS) -> None:
         self._sse = SSEParser(limits)
@@ -71,10 +79,15 @@ class JsonEventDecoder:
         self._unknown_warned = False
         self._closed = False
         self.ended = False  #: set by the subclass when the stream's terminal event arrived
-        #: ``(prefix, suffix, start, stop, kind)`` of the stream's token events, when learnt
-        self._template: tuple[str, str, int, int, EventKind] | None = None
+        #: the stream's token events' template and their kind, when learnt
+        self._template: EventTemplate | None = None
+        self._kind = EventKind.CONTENT
+        # with a template whose only hole is the text: (prefix, suffix, start, stop) to decode one event by slicing
+        self._slice: tuple[str, str, int, int] | None = None
         self._template_builds = 0
         self._templated = 0  # events decoded by the template
+        self._typed_feed = False  # the current feed's events are not all of type `message`
+        self._types: list[str] | None = None  # ... and their types, once asked for
 
     @property
     def warnings(self) -> list[str]:
@@ -102,22 +115,66 @@ class JsonEventDecoder:
         if len(sse.invalid_utf8_offsets) != self._utf8_seen:
             self._report_invalid_utf8()
         if values is None:
-            events = sse.last_events()
-            types = [event[0] for event in events]
-            values = [event[1] for event in events]
+            values = sse.last_values()  # events of other types among them
+            if len(values) == 1:
+                return self._decode_one(sse.last_types()[0], values[0])
+            self._typed_feed = True
+        elif len(values) == 1:
+            return self._decode_one("message", values[0])  # the common case when tokens arrive one per read
         elif not values:
             return []
         else:
-            types = None
-        if self._template is not None and len(values) > 1:
-            run = self._decode_run(values)
-            if run is not None:
-                return run
+            self._typed_feed = False
+        self._types = None  # the types of this feed's events, asked for when an event is decoded on its own
         out: list[Chunk] = []
-        decode = self._decode
+        if self._template is None:
+            return self._decode_each(values, 0, len(values), out)
+        # A token event's chunk is read from its data (its "type" field wins over the SSE type).
+        run = self._decode_run(values)
+        if run is not None:
+            return run
+        if self._slice is not None:
+            return self._decode_each(values, 0, len(values), out)  # each event is cut on its own
+        # Some events do not fit: the template's runs between those that cannot (an escape in them, another
+        # shape), the others one by one.
+        pieces = self._template.pieces
+        fits = map(
+            and_,
+            map(_startswith, values, repeat(pieces[0])),
+            map(_endswith, values, repeat(pieces[-1])),
+        )
+        misfits = [*compress(count(), map(or_, map(not_, fits), map(_contains, values, repeat("\\")))), len(values)]
+        at = 0
+        for misfit in misfits:
+            run = self._decode_run(values[at:misfit]) if misfit - at > 1 and self._template is not None else None
+            if run is not None:
+                out += run
+            else:
+                self._decode_each(values, at, misfit, out)
+            if misfit < len(values):
+                self._decode_each(values, misfit, misfit + 1, out)
+            at = misfit + 1
+        return out
+
+    def _decode_one(self, event_type: str, value: str) -> list[Chunk]:
+        """The chunk of a feed's only event, in a list."""
         try:
-            for index, value in enumerate(values):
-                out.append(decode("message" if types is None else types[index], value, index, len(values)))
+            return [self._decode(event_type, value, 0, 1)]
+        except EventDecodeError as exc:
+            exc.chunks = []
+            raise
+
+    def _decode_each(self, values: list[str], start: int, stop: int, out: list[Chunk]) -> list[Chunk]:
+        """Append the chunks of this feed's ``values[start:stop]`` to ``out``, one event at a time; an event that
+        fails carries ``out`` (the feed's chunks before it) in its error."""
+        types = self._types
+        if types is None and self._typed_feed:
+            types = self._types = self._sse.last_types()
+        decode = self._decode
+        size = len(values)
+        try:
+            for index in range(start, stop):
+                out.append(decode("message" if types is None else types[index], values[index], index, size))
         except EventDecodeError as exc:
             exc.chunks = out
             raise
@@ -137,12 +194,12 @@ class JsonEventDecoder:
         return []
 
     def _decode(self, event_type: str, value: str, index: int, batch_size: int) -> Chunk:
-        template = self._template
-        if template is not None and value.startswith(template[0]) and value.endswith(template[1]):
-            text = value[template[2] : template[3]]
+        cut = self._slice
+        if cut is not None and value.startswith(cut[0]) and value.endswith(cut[1]):
+            text = value[cut[2] : cut[3]]
             if text and '"' not in text and "\\" not in text and text.isprintable():
                 self._templated += 1
-                return _new_chunk(Chunk, (template[4], text, 1, None, None, None, None, None, None, 0))
+                return _new_chunk(Chunk, (self._kind, text, 1, None, None, None, None, None, None, 0))
         try:
             obj = _loads(value)
         except _JSONDecodeError as exc:
@@ -163,8 +220,16 @@ class JsonEventDecoder:
         except (UnknownShape, *_SHAPE_ERRORS):
             return self._unknown(value, index, batch_size)
         if chunk[0] in _TOKEN_KINDS and chunk[3:] == (None, None, None, None, None, None, 0):
+            template = self._template
+            if (
+                template is not None
+                and self._slice is None
+                and value.startswith(template.pieces[0])
+                and value.endswith(template.pieces[-1])
+            ):
+                return chunk  # it likely fits (read alone, it was parsed: cutting one event costs more); it stays
             # a token event the template (if any) did not fit: it goes, and another is learnt while the budget lasts
-            self._template = None
+            self._template = self._slice = None
             if self._template_builds < TEMPLATE_TRIES + self._templated // EVENTS_PER_TEMPLATE_TRY:
                 self._learn_template(event_type, value, chunk)
         return chunk
@@ -173,39 +238,40 @@ class JsonEventDecoder:
         """The chunks of a feed's events when every one fits the template, or None. C-level iteration only: no
         bytecode per event (the OpenAI decoder's ``_decode_run``)."""
         assert self._template is not None
-        prefix, suffix, start, stop, kind = self._template
-        texts: list[str] = list(map(itemgetter(slice(start, stop)), values))
-        if "" in texts or "".join(values) != prefix + (suffix + prefix).join(texts) + suffix:
-            return None
-        joined = "".join(texts)
-        if '"' in joined or "\\" in joined or not joined.isprintable():
-            return None
+        cut = self._slice
+        if cut is None:
+            texts = self._template.texts(values)
+            if texts is None:
+                return None
+        else:
+            prefix, suffix, start, stop = cut
+            texts = list(map(itemgetter(slice(start, stop)), values))
+            if "" in texts or "".join(values) != prefix + (suffix + prefix).join(texts) + suffix:
+                return None
+            joined = "".join(texts)
+            if '"' in joined or "\\" in joined or not joined.isprintable():
+                return None
         self._templated += len(texts)
-        fields = zip(repeat(kind), texts, repeat(1), *_SIX_EMPTY)
+        fields = zip(repeat(self._kind), texts, repeat(1), *_SIX_EMPTY)
         return list(map(_new_chunk, repeat(Chunk), fields))
 
     def _learn_template(self, event_type: str, value: str, chunk: Chunk) -> None:
         """Make ``value`` (just decoded into ``chunk``, one token with nothing else) the template, when its text
         stands in it verbatim once, as a string value, and a probe in its place decodes to the same chunk."""
         self._template_builds += 1
-        text = chunk[1]
-        if not text or '"' in text or "\\" in text or not text.isprintable() or _PROBE in value:
+        template = EventTemplate.learn(value, chunk[1], self.template_numbers, self.template_strings)
+        if template is None:
             return
-        quoted = '"' + text + '"'
-        at = value.find(quoted)
-        if at < 0 or value.find(quoted, at + 1) >= 0:
-            return
-        prefix = value[: at + 1]
-        suffix = value[at + 1 + len(text) :]
-        if suffix[1:].lstrip(_JSON_SPACE)[:1] == ":":
-            return  # an object key, not a value
         try:
-            probe = self.decode_object(event_type, _loads(prefix + _PROBE + suffix))
+            probe = self.decode_object(event_type, _loads(template.probe()))
         except (_JSONDecodeError, UnknownShape, *_SHAPE_ERRORS):
             return
-        if probe != (chunk[0], _PROBE, 1, None, None, None, None, None, None, 0):
+        if probe != (chunk[0], PROBE, 1, None, None, None, None, None, None, 0):
             return
-        self._template = (prefix, suffix, len(prefix), -len(suffix), chunk[0])
+        self._template, self._kind = template, chunk[0]
+        if template.holes == 1:
+            prefix, suffix = template.pieces
+            self._slice = (prefix, suffix, len(prefix), -len(suffix))
 
     def _unknown(self, value: str, index: int, batch_size: int) -> Chunk:
         """An event this decoder cannot read: OTHER, and a warning the first time."""

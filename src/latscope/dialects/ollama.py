@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from itertools import compress, count, repeat
+from operator import and_, contains, not_, or_
 from typing import Any, Unpack
 
 import orjson
@@ -42,7 +44,9 @@ from latscope.dialects.base import (
     prompt_text,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
+from latscope.dialects.jsonevents import EVENTS_PER_TEMPLATE_TRY, TEMPLATE_TRIES
 from latscope.dialects.models import parse_models
+from latscope.dialects.templates import PROBE, EventTemplate
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimitError, StreamLimits
 from latscope.timeline.model import EventKind, Usage
 
@@ -177,6 +181,12 @@ def _texts(obj: Mapping[str, Any]) -> tuple[str, str, bool]:
 
 _CONTENT = EventKind.CONTENT
 _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
+_PLAIN_TOKEN_TAIL = (None, None, None, None, None, None, 0)  # a token chunk's fields after its count: nothing attached
+# zip arguments for the empty fields of a token chunk (finish, usage, timings, error, stamp, extra) and its choice 0
+_SIX_EMPTY = (*(repeat(None),) * 6, repeat(0))
+_UNREAD_STRINGS = frozenset({"created_at"})  # read by no token line: a template hole (it changes every line)
+_startswith = str.startswith
+_endswith = str.endswith
 
 
 def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
@@ -243,6 +253,10 @@ class OllamaStreamDecoder:
         self._line_number = 0
         self._done = False
         self._warnings: list[str] = []
+        self._template: EventTemplate | None = None  # the stream's token lines' template, when learnt
+        self._template_ends: tuple[bytes, bytes] | None = None  # its first and last pieces, encoded
+        self._template_builds = 0
+        self._templated = 0  # lines decoded by the template
 
     @property
     def warnings(self) -> list[str]:
@@ -251,18 +265,18 @@ class OllamaStreamDecoder:
 
     def feed(self, data: bytes) -> list[Chunk]:
         """Decode every line ``data`` completes."""
-        if not self._buffer and data[-1:] == b"\n":
-            return self._feed_lines(data)
-        self._buffer += data
-        chunks: list[Chunk] = []
-        start = 0
-        while (end := self._buffer.find(b"\n", start)) >= 0:
-            chunk = self._line(bytes(self._buffer[start:end]), self._offset + start)
-            if chunk is not None:
-                chunks.append(chunk)
-            start = end + 1
-        del self._buffer[:start]
-        self._offset += start
+        if not self._buffer and data.find(b"\n") == len(data) - 1:
+            # one whole line: the common case when tokens arrive one per read
+            chunk = self._line(data[:-1], self._offset)
+            self._offset += len(data)
+            return [] if chunk is None else [chunk]
+        if self._buffer:
+            self._buffer += data
+            data = bytes(self._buffer)
+            self._buffer.clear()
+        end = data.rfind(b"\n") + 1
+        chunks = self._feed_lines(data if end == len(data) else data[:end]) if end else []
+        self._buffer += data[end:]
         if len(self._buffer) > self._limits.max_line_bytes:
             raise StreamLimitError(
                 f"an NDJSON line grew past {self._limits.max_line_bytes} bytes without ending (the line limit; it "
@@ -272,11 +286,56 @@ class OllamaStreamDecoder:
         return chunks
 
     def _feed_lines(self, data: bytes) -> list[Chunk]:
-        """:meth:`feed` of whole lines (nothing held from before, ``data`` ends with its newline): split once."""
+        """:meth:`feed` of whole lines (``data`` ends with its newline): the runs of lines that fit the template
+        without parsing JSON, the others one by one."""
+        template = self._template
+        if template is not None and not self._done and data.find(b"\n") != len(data) - 1:
+            try:
+                lines: list[str] | None = data.decode().split("\n")
+            except UnicodeDecodeError:
+                lines = None
+            if lines is not None:
+                del lines[-1]  # what follows the last newline: nothing
+                texts = template.texts(lines) if len(lines) > 1 else None
+                if texts is not None:
+                    return self._templated_run(texts, len(data))
+                pieces = template.pieces
+                fits = map(and_, map(_startswith, lines, repeat(pieces[0])), map(_endswith, lines, repeat(pieces[-1])))
+                misfits = compress(count(), map(or_, map(not_, fits), map(contains, lines, repeat("\\"))))
+                return self._feed_runs(data, lines, [*misfits, len(lines)])
+        return self._feed_each(data.split(b"\n")[:-1])
+
+    def _feed_runs(self, data: bytes, lines: list[str], misfits: list[int]) -> list[Chunk]:
+        """The chunks of ``lines`` (``data`` decoded and split), the runs between the ``misfits`` by the template."""
+        raw = data.split(b"\n")
+        chunks: list[Chunk] = []
+        at = 0
+        for misfit in misfits:
+            texts = None
+            if misfit - at > 1 and self._template is not None and not self._done:
+                texts = self._template.texts(lines[at:misfit])
+            if texts is not None:
+                chunks += self._templated_run(texts, sum(map(len, raw[at:misfit])) + misfit - at)
+            else:
+                chunks += self._feed_each(raw[at:misfit])
+            if misfit < len(lines):
+                chunks += self._feed_each(raw[misfit : misfit + 1])
+            at = misfit + 1
+        return chunks
+
+    def _templated_run(self, texts: list[str], size: int) -> list[Chunk]:
+        """The chunks of a run of token lines that fit the template (their texts), ``size`` bytes with newlines."""
+        self._line_number += len(texts)
+        self._offset += size
+        self._templated += len(texts)
+        return list(map(_new_chunk, repeat(Chunk), zip(repeat(_CONTENT), texts, repeat(1), *_SIX_EMPTY)))
+
+    def _feed_each(self, lines: list[bytes]) -> list[Chunk]:
+        """The chunks of whole ``lines`` (without their newlines), one by one."""
         chunks: list[Chunk] = []
         offset = self._offset
         line = self._line
-        for raw in data.split(b"\n")[:-1]:
+        for raw in lines:
             chunk = line(raw, offset)
             if chunk is not None:
                 chunks.append(chunk)
@@ -315,7 +374,34 @@ class OllamaStreamDecoder:
         chunk = decode_object(obj, self._warnings)
         if obj.get("done") is True:
             self._done = True
+        else:
+            ends = self._template_ends
+            if ends is not None and line.startswith(ends[0]) and line.endswith(ends[1]):
+                return chunk  # a line the template would fit (read alone, it was parsed: cutting one costs more)
+            if chunk[0] is _CONTENT and chunk[3:] == _PLAIN_TOKEN_TAIL:
+                # no template, or one this token line does not fit: another is learnt while the budget lasts
+                self._template = self._template_ends = None
+                if self._template_builds < TEMPLATE_TRIES + self._templated // EVENTS_PER_TEMPLATE_TRY:
+                    self._learn_template(line, chunk)
         return chunk
+
+    def _learn_template(self, line: bytes, chunk: Chunk) -> None:
+        """Make ``line`` (just decoded into ``chunk``, one token and nothing else) the template of token lines, when
+        its text stands in it once as a string value and a probe in its place decodes to the same chunk."""
+        self._template_builds += 1
+        try:
+            template = EventTemplate.learn(line.decode(), chunk[1], strings=_UNREAD_STRINGS)
+        except UnicodeDecodeError:
+            return
+        if template is None:
+            return
+        try:
+            probe = decode_object(orjson.loads(template.probe()), [])
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError):
+            return
+        if probe == (_CONTENT, PROBE, 1, *_PLAIN_TOKEN_TAIL):
+            self._template = template
+            self._template_ends = (template.pieces[0].encode(), template.pieces[-1].encode())
 
     def _lenient_utf8(self, line: bytes, offset: int, error: orjson.JSONDecodeError) -> Any:
         """Retry a line whose only fault is invalid UTF-8 (replaced by U+FFFD, as the SSE parser does)."""

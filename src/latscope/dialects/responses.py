@@ -121,6 +121,9 @@ class ResponsesStreamDecoder(JsonEventDecoder):
 
     name = "openai.responses"
     terminal = "response.completed (or .incomplete / .failed)"
+    # read by no token event: the event counter, and OpenAI's random padding of delta events (``obfuscation``)
+    template_numbers = frozenset({"sequence_number"})
+    template_strings = frozenset({"obfuscation"})
 
     def decode_object(self, event_type: str, obj: dict[str, Any]) -> Chunk:
         kind = obj.get("type", event_type)

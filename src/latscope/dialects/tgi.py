@@ -104,6 +104,8 @@ class TgiStreamDecoder(JsonEventDecoder):
 
     name = "tgi"
     terminal = "an event with details or generated_text"
+    # read by no token event: the token's position, id and log-probability
+    template_numbers = frozenset({"index", "id", "logprob"})
 
     def decode_object(self, event_type: str, obj: dict[str, Any]) -> Chunk:
         token = obj.get("token")

@@ -7,10 +7,10 @@ sockets or clocks: they are fed bytes and return :class:`Chunk` objects, so they
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol, TypedDict, Unpack
+from typing import Any, NamedTuple, Protocol, TypedDict, Unpack, overload
 
 from latscope.timeline.model import EventKind, Usage
 
@@ -62,11 +62,61 @@ class Chunk(NamedTuple):
     choice: int = 0  #: the choice (``n > 1``) or output item the event belongs to; 0 for a single answer
 
 
+_new_chunk = tuple.__new__
+
+
+class TextRun(Sequence[Chunk]):
+    """Several events that differ only in their text: one token each, of one ``kind``, ``finish_reason`` and
+    ``choice``, nothing else attached. What a decoder's template path returns for a read of a fast stream (hundreds
+    of events): it reads as the :class:`Chunk` of each event (made when asked for), and the client records it
+    column by column without making any (:class:`~latscope.timeline.model.EventLog`).
+    """
+
+    __slots__ = ("choice", "finish_reason", "kind", "texts")
+
+    def __init__(self, kind: EventKind, texts: list[str], finish_reason: str | None = None, choice: int = 0) -> None:
+        self.kind = kind
+        self.texts = texts  #: each event's text, in order
+        self.finish_reason = finish_reason
+        self.choice = choice
+
+    def _chunk(self, text: str) -> Chunk:
+        return _new_chunk(Chunk, (self.kind, text, 1, self.finish_reason, None, None, None, None, None, self.choice))
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @overload
+    def __getitem__(self, index: int) -> Chunk: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Chunk]: ...
+
+    def __getitem__(self, index: int | slice) -> Chunk | list[Chunk]:
+        if isinstance(index, slice):
+            return [self._chunk(text) for text in self.texts[index]]
+        return self._chunk(self.texts[index])
+
+    def __iter__(self) -> Iterator[Chunk]:
+        return map(self._chunk, self.texts)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # compared by content, like a list
+
+    def __repr__(self) -> str:
+        return f"TextRun({list(self)!r})"
+
+
 class StreamDecoder(Protocol):
     """Incremental decoder of one response body."""
 
-    def feed(self, data: bytes) -> list[Chunk]:
-        """Consume the next body bytes; return the events they completed (possibly none)."""
+    def feed(self, data: bytes) -> Sequence[Chunk]:
+        """Consume the next body bytes; return the events they completed (possibly none): a list, or a
+        :class:`TextRun` for events that differ only in their text."""
         ...
 
     def close(self) -> list[Chunk]:

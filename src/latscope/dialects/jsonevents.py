@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from latscope.dialects.base import Chunk, EventDecodeError, excerpt
+from latscope.dialects.base import Chunk, EventDecodeError, TextRun, excerpt
 from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
 from latscope.dialects.templates import PROBE, EventTemplate
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
@@ -108,7 +108,7 @@ class JsonEventDecoder:
         ``error`` events may carry plain text overrides this."""
         return None
 
-    def feed(self, data: bytes) -> list[Chunk]:
+    def feed(self, data: bytes) -> list[Chunk] | TextRun:
         """Consume the next body bytes; return one chunk per SSE event they completed."""
         sse = self._sse
         values = sse.feed_values(data)
@@ -234,7 +234,7 @@ class JsonEventDecoder:
                 self._learn_template(event_type, value, chunk)
         return chunk
 
-    def _decode_run(self, values: list[str]) -> list[Chunk] | None:
+    def _decode_run(self, values: list[str]) -> TextRun | None:
         """The chunks of a feed's events when every one fits the template, or None. C-level iteration only: no
         bytecode per event (the OpenAI decoder's ``_decode_run``)."""
         assert self._template is not None
@@ -252,8 +252,7 @@ class JsonEventDecoder:
             if '"' in joined or "\\" in joined or not joined.isprintable():
                 return None
         self._templated += len(texts)
-        fields = zip(repeat(self._kind), texts, repeat(1), *_SIX_EMPTY)
-        return list(map(_new_chunk, repeat(Chunk), fields))
+        return TextRun(self._kind, texts)
 
     def _learn_template(self, event_type: str, value: str, chunk: Chunk) -> None:
         """Make ``value`` (just decoded into ``chunk``, one token with nothing else) the template, when its text

@@ -40,6 +40,7 @@ from latscope.dialects.base import (
     Prompt,
     RequestSpec,
     StreamDecodeError,
+    TextRun,
     prompt_messages,
     prompt_text,
 )
@@ -263,7 +264,7 @@ class OllamaStreamDecoder:
         """Non-fatal oddities: unreadable counts, data after the final message, no final message."""
         return self._warnings
 
-    def feed(self, data: bytes) -> list[Chunk]:
+    def feed(self, data: bytes) -> list[Chunk] | TextRun:
         """Decode every line ``data`` completes."""
         if not self._buffer and data.find(b"\n") == len(data) - 1:
             # one whole line: the common case when tokens arrive one per read
@@ -285,7 +286,7 @@ class OllamaStreamDecoder:
             )
         return chunks
 
-    def _feed_lines(self, data: bytes) -> list[Chunk]:
+    def _feed_lines(self, data: bytes) -> list[Chunk] | TextRun:
         """:meth:`feed` of whole lines (``data`` ends with its newline): the runs of lines that fit the template
         without parsing JSON, the others one by one."""
         template = self._template
@@ -323,12 +324,12 @@ class OllamaStreamDecoder:
             at = misfit + 1
         return chunks
 
-    def _templated_run(self, texts: list[str], size: int) -> list[Chunk]:
+    def _templated_run(self, texts: list[str], size: int) -> TextRun:
         """The chunks of a run of token lines that fit the template (their texts), ``size`` bytes with newlines."""
         self._line_number += len(texts)
         self._offset += size
         self._templated += len(texts)
-        return list(map(_new_chunk, repeat(Chunk), zip(repeat(_CONTENT), texts, repeat(1), *_SIX_EMPTY)))
+        return TextRun(_CONTENT, texts)
 
     def _feed_each(self, lines: list[bytes]) -> list[Chunk]:
         """The chunks of whole ``lines`` (without their newlines), one by one."""

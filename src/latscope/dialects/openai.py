@@ -45,6 +45,7 @@ from latscope.dialects.base import (
     Prompt,
     RequestSpec,
     StreamDecodeError,
+    TextRun,
     as_text,
     excerpt,
     prompt_messages,
@@ -250,7 +251,7 @@ class OpenAIStreamDecoder:
         """The underlying SSE parser (event and comment counts, byte offsets)."""
         return self._sse
 
-    def feed(self, data: bytes) -> list[Chunk]:
+    def feed(self, data: bytes) -> list[Chunk] | TextRun:
         """Consume the next body bytes; return one chunk per SSE event they completed."""
         sse = self._sse
         values = sse.feed_values(data)
@@ -335,7 +336,7 @@ class OpenAIStreamDecoder:
                 self._learn_template(value, chunk)
         return chunk
 
-    def _decode_run(self, values: list[str]) -> list[Chunk] | None:
+    def _decode_run(self, values: list[str]) -> TextRun | None:
         """The chunks of a run of events that all fit the template, or None when one does not. C-level iteration
         only: no bytecode per event."""
         template = self._template
@@ -352,8 +353,7 @@ class OpenAIStreamDecoder:
         joined = "".join(texts)
         if '"' in joined or "\\" in joined or not joined.isprintable():
             return None  # _decode_value's checks, on all the texts at once
-        fields = zip(repeat(kind), texts, repeat(1), repeat(finish), *_FIVE_NONES, repeat(choice))
-        return list(map(_new_chunk, repeat(Chunk), fields))
+        return TextRun(kind, texts, finish, choice)
 
     def _learn_template(self, value: str, chunk: Chunk) -> None:
         """Make ``value`` (just decoded into ``chunk``, a text chunk with nothing else attached) the template, when

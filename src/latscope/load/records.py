@@ -30,7 +30,17 @@ import pyarrow as pa
 
 from latscope.signals.join import join_server_signals
 from latscope.timeline import metrics
-from latscope.timeline.model import TOKEN_KINDS, Attempt, EventKind, Read, ServerPhase, StreamEvent, Timeline
+from latscope.timeline.model import (
+    TOKEN_KINDS,
+    Attempt,
+    EventKind,
+    EventLog,
+    Read,
+    ServerPhase,
+    StreamEvent,
+    Timeline,
+    as_event_log,
+)
 from latscope.units import NS_PER_MS
 
 #: Every EventKind, in a fixed order: the dictionary of the ``kind`` column (events store the int8 code).
@@ -198,7 +208,8 @@ def digest(t: Timeline, ctx: RequestContext) -> RequestDigest:
     if usage is not None and usage.completion_tokens is not None:
         tokens = usage.completion_tokens
     else:
-        tokens = sum(e.tokens for e in t.events if e.kind in TOKEN_KINDS)
+        log = as_event_log(t.events)
+        tokens = sum(n for n, kind in zip(log.tokens, log.kind, strict=True) if kind in TOKEN_KINDS)
     err = t.error
     return RequestDigest(t.ok, ctx.warmup, metrics.ttft_ms(t), tokens, str(err.phase) if err else None)
 
@@ -338,11 +349,13 @@ def _group_median(values: npt.NDArray[np.float64], groups: npt.NDArray[np.int64]
 
 def _events_of(timelines: Sequence[Timeline]) -> tuple[npt.NDArray[Any], ...]:
     """Every event of the batch as seven columns (at_ns, read_index, kind code, text_chars, tokens, delay_ms,
-    choice)."""
-    events = list(chain.from_iterable(t.events for t in timelines))
+    choice), from each timeline's :class:`EventLog` columns."""
+    per_log = zip(*(as_event_log(t.events).columns() for t in timelines), strict=True)  # field by field
+    columns: list[list[Any]] = [list(chain.from_iterable(field)) for field in per_log]
+    total = len(columns[0]) if columns else 0
     parts: list[tuple[npt.NDArray[Any], ...]] = []
-    for lo in range(0, len(events), CONVERT_CHUNK_EVENTS):
-        at, read_index, kinds, chars, tokens, sent, choice = zip(*events[lo : lo + CONVERT_CHUNK_EVENTS], strict=True)
+    for lo in range(0, total, CONVERT_CHUNK_EVENTS):
+        at, read_index, kinds, chars, tokens, sent, choice = (c[lo : lo + CONVERT_CHUNK_EVENTS] for c in columns)
         at_ns = np.array(at, dtype=np.int64)
         # None → NaN in one C-level conversion. float64 holds monotonic ns exactly up to 2**53 (104 days of uptime)
         # and to within a few ns beyond: far below the microseconds this column is read at.
@@ -499,11 +512,13 @@ def prime_conversions() -> None:
     """
     t = Timeline(started_ns=1)
     t.reads = [Read(2, 10), Read(3, 10)]
-    t.events = [
-        StreamEvent(2, 0, EventKind.CONTENT, 1, 1, 1),
-        StreamEvent(3, 1, EventKind.CONTENT, 1, 1, None),
-        StreamEvent(3, 1, EventKind.DONE, 0, 0, None),
-    ]
+    t.events = EventLog(
+        [
+            StreamEvent(2, 0, EventKind.CONTENT, 1, 1, 1),
+            StreamEvent(3, 1, EventKind.CONTENT, 1, 1, None),
+            StreamEvent(3, 1, EventKind.DONE, 0, 0, None),
+        ]
+    )
     t.first_token_ns, t.last_token_ns, t.ended_ns = 2, 3, 4
     ctx = RequestContext(step=0, request_id=0, worker=0, class_name="prime", warmup=True, step_start_ns=0)
     build_tables([(t, ctx), (Timeline(started_ns=1), ctx)])

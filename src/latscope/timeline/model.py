@@ -26,15 +26,16 @@ Over HTTP/3 (QUIC, :mod:`latscope.wire.h3`) the same marks hold with one differe
 handshake of its own, so ``connect`` is only the opening of the UDP socket (no packet, microseconds) and ``tls`` is
 the whole QUIC handshake, which carries TLS 1.3 inside it. TCP's connect + tls compares with HTTP/3's tls.
 
-Hot-path records (:class:`Read`, :class:`StreamEvent`) are named tuples: one is made per socket read and per stream
-event, and tuple construction is several times cheaper than a dataclass.
+Hot-path records: a :class:`Read` is a named tuple, one per socket read (tuple construction is several times cheaper
+than a dataclass); stream events are kept as columns (:class:`EventLog`), read back as :class:`StreamEvent` tuples.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 
 class Phase(StrEnum):
@@ -195,6 +196,108 @@ class StreamEvent(NamedTuple):
     #: which of the request's choices (``n > 1``: OpenAI ``choices[].index``) or output items the event belongs to; 0
     #: for a single-answer stream
     choice: int = 0
+
+
+_new_event = tuple.__new__
+
+
+class EventLog(Sequence[StreamEvent]):
+    """A timeline's stream events, kept as columns: one list per :class:`StreamEvent` field.
+
+    A stream of tens of thousands of events would otherwise keep one named tuple per event alive, each tracked by the
+    garbage collector (named tuples are never untracked, and an event holds an :class:`EventKind`), so every full
+    collection walks them all: about a third of the client's CPU per event (``benchmarks/client_overhead.py``). The
+    columns hold ints, ``None`` and the shared :class:`EventKind` members, which the collector does not track.
+
+    It reads as a sequence of :class:`StreamEvent` (each made when asked for); the client appends a read's events
+    to the columns directly (:meth:`columns`), and a table writer reads the columns without making any.
+    """
+
+    __slots__ = ("at_ns", "choice", "kind", "read_index", "server_sent_ns", "text_chars", "tokens")
+
+    def __init__(self, events: Iterable[StreamEvent] = ()) -> None:
+        self.at_ns: list[int] = []  #: monotonic ns of the read that completed each event
+        self.read_index: list[int] = []  #: index into ``Timeline.reads`` of that read
+        self.kind: list[EventKind] = []  #: what each event carried
+        self.text_chars: list[int] = []  #: characters of token text (0 when none)
+        self.tokens: list[int] = []  #: tokens each event carries
+        self.server_sent_ns: list[int | None] = []  #: the server's own send stamp, None when it reports none
+        self.choice: list[int] = []  #: the choice or output item each event belongs to
+        for event in events:
+            self.append(event)
+
+    def columns(
+        self,
+    ) -> tuple[list[int], list[int], list[EventKind], list[int], list[int], list[int | None], list[int]]:
+        """The columns in :class:`StreamEvent`'s field order, to append to in a hot loop (every one by one event)."""
+        return (
+            self.at_ns,
+            self.read_index,
+            self.kind,
+            self.text_chars,
+            self.tokens,
+            self.server_sent_ns,
+            self.choice,
+        )
+
+    def append(self, event: StreamEvent) -> None:
+        """Add one event at the end."""
+        at_ns, read_index, kind, text_chars, tokens, server_sent_ns, choice = event
+        self.at_ns.append(at_ns)
+        self.read_index.append(read_index)
+        self.kind.append(kind)
+        self.text_chars.append(text_chars)
+        self.tokens.append(tokens)
+        self.server_sent_ns.append(server_sent_ns)
+        self.choice.append(choice)
+
+    def extend(self, events: Iterable[StreamEvent]) -> None:
+        """Add events at the end, in order."""
+        for event in events:
+            self.append(event)
+
+    def clear(self) -> None:
+        """Drop every event."""
+        for column in self.columns():
+            column.clear()
+
+    def __len__(self) -> int:
+        return len(self.at_ns)
+
+    @overload
+    def __getitem__(self, index: int) -> StreamEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[StreamEvent]: ...
+
+    def __getitem__(self, index: int | slice) -> StreamEvent | list[StreamEvent]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return _new_event(StreamEvent, tuple(column[index] for column in self.columns()))
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        for row in zip(*self.columns(), strict=True):
+            yield _new_event(StreamEvent, row)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EventLog):
+            return self.columns() == other.columns()
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
+
+    def __repr__(self) -> str:
+        return f"EventLog({list(self)!r})"
+
+    def __reduce__(self) -> tuple[type[EventLog], tuple[list[StreamEvent]]]:
+        return (EventLog, (list(self),))
+
+
+def as_event_log(events: Iterable[StreamEvent]) -> EventLog:
+    """``events`` as an :class:`EventLog`: itself when it is one (a timeline's events assigned a list read alike)."""
+    return events if isinstance(events, EventLog) else EventLog(events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,7 +474,8 @@ class Timeline:
     response_body_bytes: int = 0  #: body bytes after HTTP framing was removed
 
     reads: list[Read] = field(default_factory=list)
-    events: list[StreamEvent] = field(default_factory=list)
+    #: the stream's events, as columns (:class:`EventLog`); a list given here or assigned later is read the same way
+    events: EventLog = field(default_factory=EventLog)
     finish_reason: str | None = None
     usage: Usage | None = None
     output_text: str | None = None  #: the generated text, when the caller asked to keep it
@@ -396,6 +500,10 @@ class Timeline:
     #: (:func:`latscope.wire.exchange.body_trace_ids`: the sent one first when the body contains it, then any other
     #: in a ``traceparent``-shaped value or a ``trace_id`` member); empty when it names none or none was sent
     body_trace_ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.events, EventLog):
+            self.events = EventLog(self.events)
 
     @property
     def attempt(self) -> int:

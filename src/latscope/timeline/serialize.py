@@ -30,6 +30,7 @@ from latscope.timeline.model import (
     ConnectionInfo,
     ErrorKind,
     EventKind,
+    EventLog,
     Phase,
     Read,
     RequestError,
@@ -193,7 +194,7 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
         if len(user) != len(reads):
             raise TimelineFormatError(f"read_user_ns: {len(user)} items for {len(reads)} reads")
         t.reads = [Read(int(a), int(n), None if u is None else int(u)) for (a, n), u in zip(reads, user, strict=True)]
-        t.events = [_event_from_list(item, schema) for item in data.get("events") or []]
+        t.events = EventLog(_event_from_list(item, schema) for item in data.get("events") or [])
         usage = data.get("usage")
         t.usage = None if usage is None else Usage(**usage)
         t.server = [ServerMeasure(m["name"], float(m["ms"]), m["source"]) for m in data.get("server") or []]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from latscope.dialects.base import (
@@ -25,9 +25,10 @@ from latscope.dialects.base import (
     ResponseBodyDecoder,
     StreamDecodeError,
     StreamDecoder,
+    TextRun,
 )
 from latscope.sse.limits import StreamLimitError
-from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, Phase, StreamEvent, Timeline, Usage
+from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, Phase, Timeline, Usage, as_event_log
 from latscope.wire.encoding import Decompress, UnsupportedEncoding, decoder_for
 from latscope.wire.errors import WireError, lost_error, make_error
 from latscope.wire.models import DEFAULT_MAX_BODY_BYTES
@@ -86,7 +87,6 @@ MAX_DECODED_BODY_BYTES = 64 * 1024 * 1024
 
 _CONTENT = EventKind.CONTENT
 _TOKEN_KINDS = TOKEN_KINDS
-_new_tuple = tuple.__new__  # builds a StreamEvent without NamedTuple's Python-level __new__ (hot path)
 
 # body handling modes, decided when the response head arrives
 _DECODE = 0  # feed the stream decoder
@@ -116,6 +116,28 @@ def join_fields(fields: Sequence[tuple[str, str]]) -> dict[str, str]:
     return joined
 
 
+#: the bound ``append`` of each :class:`~latscope.timeline.model.EventLog` column, in field order …
+_EventAppends = tuple[
+    Callable[[int], None],
+    Callable[[int], None],
+    Callable[[EventKind], None],
+    Callable[[int], None],
+    Callable[[int], None],
+    Callable[[int | None], None],
+    Callable[[int], None],
+]
+#: … and their ``extend``
+_EventExtends = tuple[
+    Callable[[Iterable[int]], None],
+    Callable[[Iterable[int]], None],
+    Callable[[Iterable[EventKind]], None],
+    Callable[[Iterable[int]], None],
+    Callable[[Iterable[int]], None],
+    Callable[[Iterable[int | None]], None],
+    Callable[[Iterable[int]], None],
+]
+
+
 class Exchange:
     """Records one response into ``timeline``. ``headers_future`` completes when the head arrived (or the request
     failed), ``done`` when the response ended or failed; either way the outcome is in the timeline. Both belong to
@@ -126,6 +148,8 @@ class Exchange:
         "_decoder",
         "_decompress",
         "_error_decoder",
+        "_event_appends",
+        "_event_extends",
         "_feed",
         "_framing",
         "_id_head",
@@ -167,7 +191,27 @@ class Exchange:
             loop = asyncio.get_running_loop()
         self.timeline = timeline
         self.reads = timeline.reads
-        self.events = timeline.events
+        self.events = timeline.events = as_event_log(timeline.events)
+        # the columns' appends, bound once for the hot loop of _record (stamps and read indices go in per read)
+        log = self.events
+        self._event_appends: _EventAppends = (
+            log.at_ns.append,
+            log.read_index.append,
+            log.kind.append,
+            log.text_chars.append,
+            log.tokens.append,
+            log.server_sent_ns.append,
+            log.choice.append,
+        )
+        self._event_extends: _EventExtends = (
+            log.at_ns.extend,
+            log.read_index.extend,
+            log.kind.extend,
+            log.text_chars.extend,
+            log.tokens.extend,
+            log.server_sent_ns.extend,
+            log.choice.extend,
+        )
         self.streamed = streamed
         self.keep_body = keep_body
         self.keep_text = keep_text
@@ -178,7 +222,7 @@ class Exchange:
         self.done: asyncio.Future[None] = loop.create_future()
         self.finished = False
         self._decoder = decoder
-        self._feed: Callable[[bytes], list[Chunk]] | None = None
+        self._feed: Callable[[bytes], Sequence[Chunk]] | None = None
         self._error_decoder = error_decoder
         self._body_decoder = body_decoder
         self.stream_types = stream_types
@@ -271,7 +315,7 @@ class Exchange:
         if chunks:
             self._record(chunks, at_ns, read_index)
 
-    def _feed_first(self, data: bytes) -> list[Chunk]:
+    def _feed_first(self, data: bytes) -> Sequence[Chunk]:
         """The decoder's ``feed`` for a stream's first bytes: also finds the response's own id
         (:attr:`Timeline.response_id`) in them, and keeps the first :data:`RESPONSE_ID_SCAN_BYTES` of a request
         that sent a ``traceparent`` to look for trace ids in once (:meth:`_scan_head`), then hands the hot path to
@@ -367,25 +411,42 @@ class Exchange:
 
     # --- internals ----------------------------------------------------------------------------------------------
 
-    def _record(self, chunks: list[Chunk], at_ns: int, read_index: int) -> None:
-        append = self.events.append
-        keep_text = self.keep_text
-        token_seen = False
-        text_seen = False
-        for c in chunks:
-            # one unpack instead of a descriptor call per field: this loop runs once per event
-            kind, text, tokens, finish, usage, timings, error, sent_ns, extra, choice = c
-            append(_new_tuple(StreamEvent, (at_ns, read_index, kind, len(text), tokens, sent_ns, choice)))
-            if kind is _CONTENT:
-                token_seen = text_seen = True
-                if keep_text and text:
-                    self._text_parts.append(text)
-            elif kind in _TOKEN_KINDS:
-                token_seen = True
-                if keep_text and text and kind is not EventKind.TOOL_CALL:
-                    self._text_parts.append(text)
-            if finish is not None or usage is not None or timings is not None or error is not None or extra is not None:
-                self._extras(c)
+    def _record(self, chunks: Sequence[Chunk], at_ns: int, read_index: int) -> None:
+        count = len(chunks)
+        if type(chunks) is TextRun:
+            token_seen, text_seen = self._record_text_run(chunks, at_ns, read_index)
+        elif count > 1:
+            token_seen, text_seen = self._record_run(chunks, at_ns, read_index)
+        else:
+            token_seen = text_seen = False
+            stamps, read_indices, kinds, chars, token_counts, sent, choices = self._event_appends
+            keep_text = self.keep_text
+            for c in chunks:
+                # one unpack instead of a descriptor call per field
+                kind, text, tokens, finish, usage, timings, error, sent_ns, extra, choice = c
+                stamps(at_ns)
+                read_indices(read_index)
+                kinds(kind)
+                chars(len(text))
+                token_counts(tokens)
+                sent(sent_ns)
+                choices(choice)
+                if kind is _CONTENT:
+                    token_seen = text_seen = True
+                    if keep_text and text:
+                        self._text_parts.append(text)
+                elif kind in _TOKEN_KINDS:
+                    token_seen = True
+                    if keep_text and text and kind is not EventKind.TOOL_CALL:
+                        self._text_parts.append(text)
+                if (
+                    finish is not None
+                    or usage is not None
+                    or timings is not None
+                    or error is not None
+                    or extra is not None
+                ):
+                    self._extras(c)
         if token_seen:
             t = self.timeline
             if t.first_token_ns is None:
@@ -393,6 +454,70 @@ class Exchange:
             if text_seen and t.first_text_ns is None:
                 t.first_text_ns = at_ns
             t.last_token_ns = at_ns
+
+    def _record_text_run(self, run: TextRun, at_ns: int, read_index: int) -> tuple[bool, bool]:
+        """:meth:`_record` for a decoder's :class:`TextRun`: every column extended at once, no chunk made; returns
+        (a token came, visible text came)."""
+        stamps, read_indices, kinds, chars, token_counts, sent, choices = self._event_extends
+        texts = run.texts
+        count = len(texts)
+        kind = run.kind
+        stamps([at_ns] * count)
+        read_indices([read_index] * count)
+        kinds([kind] * count)
+        chars(map(len, texts))
+        token_counts([1] * count)
+        sent([None] * count)
+        choices([run.choice] * count)
+        if run.finish_reason is not None:
+            self._result(run.finish_reason, None, None)
+        text_seen = kind is _CONTENT
+        token_seen = kind in _TOKEN_KINDS
+        if self.keep_text and (text_seen or kind is EventKind.REASONING):
+            self._text_parts.extend(texts)
+        return token_seen, text_seen
+
+    def _record_run(self, chunks: Sequence[Chunk], at_ns: int, read_index: int) -> tuple[bool, bool]:
+        """:meth:`_record` for a read that completed several events: the chunks transposed at once and each column
+        extended in one call (a large read of a fast stream holds hundreds); returns (a token came, visible text
+        came)."""
+        stamps, read_indices, kinds, chars, token_counts, sent, choices = self._event_extends
+        count = len(chunks)
+        kind_of, text_of, tokens_of, finish_of, usage_of, timings_of, error_of, sent_of, extra_of, choice_of = zip(
+            *chunks, strict=True
+        )
+        stamps([at_ns] * count)
+        read_indices([read_index] * count)
+        kinds(kind_of)
+        chars(map(len, text_of))
+        token_counts(tokens_of)
+        sent(sent_of)
+        choices(choice_of)
+        text_seen = _CONTENT in kind_of
+        token_seen = text_seen or EventKind.REASONING in kind_of or EventKind.TOOL_CALL in kind_of
+        if self.keep_text and token_seen:
+            self._text_parts.extend(
+                text
+                for kind, text in zip(kind_of, text_of, strict=True)
+                if text and (kind is _CONTENT or kind is EventKind.REASONING)
+            )
+        if (
+            finish_of.count(None) != count
+            or usage_of.count(None) != count
+            or timings_of.count(None) != count
+            or error_of.count(None) != count
+            or extra_of.count(None) != count
+        ):
+            for c in chunks:
+                if (
+                    c.finish_reason is not None
+                    or c.usage is not None
+                    or c.timings is not None
+                    or c.error is not None
+                    or c.extra is not None
+                ):
+                    self._extras(c)
+        return token_seen, text_seen
 
     def _result(self, finish_reason: str | None, usage: Usage | None, timings: dict[str, Any] | None) -> None:
         """Keep what a response said about its result: finish reason, token usage, llama.cpp ``timings``."""

@@ -218,3 +218,14 @@ def test_proxy_finding_when_every_stream_shows_the_hold_however_noisy_the_ttfts(
     out = check_proxy_buffering(ev(quickack=held, quickack_short=short), REF)
     assert isinstance(out, Finding) and out.evidence["every_stream_held"] is True
     assert out.evidence["noise_sd_ms"] > out.cost_ms / 3
+
+
+def test_nagle_clear_when_a_late_first_token_came_alone_though_later_tokens_arrive_several_to_a_read() -> None:
+    # a token every 6 ms, read four at a time after the start across a network path (gaps 0, 0, 0, 24: the median
+    # is 0): streams 26–28 ms late with their first token alone were not held — four tokens would be behind it
+    gaps = (0.0, 0.0, 0.0, 24.0) * 8
+    late = (
+        ok("late", ttft_after_setup_ms=t, reused=True, first_read_token_events=1, itl_ms=gaps) for t in (30.0, 32.0)
+    )
+    out = check_nagle(ev(reused=tuple(late)), REF)
+    assert isinstance(out, Clear) and out.evidence["late_streams_without_pileup"] == 2, out

@@ -231,13 +231,16 @@ def per_read_summary(samples: tuple[RequestSample, ...] | list[RequestSample]) -
 
 def late_without_pileup(sample: RequestSample, late_ms: float) -> bool:
     """True when ``sample`` reached its first token ``late_ms`` late with that token alone in its read, although
-    at its own cadence (median inter-token gap) :data:`PILEUP_INTERVALS` or more tokens would have piled up behind
-    a held first token: the lateness was not a hold of written data. False when the stream's first read carried
-    several tokens, or its cadence is unknown or too slow to tell."""
-    if sample.first_read_token_events >= 2:
+    at its own cadence :data:`PILEUP_INTERVALS` or more tokens would have piled up behind a held first token: the
+    lateness was not a hold of written data. False when the stream's first read carried several tokens, or its
+    cadence is unknown or too slow to tell.
+
+    The cadence is the mean inter-token gap, the pace the server generated at: across a network path a fast stream's
+    later tokens arrive several to a read, and their gaps of 0 would make the median say nothing."""
+    if sample.first_read_token_events >= 2 or not sample.itl_ms:
         return False
-    gap = median(sample.itl_ms)
-    return gap is not None and gap > 0.0 and late_ms >= PILEUP_INTERVALS * gap
+    cadence = sum(sample.itl_ms) / len(sample.itl_ms)
+    return cadence > 0.0 and late_ms >= PILEUP_INTERVALS * cadence
 
 
 def control_noise_ms(*groups: tuple[RequestSample, ...]) -> float | None:

@@ -12,7 +12,7 @@ from pathlib import Path as FilePath
 import pytest
 
 from latscope.diagnose import diagnose
-from latscope.findings import Severity
+from latscope.findings import Clear, Inconclusive, Severity
 from tests.real.conftest import require_llama_python, running_llama_server
 from tests.support.diagnosis import explain
 from tests.support.distances import PATHS, Path
@@ -40,4 +40,9 @@ async def test_llamacpp_is_diagnosed_alike_across_a_network_path(path: Path, tmp
     queue = result.finding("queue-head-of-line")
     assert queue is not None and queue.evidence["inflation_in_long_prefills"] >= 1.75, queue.evidence
     clear = {o.id for o in result.clear}
-    assert {"no-connection-reuse", "stream-coalescing-nagle"} <= clear, explain(result)
+    assert "no-connection-reuse" in clear, explain(result)
+    # llama-server sets TCP_NODELAY: never a Nagle finding. A quick run's two delayed-ACK streams can leave it
+    # undecided here, though: holds of 1.7-3.7 ms against a 2.1-2.5 ms threshold (this tiny model writes a token
+    # every 1.3 ms), one stream of two past it; that is an honest "more samples would settle it", not a finding
+    nagle = result.outcome("stream-coalescing-nagle")
+    assert isinstance(nagle, Clear | Inconclusive), explain(result)

@@ -44,13 +44,20 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _cadence_and_limit(sample: RequestSample, threshold_ms: float) -> tuple[float, float] | None:
+    """A stream's own cadence (median gap, ms) and the gap (ms) from which one of its gaps is a stall: at least
+    ``threshold_ms`` and :data:`STALL_FACTOR` × that cadence. None without gaps."""
+    cadence = median(sample.itl_ms)
+    return None if cadence is None else (cadence, max(threshold_ms, STALL_FACTOR * cadence))
+
+
 def stall_ms(sample: RequestSample, threshold_ms: float) -> float:
     """Time (ms) a stream spent in stalls: over every gap at least ``threshold_ms`` and :data:`STALL_FACTOR` × its
     own median gap, the gap beyond that median."""
-    cadence = median(sample.itl_ms)
-    if cadence is None:
+    found = _cadence_and_limit(sample, threshold_ms)
+    if found is None:
         return 0.0
-    limit = max(threshold_ms, STALL_FACTOR * cadence)
+    cadence, limit = found
     return sum(gap - cadence for gap in sample.itl_ms if gap >= limit)
 
 
@@ -58,10 +65,9 @@ def stall_gaps(samples: list[RequestSample], threshold_ms: float) -> int:
     """Gaps of ``samples`` that are stalls (see :func:`stall_ms`)."""
     count = 0
     for sample in samples:
-        cadence = median(sample.itl_ms)
-        if cadence is not None:
-            limit = max(threshold_ms, STALL_FACTOR * cadence)
-            count += sum(1 for gap in sample.itl_ms if gap >= limit)
+        found = _cadence_and_limit(sample, threshold_ms)
+        if found is not None:
+            count += sum(1 for gap in sample.itl_ms if gap >= found[1])
     return count
 
 
@@ -80,12 +86,11 @@ def preemption_holds_ms(samples: list[RequestSample], count: int) -> list[float]
 def stall_windows(sample: RequestSample, threshold_ms: float) -> list[tuple[float, float]]:
     """The stalls of ``sample`` (see :func:`stall_ms`) as windows of the client's clock: (last token before, first
     token after), ms. Empty for a sample without arrival times."""
-    cadence = median(sample.itl_ms)
-    if cadence is None or len(sample.token_at_ms) < 2:
+    found = _cadence_and_limit(sample, threshold_ms)
+    if found is None or len(sample.token_at_ms) < 2:
         return []
-    limit = max(threshold_ms, STALL_FACTOR * cadence)
-    at = sample.token_at_ms
-    return [(a, b) for a, b in pairwise(at) if b - a >= limit]
+    limit = found[1]
+    return [(a, b) for a, b in pairwise(sample.token_at_ms) if b - a >= limit]
 
 
 def stalled_alone(burst: list[RequestSample], threshold_ms: float) -> list[bool]:

@@ -301,6 +301,29 @@ def test_a_difference_that_some_pairs_do_not_show_is_inconclusive() -> None:
     assert out.evidence["pair_differences_ms"] == [1.43, 0.59, 0.0]
 
 
+def test_tokens_that_arrive_two_to_a_read_are_timed_by_the_steps_between_reads() -> None:
+    # across a 20 ms path llama-server's 1 ms tokens arrive two to a read: most gaps are 0, so the median gap is 0 on
+    # both sides and a per-step cost disappears; the stream's mean gap still sees it
+    greedy = tuple(ok(itl_ms=(*(0.0, 2.0) * 8, 0.0)) for _ in range(3))
+    sampled = tuple(ok(itl_ms=(*(0.0, 3.0) * 8, 0.0)) for _ in range(3))
+    out = check_decode_host_overhead(SamplingEvidence(18, greedy=greedy, sampled=sampled, parameters=PARAMS), REF)
+    assert isinstance(out, Finding), out
+    assert out.evidence["greedy_tpot_ms"] == pytest.approx(16 / 17, abs=1e-3)
+    assert out.evidence["added_ms_per_token"] == pytest.approx(8 / 17, abs=1e-3)
+
+
+def test_a_stream_held_back_and_released_at_once_is_not_priced_by_its_fast_tail() -> None:
+    # measured on llama-cpp-python: greedy streams decode a few tokens, hold ~8 ms, then release ten tokens 0.2 ms
+    # apart; their median gap (0.2 ms) made sampled streams (a steady 1.2 ms) look 6x slower per token, where they
+    # take 0.27 ms more per token over the stream
+    greedy = tuple(ok(itl_ms=(1.0, 1.0, 1.0, 1.0, 8.0, *(0.2,) * 10)) for _ in range(3))
+    sampled = tuple(ok(itl_ms=(1.2,) * 15) for _ in range(3))
+    out = check_decode_host_overhead(SamplingEvidence(16, greedy=greedy, sampled=sampled, parameters=PARAMS), REF)
+    assert isinstance(out, Finding), out
+    assert out.evidence["greedy_tpot_ms"] == pytest.approx(14 / 15, abs=1e-3)
+    assert out.cost_ms == pytest.approx((1.2 - 14 / 15) * 15, abs=0.01)
+
+
 def test_a_server_that_refuses_sampling_parameters_leaves_it_not_tested() -> None:
     ev = SamplingEvidence(32, greedy=_tpot_streams(6.0), refused="HTTP 400: Unrecognized request argument: top_p")
     out = check_decode_host_overhead(ev, REF)

@@ -108,11 +108,13 @@ def test_the_long_prompt_is_resized_to_fit_the_context(diagnosis: Diagnosis) -> 
 
 def test_sampling_on_the_host_is_named_with_its_cost_per_token(diagnosis: Diagnosis) -> None:
     # llama-cpp-python samples on the CPU, and top-p, penalties and logprobs take its slow path (logprobs are a
-    # softmax over the whole vocabulary per token); greedy decoding takes the fast one
+    # softmax over the whole vocabulary per token); greedy decoding takes the fast one. Measured with this tiny
+    # model: 0.14-0.31 ms per token more than greedy's 0.8-1.0 ms (ten runs, loopback and a 20 ms path)
     finding = diagnosis.finding("decode-host-overhead")
     assert finding is not None, explain(diagnosis)
     evidence = finding.evidence
-    assert evidence["sampled_tpot_ms"] > 1.5 * evidence["greedy_tpot_ms"], evidence
+    assert evidence["sampled_tpot_ms"] > 1.1 * evidence["greedy_tpot_ms"], evidence
+    assert finding.cost_ms == pytest.approx(evidence["added_ms_per_token"] * (evidence["stream_tokens"] - 1), rel=0.01)
 
 
 def test_streaming_and_keep_alive_are_clear(diagnosis: Diagnosis) -> None:

@@ -34,7 +34,12 @@ async def test_llamacpp_is_diagnosed_alike_across_a_network_path(path: Path, tmp
     assert rtt is not None and rtt >= 2 * path.one_way_ms, result.target
     assert all(e.status == "ok" for e in result.experiments), explain(result) + "\n" + log
     above_low = {f.id for f in result.findings if f.severity.rank > Severity.LOW.rank}
-    assert above_low == {"queue-head-of-line", "capacity-saturation", "decode-host-overhead"}, explain(result)
+    # host-side sampling is found at every distance, but its few ms per stream sit near the low/medium line next to a
+    # TTFT that now carries a round trip: its severity is not part of the diagnosis being compared
+    assert above_low - {"decode-host-overhead"} == {"queue-head-of-line", "capacity-saturation"}, explain(result)
+    sampling = result.finding("decode-host-overhead")
+    assert sampling is not None, explain(result)
+    assert sampling.evidence["sampled_tpot_ms"] > 1.1 * sampling.evidence["greedy_tpot_ms"], sampling.evidence
     saturation = result.finding("capacity-saturation")
     assert saturation is not None and saturation.evidence["capacity"] == 1, saturation.evidence
     queue = result.finding("queue-head-of-line")

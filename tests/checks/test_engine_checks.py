@@ -301,6 +301,19 @@ def test_a_difference_that_some_pairs_do_not_show_is_inconclusive() -> None:
     assert out.evidence["pair_differences_ms"] == [1.43, 0.59, 0.0]
 
 
+def test_one_pair_of_five_held_up_by_the_host_does_not_undo_a_finding_but_two_do() -> None:
+    # a 5 ms stall inside one greedy stream of 16 tokens moves its mean by 0.33 ms: that pair shows no difference
+    greedy_tpots = [1.0, 1.0, 1.33, 1.0, 1.0]
+    sampled = tuple(ok(itl_ms=(1.25,) * 15) for _ in greedy_tpots)
+    greedy = tuple(ok(itl_ms=(v,) * 15) for v in greedy_tpots)
+    out = check_decode_host_overhead(SamplingEvidence(16, greedy=greedy, sampled=sampled, parameters=PARAMS), REF)
+    assert isinstance(out, Finding), out
+    twice = tuple(ok(itl_ms=(v,) * 15) for v in [1.0, 1.33, 1.33, 1.0, 1.0])
+    out = check_decode_host_overhead(SamplingEvidence(16, greedy=twice, sampled=sampled, parameters=PARAMS), REF)
+    assert isinstance(out, Inconclusive), out
+    assert "2 of 5 pairs" in out.reason
+
+
 def test_tokens_that_arrive_two_to_a_read_are_timed_by_the_steps_between_reads() -> None:
     # across a 20 ms path llama-server's 1 ms tokens arrive two to a read: most gaps are 0, so the median gap is 0 on
     # both sides and a per-step cost disappears; the stream's mean gap still sees it

@@ -35,8 +35,11 @@ MIN_ADDED_MS = 0.1
 NOISE_Z = 3.0
 #: Streams needed on each side.
 MIN_STREAMS = 2
-#: Every greedy/sampled pair must show at least this share of the material difference for a finding.
+#: Every greedy/sampled pair must show at least this share of the material difference for a finding …
 PAIR_SHARE = 0.5
+#: … but one, from this many pairs on: a stream of one pair held up by the host (a stall inside it moves its mean)
+#: is not the sampling path, while a difference the host's load carries from pair to pair misses in several.
+PAIRS_FOR_A_MISS = 5
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -106,12 +109,13 @@ def check_decode_host_overhead(ev: SamplingEvidence, reference: Reference | None
     pairs = _pair_differences(ev)
     evidence["pair_differences_ms"] = [_round(d) for d in pairs]
     floor = PAIR_SHARE * max(MIN_ADDED_MS, MATERIAL_SHARE * g)
-    if pairs and min(pairs) < floor:
+    misses = sum(1 for d in pairs if d < floor)
+    if misses > (1 if len(pairs) >= PAIRS_FOR_A_MISS else 0):
         return Inconclusive(
             SAMPLING_ID,
-            f"sampled streams took {added:+.2f} ms per token over greedy ones in the median, but not in every pair "
-            f"sent back to back (smallest {min(pairs):+.2f} ms, under {floor:.2f}): a cost paid on every sampled step "
-            "shows in each; more pairs would settle it",
+            f"sampled streams took {added:+.2f} ms per token over greedy ones in the median, but {misses} of "
+            f"{len(pairs)} pairs sent back to back did not show it (smallest {min(pairs):+.2f} ms, under "
+            f"{floor:.2f}): a cost paid on every sampled step shows in each; more pairs would settle it",
             evidence,
         )
     tokens = max(1, ev.max_tokens - 1)

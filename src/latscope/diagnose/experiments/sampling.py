@@ -4,7 +4,9 @@
 first in odd pairs and second in even ones so drift on the server cannot favour either. A greedy warm-up request
 opens the connection first and is not measured: a connection's first stream is slower (measured on llama-cpp-python:
 on loopback 1.2 ms per token against 0.6–0.8 for the streams after it; across a 20 ms path its last eight tokens
-waited 11 ms together, for the first acknowledgements of TCP's initial window). The sampled requests ask
+waited 11 ms together, for the first acknowledgements of TCP's initial window). When the check cannot decide on
+those pairs (:func:`~latscope.checks.sampling.check_decode_host_overhead` inconclusive: some pair did not show a
+difference the others did), :data:`EXTRA_PAIRS` more are sent, once. The sampled requests ask
 for every parameter of :data:`SAMPLED` the server accepts: a refusal (4xx) of the whole set falls back to
 :data:`SAMPLED_FALLBACK`; a refusal of that too leaves the check not tested.
 """
@@ -13,13 +15,16 @@ from __future__ import annotations
 
 from latscope.checks.evidence import RequestSample, SamplingEvidence
 from latscope.checks.failures import describe
+from latscope.checks.sampling import check_decode_host_overhead
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
+from latscope.findings import Inconclusive
 from latscope.wire import Client
 
 PROMPT_TOKENS = 16
 PAIRS = 5
 PAIRS_QUICK = 3
+EXTRA_PAIRS = 3
 GREEDY: dict[str, object] = {"temperature": 0}
 #: Nucleus sampling, both OpenAI penalties and logprobs: the parameters engines take off the fused decode path.
 SAMPLED: dict[str, object] = {
@@ -35,7 +40,7 @@ SAMPLED_FALLBACK: dict[str, object] = {"temperature": 1.0, "top_p": 0.9, "freque
 
 def planned_requests(quick: bool) -> int:
     """Requests this experiment sends (about: a refused parameter set is sent once more, reduced)."""
-    return 1 + 2 * (PAIRS_QUICK if quick else PAIRS)
+    return 1 + 2 * (PAIRS_QUICK if quick else PAIRS)  # and 2 * EXTRA_PAIRS when the check cannot decide
 
 
 async def run(ctx: Context, prior: Prior) -> SamplingEvidence:
@@ -47,7 +52,12 @@ async def run(ctx: Context, prior: Prior) -> SamplingEvidence:
     refused: str | None = None
     async with ctx.client(quickack=True) as client:
         await _send(ctx, client, tokens, GREEDY, "warm-up")
-        for index in range(PAIRS_QUICK if ctx.quick else PAIRS):
+        planned = PAIRS_QUICK if ctx.quick else PAIRS
+        for index in range(planned + EXTRA_PAIRS):
+            if index == planned:
+                so_far = SamplingEvidence(tokens, tuple(greedy), tuple(sampled), tuple(parameters or ()), refused)
+                if not isinstance(check_decode_host_overhead(so_far, None), Inconclusive):
+                    break
             order = ("greedy", "sampled") if index % 2 == 0 else ("sampled", "greedy")
             for kind in order:
                 if kind == "greedy":

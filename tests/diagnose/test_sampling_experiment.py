@@ -1,0 +1,44 @@
+"""The sampling experiment against the lab's host-side sampling: a warm-up request, then its pairs; more pairs only
+when the check cannot decide on those."""
+
+from __future__ import annotations
+
+import pytest
+
+from latscope.diagnose import diagnose
+from latscope.diagnose.experiments import sampling
+from latscope.diagnose.result import Diagnosis
+from latscope.findings import Finding, Inconclusive
+from latscope.lab.app import Lab
+from latscope.lab.faults import SLOW_SAMPLING
+from tests.diagnose import truth
+
+
+def _sampling_requests(result: Diagnosis) -> int:
+    return next(r.requests for r in result.experiments if r.name == "sampling")
+
+
+async def test_a_decisive_run_sends_its_warm_up_and_pairs_only() -> None:
+    async with Lab(faults=[SLOW_SAMPLING], cost=truth.TEST_COST) as lab:
+        result = await diagnose(lab.url, only="decode-host-overhead", quick=True)
+    outcome = result.outcome("decode-host-overhead")
+    assert isinstance(outcome, Finding), result.to_dict()
+    assert len(outcome.evidence["greedy_tpots_ms"]) == sampling.PAIRS_QUICK
+    assert _sampling_requests(result) == 1 + 2 * sampling.PAIRS_QUICK
+
+
+async def test_an_undecided_check_gets_more_pairs_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    decisions: list[int] = []
+
+    def undecided(ev: sampling.SamplingEvidence, reference: object) -> Inconclusive:
+        decisions.append(len(ev.greedy))
+        return Inconclusive("decode-host-overhead", "undecided (test)")
+
+    monkeypatch.setattr(sampling, "check_decode_host_overhead", undecided)
+    async with Lab(faults=[SLOW_SAMPLING], cost=truth.TEST_COST) as lab:
+        result = await diagnose(lab.url, only="decode-host-overhead", quick=True)
+    assert decisions == [sampling.PAIRS_QUICK]  # asked once, after the planned pairs
+    assert _sampling_requests(result) == 1 + 2 * (sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS)
+    outcome = result.outcome("decode-host-overhead")  # the real check, on every pair
+    assert isinstance(outcome, Finding), result.to_dict()
+    assert len(outcome.evidence["greedy_tpots_ms"]) == sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS

@@ -16,6 +16,7 @@ connection without saying so — as it does after the 500 it answers a body that
 
 from __future__ import annotations
 
+import json
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,7 +86,8 @@ def test_the_single_model_slot_is_named_as_head_of_line_queueing_and_a_capacity_
         "decode-host-overhead",
     }, explain(diagnosis)
     saturation = diagnosis.finding("capacity-saturation")
-    assert saturation is not None and saturation.evidence["capacity"] == 1, saturation.evidence
+    assert saturation is not None, explain(diagnosis)
+    assert saturation.evidence["capacity"] == 1, json.dumps(saturation.evidence)
     assert saturation.evidence["waited_at"] == 2
     finding = diagnosis.finding("queue-head-of-line")
     assert finding is not None and finding.severity.rank >= Severity.MEDIUM.rank

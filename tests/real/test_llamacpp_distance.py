@@ -7,6 +7,7 @@ request now pays a round trip as large as the server's own work.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path as FilePath
 
 import pytest
@@ -41,7 +42,8 @@ async def test_llamacpp_is_diagnosed_alike_across_a_network_path(path: Path, tmp
     assert sampling is not None, explain(result)
     assert sampling.evidence["sampled_tpot_ms"] > 1.1 * sampling.evidence["greedy_tpot_ms"], sampling.evidence
     saturation = result.finding("capacity-saturation")
-    assert saturation is not None and saturation.evidence["capacity"] == 1, saturation.evidence
+    assert saturation is not None, explain(result)
+    assert saturation.evidence["capacity"] == 1, json.dumps(saturation.evidence)
     queue = result.finding("queue-head-of-line")
     assert queue is not None and queue.evidence["inflation_in_long_prefills"] >= 1.75, queue.evidence
     clear = {o.id for o in result.clear}

@@ -16,8 +16,8 @@ connection without saying so — as it does after the 500 it answers a body that
 
 from __future__ import annotations
 
-import json
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 

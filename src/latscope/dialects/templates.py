@@ -171,6 +171,9 @@ class EventTemplate:
         woven: list[str] = [""] * (2 * len(fields))
         woven[::2] = fields
         woven[1::2] = [*pieces[1:-1], self._boundary] * len(values)
-        if first + "".join(woven) != _SEP.join(values) + _SEP + first:
+        woven[-1] = last
+        rebuilt = "".join(woven)
+        whole = _SEP.join(values)
+        if len(whole) != len(first) + len(rebuilt) or not whole.startswith(first) or not whole.endswith(rebuilt):
             return None
         return texts

@@ -491,12 +491,15 @@ class SaturationLevel:
 
     ``first_token_lags_ms`` (aligned with ``rounds``; empty when not known) gives of each request the ms from the
     earliest first token of the others in its burst to its own (None where either is missing): a request that
-    waited for a slot got its first token about a whole stream after the first ones of its burst.
+    waited for a slot got its first token about a whole stream after the first ones of its burst. ``set_aside``
+    holds the rounds the experiment sent again because the server was busy before they began
+    (:func:`latscope.checks.saturation.busy_at_start`): kept for the record, not judged.
     """
 
     concurrency: int
     rounds: tuple[tuple[RequestSample, ...], ...]
     first_token_lags_ms: tuple[tuple[float | None, ...], ...] = ()
+    set_aside: tuple[tuple[RequestSample, ...], ...] = ()
 
     @property
     def samples(self) -> tuple[RequestSample, ...]:

@@ -8,7 +8,10 @@ stream, so a stream of a few milliseconds (a tiny model on a fast engine) hides 
 
 Every further level sends ``c`` requests at once on a client of ``c`` connections, first to open the connections
 (not measured: a server accepting ``c`` new connections at once takes them in one by one, so their requests reach
-its engine over several of its steps), then :data:`ROUNDS` times on them. The sweep stops one level after requests
+its engine over several of its steps), then :data:`ROUNDS` times on them. A round in which nobody waited although
+another round of the level had waiters, and whose earliest first token already came late (the server was busy
+before the burst began: :func:`latscope.checks.saturation.busy_at_start`), is sent again, up to :data:`REPEATS`
+times a level; the rounds set aside stay in the evidence. The sweep stops one level after requests
 started to wait for a slot (:func:`latscope.checks.saturation.level_waited`), at :data:`LEVELS`' end, or when a
 level took longer than :data:`LEVEL_BUDGET_S`. The target's metrics are scraped throughout
 (:mod:`latscope.diagnose.metrics`): its waiting- and running-requests gauges confirm a queue where it has them.
@@ -22,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from latscope.checks.evidence import RequestSample, SaturationEvidence, SaturationLevel
-from latscope.checks.saturation import level_waited, lone_rtt_ms
+from latscope.checks.saturation import busy_at_start, level_waited, lone_rtt_ms, needed_waiters, waiters
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.diagnose.metrics import scraping
@@ -43,6 +46,8 @@ LONE_REQUESTS = 3
 LEVELS = (2, 4, 8, 16, 32)
 LEVELS_QUICK = (2, 4, 8, 16)
 ROUNDS = 2
+#: Rounds a level may send again, at most, in place of one that began on a busy server (:func:`_held_up`).
+REPEATS = 2
 #: A level that took longer than this (s) ends the sweep: the endpoint is slow enough that the next would take far
 #: longer, and the levels measured so far already show whether requests waited.
 LEVEL_BUDGET_S = 8.0
@@ -50,7 +55,7 @@ LEVEL_BUDGET_S = 8.0
 
 def planned_requests(quick: bool) -> int:
     """Requests this experiment sends at most."""
-    return 2 * LONE_REQUESTS + (1 + ROUNDS) * sum(LEVELS_QUICK if quick else LEVELS)
+    return 2 * LONE_REQUESTS + (1 + ROUNDS + REPEATS) * sum(LEVELS_QUICK if quick else LEVELS)
 
 
 def lengthened_max_tokens(lone_span_ms: float, max_tokens: int = MAX_TOKENS) -> int:
@@ -121,19 +126,45 @@ async def _sweep(ctx: Context, levels: list[SaturationLevel], started: Callable[
         begun = time.monotonic()
         bursts: list[tuple[RequestSample, ...]] = []
         lags: list[tuple[float | None, ...]] = []
+        aside: list[tuple[RequestSample, ...]] = []
         async with ctx.client(quickack=True, max_connections_per_origin=concurrency) as client:
             await _burst(ctx, client, concurrency, max_tokens, "connections")
             for round_index in range(ROUNDS):
                 samples, burst_lags = await _burst(ctx, client, concurrency, max_tokens, f"round {round_index + 1}")
                 bursts.append(samples)
                 lags.append(burst_lags)
-        level = SaturationLevel(concurrency, tuple(bursts), tuple(lags))
+            for repeat in range(REPEATS):
+                level = SaturationLevel(concurrency, tuple(bursts), tuple(lags))
+                held = _held_up(level, lone_ttft, lone_e2e, rtt)
+                if held is None:
+                    break
+                aside.append(bursts[held])
+                samples, burst_lags = await _burst(ctx, client, concurrency, max_tokens, f"repeat {repeat + 1}")
+                bursts[held], lags[held] = samples, burst_lags
+        level = SaturationLevel(concurrency, tuple(bursts), tuple(lags), tuple(aside))
         levels.append(level)
         if level_waited(level, lone_ttft, lone_e2e, rtt) or time.monotonic() - begun > LEVEL_BUDGET_S:
             break
         if all(not s.ok for s in level.samples):
             break
     return max_tokens
+
+
+def _held_up(level: SaturationLevel, lone_ttft: float, lone_e2e: float, rtt: float | None) -> int | None:
+    """The round to send again, if any: one without enough waiters that began on a busy server (:func:`busy_at_start`)
+    while another round of the level had waiters. Where no round had any, nothing is sent again: a level whose
+    every burst starts late (a large burst's prompts prefilled as one batch) is judged on its first tokens' lags."""
+    counts = [waiters(level, i, lone_ttft, lone_e2e, rtt) for i in range(len(level.rounds))]
+    if not any(counts):
+        return None
+    return next(
+        (
+            i
+            for i, n in enumerate(counts)
+            if n < needed_waiters(level.concurrency) and busy_at_start(level, i, lone_ttft, lone_e2e)
+        ),
+        None,
+    )
 
 
 def _timed(samples: tuple[RequestSample, ...]) -> list[RequestSample]:

@@ -60,6 +60,14 @@ def test_one_slow_request_of_the_burst_is_a_stall_not_a_queue() -> None:
     assert isinstance(check_gateway_queueing(_ev(_low(), high), REF), Clear)
 
 
+def test_requests_held_alike_by_one_stall_are_not_a_queue() -> None:
+    # a host stall of ~25 ms catching three requests of the burst at once: they waited, but together, not in line
+    high = tuple(_req(RTT_MS + 5.0 + extra) for extra in (0.0, 0.0, 0.0, 24.0, 26.0, 27.0))
+    outcome = check_gateway_queueing(_ev(_low(), high), REF)
+    assert isinstance(outcome, Clear) and "all alike" in outcome.reason, outcome
+    assert outcome.evidence["stair_share"] < 0.3
+
+
 def test_a_server_that_reports_no_queue_time_is_not_tested() -> None:
     low = tuple(_req(45.0, queue_ms=None) for _ in range(4))
     high = tuple(_req(45.0 + wait, queue_ms=None) for wait in (0.0, 0.0, 100.0, 200.0, 300.0, 400.0))

@@ -121,7 +121,11 @@ def test_sampling_on_the_host_is_named_with_its_cost_per_token(diagnosis: Diagno
 
 def test_streaming_and_keep_alive_are_clear(diagnosis: Diagnosis) -> None:
     clear = {o.id for o in diagnosis.clear}
-    assert {"no-connection-reuse", "stream-coalescing-nagle"} <= clear, explain(diagnosis)
+    assert "no-connection-reuse" in clear, explain(diagnosis)
+    # never a Nagle finding; but one delayed-ACK stream of three held ~2 ms (this model writes a token every ~1 ms)
+    # leaves it honestly undecided, as across a path (test_llamacpp_distance.py)
+    nagle = diagnosis.outcome("stream-coalescing-nagle")
+    assert isinstance(nagle, Clear | Inconclusive), explain(diagnosis)
     buffering = diagnosis.outcome("stream-proxy-buffering")
     assert isinstance(buffering, Clear | Inconclusive), buffering  # measured, and not a finding
 

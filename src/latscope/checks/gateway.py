@@ -8,7 +8,8 @@ out of slots also makes a burst wait, but in its own queue, which the server rep
 (``capacity-saturation`` is that finding). So, per request: the time to the first token (the connection's setup
 excluded) less everything the server says it spent before it — what no server phase accounts for — is compared
 between a control at a low rate and a burst; the path's round trip and the client's own costs are in both. A finding
-needs that unaccounted time to grow in the burst, for several requests, well beyond the control's spread, while the
+needs that unaccounted time to grow in the burst, for several requests, well beyond the control's spread, in steps
+(each waiter longer than the one before, as a line goes; a stall holds its requests alike), while the
 server's reported queue time does not grow with it; and no refusal (a limiter that refuses is ``rate-limited``).
 Without a server-reported queue time, a gateway's queue cannot be told from the engine's: not tested.
 """
@@ -51,6 +52,11 @@ GROWTH_FLOOR_MS = 20.0
 #: Requests of the burst that must have waited: a queue holds each one a refill interval longer than the one
 #: before, so more than one waits; one slow request is a stall.
 MIN_WAITERS = 2
+#: A queue lets its requests through one after another: each waiter waited a refill interval (or a service time)
+#: longer than the one before, so the waiters' waits spread over at least half of the longest (the lab's queue:
+#: 91, 192, 291 and 391 ms beyond the control). A stall of the host or the server delays the requests it catches
+#: alike: waits whose spread is under this share of the longest are one hold, not a line.
+MIN_STAIR_SHARE = 0.3
 #: The server's reported queue time may grow by at most this share of the unaccounted growth: beyond it, the burst
 #: waited (also) in the engine's queue, which is ``capacity-saturation``'s mechanism.
 MAX_ENGINE_SHARE = 0.25
@@ -130,6 +136,17 @@ def check_gateway_queueing(ev: GatewayQueueEvidence, reference: Reference | None
             GATEWAY_QUEUEING_ID,
             f"{len(ev.high)} requests at once waited no longer before the server's work than {len(ev.low)} sent "
             f"{ev.low_interval_ms:.0f} ms apart ({len(waited)} beyond {threshold:.1f} ms)",
+            evidence,
+        )
+    excess = [v - control for v in waited]
+    stair = (max(excess) - min(excess)) / max(excess)
+    evidence["stair_share"] = _round(stair)
+    if stair < MIN_STAIR_SHARE:
+        return Clear(
+            GATEWAY_QUEUEING_ID,
+            f"{len(waited)} requests of the burst waited {min(excess):.1f}–{max(excess):.1f} ms longer than the "
+            "control before the server's work, all alike: one hold of the host or the server, not a queue (whose "
+            "requests go through one after another)",
             evidence,
         )
     if engine_growth > MAX_ENGINE_SHARE * growth:

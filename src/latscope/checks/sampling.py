@@ -46,13 +46,15 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def tpot_ms(itl_ms: tuple[float, ...]) -> float | None:
-    """A stream's time per output token (ms): its mean gap, first token to last; None under 2 gaps."""
+def _mean_gap_ms(itl_ms: tuple[float, ...]) -> float | None:
+    """A stream's time per output token (ms): its mean gap, first token to last; None under 2 gaps. (The gaps a
+    sample keeps, so the count is of token events; :func:`latscope.timeline.metrics.tpot_ms` divides a timeline's
+    span by the server's token count instead.)"""
     return sum(itl_ms) / len(itl_ms) if len(itl_ms) >= 2 else None
 
 
 def _tpots(samples: tuple[RequestSample, ...]) -> list[float]:
-    values = [tpot_ms(s.itl_ms) for s in samples if s.ok]
+    values = [_mean_gap_ms(s.itl_ms) for s in samples if s.ok]
     return [v for v in values if v is not None]
 
 

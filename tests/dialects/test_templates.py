@@ -18,7 +18,7 @@ OLLAMA = REAL.parent / "ollama"
 NUMBERS = frozenset({"index", "id", "logprob"})
 
 
-def tgi(index: int, token_id: int, text: str, logprob: str = "-0.25") -> str:
+def tgi(index: int | str, token_id: int | str, text: str, logprob: str = "-0.25") -> str:
     return (
         f'{{"index":{index},"token":{{"id":{token_id},"text":"{text}","logprob":{logprob},"special":false}},'
         '"generated_text":null,"details":null,"top_tokens":null}'
@@ -76,10 +76,31 @@ def test_two_events_cut_in_the_wrong_places_do_not_fit() -> None:
     assert learnt().texts([first[:cut], first[cut:] + second]) is None
 
 
-def test_any_value_in_a_number_hole_fits_only_one_per_hole() -> None:
+def test_a_number_hole_fits_one_unread_value_that_holds_no_comma() -> None:
     template = learnt()
-    assert template.texts([tgi(1, 5, " a"), tgi(2, 6, " b", "null")]) == [" a", " b"]  # unread: any value
-    assert template.texts([tgi(1, 5, " a"), tgi(2, 6, " b", "[1")]) is None
+    for unread in ("null", "true", "0", "-1.5E+300", " 7 ", "[]", "{}"):
+        assert template.texts([tgi(1, 5, " a"), tgi(2, 6, " b", unread)]) == [" a", " b"], unread
+    for odd in ("[1", "[1]", "[0]", '"x"', "nul", "1 2", ""):
+        assert template.texts([tgi(1, 5, " a"), tgi(2, 6, " b", odd)]) is None, odd
+
+
+def test_a_bracket_and_a_comma_in_number_holes_do_not_balance_out() -> None:
+    # [1 and 2] make one element of two holes, 3,4 two elements of one: the count is right, the cut is not
+    assert learnt().texts([tgi(1, 5, " a"), tgi("[1", "2]", " b", "3,4")]) is None
+
+
+def test_the_pieces_in_another_order_do_not_fit() -> None:
+    # every piece once and the holes fine, but the token's id and logprob pieces swapped: no valid JSON
+    event = tgi(2, "@ID", " b", "@LP").replace(',"token":{"id":@ID', "@P1").replace('","logprob":@LP', "@P3")
+    swapped = event.replace("@P1", '","logprob":7').replace("@P3", ',"token":{"id":-0.25')
+    assert learnt().texts([tgi(1, 5, " a"), swapped]) is None
+
+
+def test_a_text_is_the_json_parsers_own() -> None:
+    texts = [" plain", "é ü", "\u00e9", "emoji \ud83d\ude00"]
+    assert learnt().texts([tgi(i, i, t) for i, t in enumerate(texts[:2])]) == texts[:2]
+    # an escape is the parser's job: the run is left to it
+    assert learnt().texts([tgi(i, i, t) for i, t in enumerate(texts)]) is None
 
 
 def test_no_template_when_the_text_is_ambiguous_or_a_key() -> None:

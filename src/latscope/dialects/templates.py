@@ -5,23 +5,40 @@ dialects, a few fields the decoder does not read (OpenAI Responses' ``sequence_n
 ``logprob`` and ``index``, Ollama's ``created_at``, OpenAI's random ``obfuscation``). Learnt from one event, an
 :class:`EventTemplate` is that event cut into constant pieces around its holes: the text (a JSON string value), and
 the values of the ignored fields (numbers, or strings). An event fits when it is the pieces with, in between: in
-the text and string holes, a string content needing no escaping (no ``"``, no ``\\``, printable: stricter than
-JSON, which only sends more events to the parser), the text not empty; in each number hole, exactly one JSON value
-(the learnt event had a number there; the decoder reads none of it, so any value will do).
+the text and string holes, a string content with no ``"`` and no ``\\`` (stricter than JSON, which only sends more
+events to the parser), the text not empty; in each number hole, exactly one JSON value with no comma in it (the
+learnt event had a number there; the decoder reads none of it, so any number, ``true``, ``false``, ``null``, ``[]`` or
+``{}`` will do).
 
 Why that is exact: such an event lexes like the learnt one token by token but for the values in the holes (a string
-with nothing to escape ends at its closing quote; a hole holding one whole JSON value is one member's value, as in
-the learnt event), so it is the same document but for those values. The decoder reads none of the ignored fields
-(its own list says which), so the chunk is the learnt one with the text in the text hole, which the decoder
+with no quote and no escape ends at its closing quote; a hole holding one whole JSON value is one member's value,
+as in the learnt event), so it is the same document but for those values. The decoder reads none of the ignored
+fields (its own list says which), so the chunk is the learnt one with the text in the text hole, which the decoder
 confirms once by decoding a probe document: the pieces with a stand-in text and other values in the other holes
 (:meth:`EventTemplate.probe`).
 
-A feed's events are checked together (:meth:`EventTemplate.texts`): each without its first and last pieces, joined
-with NUL (which no valid JSON document holds), cut with ``str.replace`` at the inner pieces and ``str.split``, the
-holes checked in bulk (one scan for the text and string holes; the number holes parsed as one JSON array, no comma
-in any of them, as many elements as holes), and the events rebuilt from the pieces and holes and compared with the
-originals. C-level loops only, no Python bytecode per event; whatever does not rebuild exactly (a piece inside a
-text, an event of another shape, a NUL) makes the whole run fail, and the decoder parses it.
+A feed's events are checked together (:meth:`EventTemplate.texts`), by C-level loops only, no Python bytecode per
+event:
+
+1. each event without its first and last pieces, which the run must hold (one comparison of the run with them put
+   back), the events joined with NUL. A string hole keeps its quotes throughout: they are cut off the pieces on
+   either side of it, not off the hole;
+2. each inner piece replaced by a mark of its own (:data:`_MARKS`: control characters, which no valid JSON text
+   holds raw);
+3. the marks, NULs, quotes and backslashes alone (every other byte deleted: one ``bytes.translate``) must be, once
+   per event, the template's marks in order with each string hole's two quotes between them. So the run held no
+   mark of its own, and replacing a piece by a mark can be undone: the run is the marked string with each mark put
+   back as its piece. Each event is then its pieces with its holes between them, and no hole holds a quote or a
+   backslash but a string hole's own two;
+4. each mark and NUL made a comma (one more ``bytes.translate``), the run is the JSON array of every event's holes in
+   turn, parsed once: it must have as many elements as holes, a string in every text and string hole (a hole with
+   no quote of its own between its two is one string token) and, in every number hole, a value that holds no comma
+   (``sum`` takes numbers and booleans; what it is spared, null, zeros and empty containers, holds no comma). A hole
+   that held a comma, or a bracket that another closed, would have moved an element or made one a list of two or
+   more, so each hole is exactly one JSON value of its kind, and the texts are the parser's own.
+
+Whatever does not fit (a piece inside a text, an event of another shape, an escape, a control character) makes the
+whole run fail, and the decoder parses it.
 """
 
 from __future__ import annotations
@@ -33,6 +50,10 @@ from operator import itemgetter
 import orjson
 
 _SEP = "\x00"  # no valid JSON text holds a raw NUL (RFC 8259 §7: control characters are escaped in strings)
+_SEP_BYTE = _SEP.encode()
+_MARKS = "".join(map(chr, (*range(1, 9), *range(14, 32))))
+"""The inner pieces' marks: control characters that no valid JSON text holds raw; JSON's whitespace (tab, LF, CR),
+which a piece may hold, left out. A template has at most this many inner pieces."""
 
 PROBE = "latscope-template-probe-7Qx"
 """The stand-in text of a probe document (printable, nothing to escape, unlikely in real data)."""
@@ -69,7 +90,21 @@ class EventTemplate:
     """A token event's shape: constant ``pieces`` around ``len(pieces) - 1`` holes, one of them the text (see the
     module docstring). Built by :meth:`learn`."""
 
-    __slots__ = ("_boundary", "_cuts", "_number_holes", "_string_holes", "holes", "pieces", "text_hole")
+    __slots__ = (
+        "_commas",
+        "_cuts",
+        "_first",
+        "_inner",
+        "_joint",
+        "_last",
+        "_number_holes",
+        "_order",
+        "_others",
+        "_string_holes",
+        "holes",
+        "pieces",
+        "text_hole",
+    )
 
     def __init__(self, pieces: list[str], text_hole: int, number_holes: list[int], string_holes: list[int]) -> None:
         self.pieces = pieces  #: the constant pieces, one more than the holes
@@ -77,10 +112,25 @@ class EventTemplate:
         self.text_hole = text_hole  #: which hole holds the text
         self._number_holes = number_holes
         self._string_holes = string_holes
-        # Where one event ends and the next begins in a NUL-joined run; then the inner pieces, longest first, so a
-        # piece that holds another is cut before it.
-        self._boundary = pieces[-1] + _SEP + pieces[0]
-        self._cuts = sorted(pieces[1:-1], key=len, reverse=True)
+        # A string hole keeps its quotes: they are cut off the pieces on either side of it, so that the marked
+        # run, its marks made commas, is the JSON array of the holes.
+        quoted = [i == text_hole or i in string_holes for i in range(self.holes)]
+        cut = list(pieces)
+        for i in range(self.holes):
+            if quoted[i]:  # between pieces[i], which ends with its opening quote, and pieces[i + 1]
+                cut[i], cut[i + 1] = cut[i][:-1], cut[i + 1][1:]
+        self._first, self._last = cut[0], cut[-1]
+        self._inner = itemgetter(slice(len(cut[0]), -len(cut[-1]) or None))  # an event without those two
+        self._joint = cut[-1] + cut[0]  # between two events once their first and last pieces are cut out
+        marks = _MARKS[: self.holes - 1]
+        # the inner pieces and their marks, longest first, so that a piece that holds another is cut before it
+        self._cuts = sorted(zip(cut[1:-1], marks, strict=True), key=lambda pair: len(pair[0]), reverse=True)
+        # What the marked run keeps of each event once every byte but the marks, the separator, quotes and
+        # backslashes is deleted: its holes' quotes and the marks between them, in order, then the separator.
+        order = "".join(('""' if quoted[i] else "") + (marks[i] if i < len(marks) else _SEP) for i in range(self.holes))
+        self._order = order.encode()
+        self._others = bytes(byte for byte in range(256) if byte not in b'"\\' + self._order)
+        self._commas = bytes.maketrans((marks + _SEP).encode(), b"," * (len(marks) + 1))
 
     @classmethod
     def learn(
@@ -120,10 +170,15 @@ class EventTemplate:
         pieces.append(value[at:])
         if "" in pieces[1:-1]:
             return None  # two holes side by side: not an object's members
+        if len(pieces) - 2 > len(_MARKS):
+            return None  # more inner pieces than marks
         holes = range(len(spans))
         number_holes = [i for i in holes if spans[i][2] == _NUMBER]
         string_holes = [i for i in holes if spans[i][2] == _STRING and i != text_hole]
-        return cls(pieces, text_hole, number_holes, string_holes)
+        template = cls(pieces, text_hole, number_holes, string_holes)
+        if "" in (piece for piece, _ in template._cuts):
+            return None  # a piece that was only a string hole's quotes: no object's members
+        return template
 
     def probe(self) -> str:
         """The pieces with :data:`PROBE` in the text hole and, in the others, values other than any real stream's
@@ -137,43 +192,40 @@ class EventTemplate:
         return "".join(chain.from_iterable(zip(self.pieces[:-1], fills, strict=True))) + self.pieces[-1]
 
     def texts(self, values: list[str]) -> list[str] | None:
-        """The text of each of ``values`` when every one fits the template, else None."""
-        pieces = self.pieces
-        first, last = pieces[0], pieces[-1]
-        # each event without its first and last pieces (checked below, with the rest), cut at the inner pieces
-        inside = _SEP.join(map(itemgetter(slice(len(first), -len(last))), values))
-        for piece in self._cuts:
-            inside = inside.replace(piece, _SEP)
+        """The text of each of ``values`` when every one fits the template, else None (the steps: see the module
+        docstring)."""
+        first, last = self._first, self._last
+        size = len(values)
+        # 1. each event without its first and last pieces, which must be there
+        inner = list(map(self._inner, values))
+        if "".join(values) != first + self._joint.join(inner) + last:
+            return None
+        run = _SEP.join(inner)
+        # 2. each inner piece marked
+        for piece, mark in self._cuts:
+            run = run.replace(piece, mark)
+        # 3. the marks in the template's order, once per event, and no other quote nor any backslash
+        encoded = run.encode("utf-8", "surrogatepass")
+        if encoded.translate(None, self._others) + _SEP_BYTE != self._order * size:
+            return None
+        # 4. the holes as one JSON array: each one value of its kind
+        try:
+            holes_in_turn = _loads(b"[" + encoded.translate(self._commas) + b"]")
+        except _JSONDecodeError:
+            return None
         holes = self.holes
-        fields = inside.split(_SEP)
-        if len(fields) != holes * len(values):
+        if len(holes_in_turn) != holes * size:
             return None
-        texts = fields[self.text_hole :: holes]
-        strings = "".join(texts)
-        if self._string_holes:
-            strings += "".join(chain.from_iterable(fields[i::holes] for i in self._string_holes))
-        if "" in texts or '"' in strings or "\\" in strings or not strings.isprintable():
-            return None
-        if self._number_holes:
-            # One JSON value per hole (a field the decoder does not read may hold any value; the learnt event had a
-            # number there): parsed as one array, no comma inside a hole, as many elements as holes.
-            numbers = list(chain.from_iterable(fields[i::holes] for i in self._number_holes))
-            joined = ",".join(numbers)
-            if joined.count(",") != len(numbers) - 1:
+        texts: list[str] = holes_in_turn[self.text_hole :: holes]
+        try:
+            if "" in texts or not "".join(texts):
                 return None
-            try:
-                if len(_loads("[" + joined + "]")) != len(numbers):
-                    return None
-            except _JSONDecodeError:
-                return None
-        # Rebuilt from the pieces and the holes, the run must be what arrived: then each event is exactly the pieces
-        # with its holes in between, whatever the cuts above matched.
-        woven: list[str] = [""] * (2 * len(fields))
-        woven[::2] = fields
-        woven[1::2] = [*pieces[1:-1], self._boundary] * len(values)
-        woven[-1] = last
-        rebuilt = "".join(woven)
-        whole = _SEP.join(values)
-        if len(whole) != len(first) + len(rebuilt) or not whole.startswith(first) or not whole.endswith(rebuilt):
-            return None
+            for i in self._string_holes:
+                "".join(holes_in_turn[i::holes])
+            for i in self._number_holes:
+                # No list or object that holds a comma (any other value the decoder would not read either): sum
+                # takes numbers and booleans, and what it is spared (null, zeros, empty containers) holds no comma.
+                sum(filter(None, holes_in_turn[i::holes]))
+        except TypeError:
+            return None  # a hole of another kind: the run is not cut where it seems
         return texts

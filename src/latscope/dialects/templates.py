@@ -33,7 +33,8 @@ event:
 4. each mark and NUL made a comma (one more ``bytes.translate``), the run is the JSON array of every event's holes in
    turn, parsed once: it must have as many elements as holes, a string in every text and string hole (a hole with
    no quote of its own between its two is one string token) and, in every number hole, a value that holds no comma
-   (``sum`` takes numbers and booleans; what it is spared, null, zeros and empty containers, holds no comma). A hole
+   (none can when the run holds no ``[`` and no ``{``; else ``sum`` takes numbers and booleans, and what it is
+   spared, null, zeros and empty containers, holds no comma). A hole
    that held a comma, or a bracket that another closed, would have moved an element or made one a list of two or
    more, so each hole is exactly one JSON value of its kind, and the texts are the parser's own.
 
@@ -217,6 +218,10 @@ class EventTemplate:
         if len(holes_in_turn) != holes * size:
             return None
         texts: list[str] = holes_in_turn[self.text_hole :: holes]
+        if "[" not in run and "{" not in run:
+            # No hole can hold a list or an object, so none swallowed another's comma: with as many elements as
+            # holes, each is its hole's, and a quoted hole is a string.
+            return None if "" in texts else texts
         try:
             if "" in texts or not "".join(texts):
                 return None

@@ -567,8 +567,9 @@ class SSEParser:
         except UnicodeDecodeError:
             return 0
         values = text[5:-2].split("\n\ndata:")
-        joined = "".join(values)
-        if "\n" in joined or "\n\ndata: " in text:  # another field, or a value whose leading space goes
+        # Another field, or a value whose leading space goes: only a value that sorts before "!" may start with a
+        # space, and only then is the text searched for one.
+        if "\n" in "".join(values) or (min(values) < "!" and "\n\ndata: " in text):
             return 0
         pos = self._tail_offset
         span = (len(batch), len(values), pos, 1, self.last_event_id, self.retry_ms, None, 5, None)

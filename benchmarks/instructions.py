@@ -3,11 +3,12 @@ dialect's stream decoder alone, under valgrind (cachegrind, no cache simulation)
 
 CPU time per event on a shared 2-core VM moves by a third from one run to the next (the same code gave OpenAI chat
 0.52–0.71 µs per event in four runs of ``client_overhead.py``), so a ratio such as "within 1.5× of OpenAI chat's"
-cannot be told from noise there. An instruction count can: valgrind runs the program on a simulated CPU and counts
-every instruction it executes, whatever else the machine is doing, so the same code, inputs and interpreter give the
-same count to within a few instructions per event. It is a proxy: an instruction of ``memcpy`` is cheaper than
-one of the interpreter's dispatch, so compare counts of like work (one dialect's decoder with another's), not
-counts with seconds.
+is hard to tell from noise there. An instruction count is not moved by the machine: valgrind runs the program on a
+simulated CPU and counts every instruction it executes, whatever else is running, so the ``decoder`` rows repeat to
+within about 1 %. The ``client`` rows move more, by up to 7 % between runs: how many bytes each read of the socket
+brings depends on timing even under valgrind, and each read costs instructions of its own. It is a proxy: an
+instruction of ``memcpy`` is cheaper than one of the interpreter's dispatch or a cache miss, so compare counts of
+like work (one dialect's decoder with another's), not counts with seconds, and check a gain in seconds too.
 
 Each row is counted twice, at ``--events`` and at four times as many, and the table gives the difference divided
 by the difference in events: start-up (interpreter, imports, the event loop, connecting) cancels out. The

@@ -9,7 +9,8 @@ Token events of one stream usually differ only in their text (Anthropic's ``text
 the decoder does not read (a sequence number, a token id: the subclass names them in :attr:`template_numbers` and
 :attr:`template_strings`), so once one is decoded, its data is learnt as a template
 (:class:`~latscope.dialects.templates.EventTemplate`: constant pieces around the text and those fields' values) and
-the events that fit it are decoded by cutting strings, without parsing JSON; a probe put in the text's place must
+the events that fit it are decoded by cutting strings, without parsing each event (a run's holes alone are parsed,
+as one JSON array); a probe put in the text's place must
 decode to the same chunk but for its text. A template whose only hole is the text also decodes an event read alone
 (a prefix and suffix compared: the OpenAI decoder's ``_Template``); one with more holes decodes runs of events, and
 an event read alone is parsed. Events that do not fit are parsed as usual.

@@ -1,4 +1,4 @@
-"""Token-event templates with holes: decoding a stream's token events by cutting strings, without parsing JSON.
+"""Token-event templates with holes: decoding a run of token events by cutting strings, not parsing each event.
 
 A stream's token events are written alike: the same fields in the same order, only the text changing — and, in some
 dialects, a few fields the decoder does not read (OpenAI Responses' ``sequence_number``, TGI's token ``id``,
@@ -31,12 +31,12 @@ event:
    back as its piece. Each event is then its pieces with its holes between them, and no hole holds a quote or a
    backslash but a string hole's own two;
 4. each mark and NUL made a comma (one more ``bytes.translate``), the run is the JSON array of every event's holes in
-   turn, parsed once: it must have as many elements as holes, a string in every text and string hole (a hole with
-   no quote of its own between its two is one string token) and, in every number hole, a value that holds no comma
-   (none can when the run holds no ``[`` and no ``{``; else ``sum`` takes numbers and booleans, and what it is
-   spared, null, zeros and empty containers, holds no comma). A hole
-   that held a comma, or a bracket that another closed, would have moved an element or made one a list of two or
-   more, so each hole is exactly one JSON value of its kind, and the texts are the parser's own.
+   turn, parsed once (its values only: no object is built): it must have as many elements as holes, a string in
+   every text and string hole (a hole with no quote of its own between its two is one string token) and, in every
+   number hole, a value that holds no comma (none can when the run holds no ``[`` and no ``{``; else ``sum`` takes
+   numbers and booleans, and what it is spared, null, zeros and empty containers, holds no comma). A hole that held
+   a comma, or a bracket that another closed, would have moved an element or made one a list of two or more, so
+   each hole is exactly one JSON value of its kind, and the texts are the parser's own.
 
 Whatever does not fit (a piece inside a text, an event of another shape, an escape, a control character) makes the
 whole run fail, and the decoder parses it.

@@ -37,8 +37,9 @@ NOISE_Z = 3.0
 MIN_STREAMS = 2
 #: Every greedy/sampled pair must show at least this share of the material difference for a finding …
 PAIR_SHARE = 0.5
-#: … but one, from this many pairs on: a stream of one pair held up by the host (a stall inside it moves its mean)
-#: is not the sampling path, while a difference the host's load carries from pair to pair misses in several.
+#: … but one in four, from this many pairs on: a stream of one pair held up by the host (a stall inside it moves its
+#: mean) is not the sampling path, while a difference the host's load carries from pair to pair misses in several.
+#: (On llama-cpp-python here about one pair in five was held up, so eight pairs often had two.)
 PAIRS_FOR_A_MISS = 5
 
 
@@ -85,9 +86,20 @@ def check_decode_host_overhead(ev: SamplingEvidence, reference: Reference | None
         return NotTested(SAMPLING_ID, f"the sampling experiment could not measure: {reason}")
     g, s = median(greedy), median(sampled)
     assert g is not None and s is not None
-    added = s - g
-    spread = max(robust_sd(greedy) or 0.0, robust_sd(sampled) or 0.0)
-    se = spread * math.sqrt(1 / len(greedy) + 1 / len(sampled))
+    # A host-side cost is paid on every sampled step, so each greedy/sampled pair, sent back to back, shows it; and
+    # the host's load, which moves a stream's time per token by more than the cost here (llama-cpp-python: 0.9 to
+    # 1.7 ms greedy within one run), moves both of a pair alike. So the difference is the pairs' median, with the
+    # pairs' own spread for its standard error; without pairs, the medians' difference with both sides' spreads.
+    pairs = _pair_differences(ev)
+    if len(pairs) >= MIN_STREAMS:
+        paired = median(pairs)
+        assert paired is not None
+        added = paired
+        se = (robust_sd(pairs) or 0.0) / math.sqrt(len(pairs))
+    else:
+        added = s - g
+        spread = max(robust_sd(greedy) or 0.0, robust_sd(sampled) or 0.0)
+        se = spread * math.sqrt(1 / len(greedy) + 1 / len(sampled))
     evidence: dict[str, Any] = {
         "greedy_tpot_ms": _round(g),
         "sampled_tpot_ms": _round(s),
@@ -97,22 +109,29 @@ def check_decode_host_overhead(ev: SamplingEvidence, reference: Reference | None
         "parameters": list(ev.parameters),
         "greedy_tpots_ms": [_round(v) for v in greedy],
         "sampled_tpots_ms": [_round(v) for v in sampled],
+        "pair_differences_ms": [_round(d) for d in pairs],
     }
-    material = added >= max(MIN_ADDED_MS, MATERIAL_SHARE * g)
-    if not material or added < NOISE_Z * se:
+    threshold = max(MIN_ADDED_MS, MATERIAL_SHARE * g)
+    if added < threshold:
         return Clear(
             SAMPLING_ID,
             f"sampling ({', '.join(ev.parameters)}) adds {added:+.2f} ms per token to a greedy {g:.2f} ms: it stays "
             "on the fast path",
             evidence,
         )
-    # a host-side cost is paid on every sampled step: each greedy/sampled pair, sent back to back, shows it; a
-    # difference carried by some pairs only is the host's load moving between them
-    pairs = _pair_differences(ev)
-    evidence["pair_differences_ms"] = [_round(d) for d in pairs]
-    floor = PAIR_SHARE * max(MIN_ADDED_MS, MATERIAL_SHARE * g)
+    if added < NOISE_Z * se:
+        # a material difference the noise could have made: not a clear path, not a finding
+        return Inconclusive(
+            SAMPLING_ID,
+            f"sampled streams took {added:+.2f} ms per token over greedy ones, but that is within {NOISE_Z:g} "
+            f"standard errors ({se:.2f} ms) of nothing: the host's load moved the streams too much; more pairs "
+            "would settle it",
+            evidence,
+        )
+    # a difference carried by some pairs only is the host's load moving between them
+    floor = PAIR_SHARE * threshold
     misses = sum(1 for d in pairs if d < floor)
-    if misses > (1 if len(pairs) >= PAIRS_FOR_A_MISS else 0):
+    if misses > (len(pairs) // 4 if len(pairs) >= PAIRS_FOR_A_MISS else 0):
         return Inconclusive(
             SAMPLING_ID,
             f"sampled streams took {added:+.2f} ms per token over greedy ones in the median, but {misses} of "
@@ -133,7 +152,7 @@ def check_decode_host_overhead(ev: SamplingEvidence, reference: Reference | None
         evidence=evidence,
         rule=(
             f"streams asking for {', '.join(ev.parameters)} took {added / g:.0%} longer per token than greedy ones "
-            f"of the same prompt and length (≥ {MATERIAL_SHARE:.0%}, {NOISE_Z:g} standard errors clear)"
+            f"of the same prompt and length, pair by pair (≥ {MATERIAL_SHARE:.0%}, {NOISE_Z:g} standard errors clear)"
         ),
         confidence=Confidence.HIGH if min(len(greedy), len(sampled)) >= 3 else Confidence.MEDIUM,
     )

@@ -26,9 +26,10 @@ def remote(
     interval: float = INTERVAL,
     rtt: float | None = RTT,
     reused: bool = True,
+    event_bytes: int = EVENT_BYTES,
 ) -> RequestSample:
     """A stream across a ``rtt`` ms path: ``tokens`` tokens ``interval`` ms apart, ``reads`` the token events per
-    read (one each by default), ``gaps`` the partial-segment gaps."""
+    read (one each by default), ``gaps`` the partial-segment gaps, ``event_bytes`` each event's size."""
     per_read = reads or (1,) * tokens
     return ok(
         "stream",
@@ -37,7 +38,7 @@ def remote(
         reused=reused,
         rtt_ms=rtt,
         rcv_mss=MSS,
-        body_bytes=EVENT_BYTES * tokens,
+        body_bytes=event_bytes * tokens,
         events=tokens,
         output_tokens=tokens,
         itl_ms=(interval,) * (tokens - 1),
@@ -125,6 +126,39 @@ def test_proxy_clear_when_the_ttft_growth_is_one_ack_clock_spacing() -> None:
     short = (remote(46.0, tokens=1), remote(46.5, tokens=1))
     out = check_proxy_buffering(ev(reused=quick, quickack=quick, quickack_short=short), REF)
     assert isinstance(out, Clear) and "round trip apart" in out.reason
+
+
+def test_one_stalled_control_does_not_make_a_segment_fill_a_buffer() -> None:
+    # the naive lab 20 ms away behind 20 Mbit/s: 294-byte events every 4.9 ms fill a 1448-byte segment in 24 ms,
+    # sooner than the 40 ms round trip brings an ACK, so every stream's start waits about 17 ms for the fill with
+    # quickack on or off. One of the two quickack streams stalled 48 ms more: the median of the two put the hold at
+    # 1.7 segments, past what Nagle waits for, and called it a buffer; the fastest stream shows the hold alone
+    def stream(ttft: float, reused: bool = True) -> RequestSample:
+        return remote(ttft, tokens=16, interval=4.9, reads=(3, 4, 4, 3, 2), reused=reused, event_bytes=294)
+
+    short = (remote(46.8, tokens=1, event_bytes=294), remote(46.8, tokens=1, event_bytes=294))
+    evidence = ev(
+        max_tokens=16,
+        reused=(stream(63.6), stream(63.6)),
+        quickack=(stream(64.0), stream(112.3)),
+        quickack_short=short,
+        quickack_fresh=(stream(64.4, reused=False), stream(64.4, reused=False)),
+        delayed_ack=(stream(63.8, reused=False), stream(63.8, reused=False)),
+    )
+    nagle = check_nagle(evidence, REF)
+    assert isinstance(nagle, Finding), nagle
+    assert nagle.evidence["segment_fill"]["held_segments"] < 1.0
+    assert "segment" in nagle.rule
+    proxy = check_proxy_buffering(evidence, REF)
+    assert isinstance(proxy, Clear) and "one TCP segment" in proxy.reason, proxy
+    # a buffer holds every stream: with both quickack streams that late it is still one
+    held = ev(
+        max_tokens=16,
+        reused=(stream(112.0), stream(112.3)),
+        quickack=(stream(112.0), stream(112.3)),
+        quickack_short=short,
+    )
+    assert isinstance(check_proxy_buffering(held, REF), Finding)
 
 
 def test_a_buffered_stream_does_not_lower_the_delayed_ack_threshold() -> None:

@@ -153,7 +153,8 @@ def ack_clock(samples: tuple[RequestSample, ...] | list[RequestSample]) -> AckCl
 class SegmentFill:
     """How much a stream's first token was held back, in TCP segments.
 
-    ``growth_ms``: TTFT with the long stream's ``max_tokens`` minus with ``max_tokens`` 1 (quickack on both);
+    ``growth_ms``: the fastest TTFT with the long stream's ``max_tokens`` minus the fastest with ``max_tokens`` 1
+    (quickack on both);
     ``interval_ms``: the server's time per token (the long streams' mean inter-token gap); ``event_bytes``: the mean
     body bytes per stream event; ``held_bytes``: what was written while the first token waited
     (growth ÷ interval × event bytes); ``mss``: the server's segment size, bytes (TCP_INFO ``rcv_mss``).
@@ -198,10 +199,14 @@ def segment_fill(
     short_samples: tuple[RequestSample, ...], long_samples: tuple[RequestSample, ...]
 ) -> SegmentFill | None:
     """The first token's hold in TCP segments (see :class:`SegmentFill`), or None without the numbers (no segment
-    size from TCP_INFO, streams too short for a token interval)."""
-    short = median(_ttfts(short_samples))
+    size from TCP_INFO, streams too short for a token interval).
+
+    The hold is the fastest long stream's TTFT less the fastest short one's: Nagle and a buffer hold every stream's
+    start, so the fastest shows the hold too, while a stream that also stalled (a busy host, a late ACK) would make
+    a median of the two or three streams of a quick run count more than the segment Nagle waits for."""
+    short = min(_ttfts(short_samples), default=None)
     done = [s for s in long_samples if s.ok and s.events and s.itl_ms]
-    long = median(_ttfts(done))
+    long = min(_ttfts(done), default=None)
     interval = median([sum(s.itl_ms) / len(s.itl_ms) for s in done])
     event_bytes = median([s.body_bytes / s.events for s in done])
     mss = median([float(s.rcv_mss) for s in done if s.rcv_mss])

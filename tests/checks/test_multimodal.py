@@ -81,6 +81,15 @@ def test_one_stalled_request_does_not_hide_the_cost() -> None:
     assert isinstance(out, Finding) and abs(out.cost_ms - 40.0) < 1.0, out
 
 
+def test_one_control_faster_than_its_repeats_is_not_an_image_cost() -> None:
+    # nginx 20 ms away, no image cost: one 1 MB control came 45 ms (a round trip) faster than its two repeats, its
+    # upload riding a congestion window an earlier one had opened; the fastest line alone read 60 ms per MB
+    out = check_multimodal_preprocessing(_evidence(_pairs(4.0, text_jitter=(0, 0, -45.0))), REF)
+    assert isinstance(out, Inconclusive), out
+    assert out.evidence["excess_ms_per_mb"] >= MIN_EXCESS_MS_PER_MB > out.evidence["excess_ms_per_mb_pair_medians"]
+    assert "median pair" in out.reason
+
+
 def test_a_dialect_without_image_parts_is_not_tested() -> None:
     out = check_multimodal_preprocessing(MultimodalEvidence(dialect="ollama.chat", supported=False), REF)
     assert isinstance(out, NotTested) and "ollama.chat" in out.reason

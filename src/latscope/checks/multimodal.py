@@ -13,7 +13,11 @@ goes into the line's intercept, not its slope.
 Two lines, as for parsing: through every pair (slope, its standard error, the residual noise) and through each size's
 fastest image minus its fastest control (a busy host only ever adds time, so the per-size minimum is the server's own
 cost). A finding needs the fastest-line slope at or above :data:`MIN_EXCESS_MS_PER_MB` on a steady line
-(:data:`MIN_FLOOR_R2`), and the cost at the largest image at least :data:`NOISE_MULTIPLE` × the scatter of one
+(:data:`MIN_FLOOR_R2`), the line through each size's median pair difference at or above it too (across a network
+path time is also taken away: a 1 MB upload on a connection whose congestion window an earlier one opened saves
+whole round trips, and one control 45 ms faster than its two repeats made the fastest line's slope 61 ms/MB where
+the sizes' median pairs gave 4 ms/MB; the median of a size's pairs is the image's cost whichever way one request
+strays), and the cost at the largest image at least :data:`NOISE_MULTIPLE` × the scatter of one
 request here (the controls', measured in the same run) and :data:`MIN_COST_MS`; clear needs the fastest-line slope
 below the threshold and the all-pairs slope's lower edge (:data:`SLOPE_Z` standard errors) below it too; anything
 else is inconclusive. Not tested when the dialect has no image parts or the server refused an
@@ -110,6 +114,20 @@ def _floors(paired: list[PairedTtft]) -> list[tuple[float, float]]:
             image[bucket] = (p.image_mb, p.image_ms)
         text[bucket] = min(text.get(bucket, p.text_ms), p.text_ms)
     return [(image[b][0], image[b][1] - text[b]) for b in sorted(image)]
+
+
+def _pair_medians(paired: list[PairedTtft]) -> list[tuple[float, float]]:
+    """Per image size, its pairs' median difference (image minus its own control): ``(MB, ms)``."""
+    by_size: dict[int, list[PairedTtft]] = {}
+    for p in paired:
+        by_size.setdefault(_bucket(p.image_mb), []).append(p)
+    out: list[tuple[float, float]] = []
+    for bucket in sorted(by_size):
+        group = by_size[bucket]
+        mid = median([p.excess_ms for p in group])
+        assert mid is not None
+        out.append((sum(p.image_mb for p in group) / len(group), mid))
+    return out
 
 
 def control_noise_ms(paired: list[PairedTtft]) -> float:
@@ -211,6 +229,19 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
         )
     noise = control_noise_ms(paired)
     evidence["control_noise_ms"] = round(noise, 3)
+    medians = _pair_medians(paired)
+    typical = fit_line([x for x, _ in medians], [y for _, y in medians])
+    typical_slope = excess if typical is None else typical.slope
+    evidence["excess_ms_per_mb_pair_medians"] = round(typical_slope, 3)
+    if excess >= MIN_EXCESS_MS_PER_MB and floor.r2 >= MIN_FLOOR_R2 and typical_slope < MIN_EXCESS_MS_PER_MB:
+        return Inconclusive(
+            MULTIMODAL_ID,
+            f"a MB of image costs {excess:.2f} ms on each size's fastest pair but {typical_slope:.2f} ms on each "
+            f"size's median pair (threshold {MIN_EXCESS_MS_PER_MB:g} ms/MB): some request strayed from its repeats "
+            "by more than the cost (a connection's congestion window saves whole round trips on a large upload); "
+            "more repeats would settle it",
+            evidence,
+        )
     if excess < MIN_EXCESS_MS_PER_MB or floor.r2 < MIN_FLOOR_R2:
         return Inconclusive(
             MULTIMODAL_ID,

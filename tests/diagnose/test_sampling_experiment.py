@@ -27,7 +27,7 @@ async def test_a_decisive_run_sends_its_warm_up_and_pairs_only() -> None:
     assert _sampling_requests(result) == 1 + 2 * sampling.PAIRS_QUICK
 
 
-async def test_an_undecided_check_gets_more_pairs_once(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_undecided_check_gets_more_pairs_round_by_round(monkeypatch: pytest.MonkeyPatch) -> None:
     decisions: list[int] = []
 
     def undecided(ev: sampling.SamplingEvidence, reference: object) -> Inconclusive:
@@ -37,8 +37,28 @@ async def test_an_undecided_check_gets_more_pairs_once(monkeypatch: pytest.Monke
     monkeypatch.setattr(sampling, "check_decode_host_overhead", undecided)
     async with Lab(faults=[SLOW_SAMPLING], cost=truth.TEST_COST) as lab:
         result = await diagnose(lab.url, only="decode-host-overhead", quick=True)
-    assert decisions == [sampling.PAIRS_QUICK]  # asked once, after the planned pairs
-    assert _sampling_requests(result) == 1 + 2 * (sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS)
+    # asked after the planned pairs and after each round but the last
+    rounds = [sampling.PAIRS_QUICK + r * sampling.EXTRA_PAIRS for r in range(sampling.EXTRA_ROUNDS)]
+    assert decisions == rounds
+    most = sampling.PAIRS_QUICK + sampling.EXTRA_ROUNDS * sampling.EXTRA_PAIRS
+    assert _sampling_requests(result) == 1 + 2 * most
     outcome = result.outcome("decode-host-overhead")  # the real check, on every pair
     assert isinstance(outcome, Finding), result.to_dict()
-    assert len(outcome.evidence["greedy_tpots_ms"]) == sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS
+    assert len(outcome.evidence["greedy_tpots_ms"]) == most
+
+
+async def test_more_pairs_stop_once_the_check_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    decisions: list[int] = []
+    real = sampling.check_decode_host_overhead
+
+    def undecided_once(ev: sampling.SamplingEvidence, reference: object) -> object:
+        decisions.append(len(ev.greedy))
+        if len(decisions) == 1:
+            return Inconclusive("decode-host-overhead", "undecided (test)")
+        return real(ev, None)
+
+    monkeypatch.setattr(sampling, "check_decode_host_overhead", undecided_once)
+    async with Lab(faults=[SLOW_SAMPLING], cost=truth.TEST_COST) as lab:
+        result = await diagnose(lab.url, only="decode-host-overhead", quick=True)
+    assert decisions == [sampling.PAIRS_QUICK, sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS]
+    assert _sampling_requests(result) == 1 + 2 * (sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS)

@@ -117,7 +117,9 @@ def test_litellms_overhead_is_measured_against_the_lab_directly(diagnosis: Diagn
 def test_streaming_through_litellm_is_not_held_back(diagnosis: Diagnosis) -> None:
     outcome = diagnosis.outcome("stream-proxy-buffering")
     assert isinstance(outcome, Clear), explain(diagnosis)
-    assert outcome.evidence["max_token_events_per_read"] == 1, outcome.evidence  # every token read on its own
+    # tokens read as they come: one to a read, two where the client was descheduled for a token interval on this
+    # shared host (seen once in a full run); a buffer hands over many at once
+    assert outcome.evidence["max_token_events_per_read"] <= 2, outcome.evidence
     assert outcome.evidence["bursty_streams"] == 0, outcome.evidence
 
 

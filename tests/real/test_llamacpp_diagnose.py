@@ -111,11 +111,14 @@ def test_the_long_prompt_is_resized_to_fit_the_context(diagnosis: Diagnosis) -> 
 def test_sampling_on_the_host_is_named_with_its_cost_per_token(diagnosis: Diagnosis) -> None:
     # llama-cpp-python samples on the CPU, and top-p, penalties and logprobs take its slow path (logprobs are a
     # softmax over the whole vocabulary per token); greedy decoding takes the fast one. Measured with this tiny
-    # model: 0.14-0.31 ms per token more than greedy's 0.8-1.0 ms (ten runs, loopback and a 20 ms path)
+    # model: 0.14-0.31 ms per token more than greedy's 0.8-1.0 ms (ten runs, loopback and a 20 ms path); on a later
+    # build and host, 0.4-0.8 ms pair by pair over greedy streams the host's load moved from 0.9 to 1.7 ms
     finding = diagnosis.finding("decode-host-overhead")
     assert finding is not None, explain(diagnosis)
     evidence = finding.evidence
-    assert evidence["sampled_tpot_ms"] > 1.1 * evidence["greedy_tpot_ms"], evidence
+    # the streams themselves, not only the pairs the check priced: the sampled ones are the slower
+    assert evidence["sampled_tpot_ms"] > evidence["greedy_tpot_ms"], evidence
+    assert sum(d > 0 for d in evidence["pair_differences_ms"]) > len(evidence["pair_differences_ms"]) / 2, evidence
     assert finding.cost_ms == pytest.approx(evidence["added_ms_per_token"] * (evidence["stream_tokens"] - 1), rel=0.01)
 
 

@@ -104,26 +104,27 @@ def _bucket(image_mb: float) -> int:
     return round(image_mb * BYTES_PER_MB / SIZE_BUCKET_BYTES)
 
 
+def _by_size(paired: list[PairedTtft]) -> list[list[PairedTtft]]:
+    """``paired`` grouped by image size (:data:`SIZE_BUCKET_BYTES`), smallest first."""
+    groups: dict[int, list[PairedTtft]] = {}
+    for p in paired:
+        groups.setdefault(_bucket(p.image_mb), []).append(p)
+    return [groups[b] for b in sorted(groups)]
+
+
 def _floors(paired: list[PairedTtft]) -> list[tuple[float, float]]:
     """Per image size, its fastest image request minus its fastest control: ``(MB, ms)``."""
-    image: dict[int, tuple[float, float]] = {}
-    text: dict[int, float] = {}
-    for p in paired:
-        bucket = _bucket(p.image_mb)
-        if bucket not in image or p.image_ms < image[bucket][1]:
-            image[bucket] = (p.image_mb, p.image_ms)
-        text[bucket] = min(text.get(bucket, p.text_ms), p.text_ms)
-    return [(image[b][0], image[b][1] - text[b]) for b in sorted(image)]
+    out: list[tuple[float, float]] = []
+    for group in _by_size(paired):
+        fastest = min(group, key=lambda p: p.image_ms)
+        out.append((fastest.image_mb, fastest.image_ms - min(p.text_ms for p in group)))
+    return out
 
 
 def _pair_medians(paired: list[PairedTtft]) -> list[tuple[float, float]]:
     """Per image size, its pairs' median difference (image minus its own control): ``(MB, ms)``."""
-    by_size: dict[int, list[PairedTtft]] = {}
-    for p in paired:
-        by_size.setdefault(_bucket(p.image_mb), []).append(p)
     out: list[tuple[float, float]] = []
-    for bucket in sorted(by_size):
-        group = by_size[bucket]
+    for group in _by_size(paired):
         mid = median([p.excess_ms for p in group])
         assert mid is not None
         out.append((sum(p.image_mb for p in group) / len(group), mid))
@@ -233,21 +234,21 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
     typical = fit_line([x for x, _ in medians], [y for _, y in medians])
     typical_slope = excess if typical is None else typical.slope
     evidence["excess_ms_per_mb_pair_medians"] = round(typical_slope, 3)
-    if excess >= MIN_EXCESS_MS_PER_MB and floor.r2 >= MIN_FLOOR_R2 and typical_slope < MIN_EXCESS_MS_PER_MB:
-        return Inconclusive(
-            MULTIMODAL_ID,
-            f"a MB of image costs {excess:.2f} ms on each size's fastest pair but {typical_slope:.2f} ms on each "
-            f"size's median pair (threshold {MIN_EXCESS_MS_PER_MB:g} ms/MB): some request strayed from its repeats "
-            "by more than the cost (a connection's congestion window saves whole round trips on a large upload); "
-            "more repeats would settle it",
-            evidence,
-        )
     if excess < MIN_EXCESS_MS_PER_MB or floor.r2 < MIN_FLOOR_R2:
         return Inconclusive(
             MULTIMODAL_ID,
             f"a MB of image costs {excess:.2f} ms on each size's fastest pair (R² {floor.r2:.2f}) and "
             f"{fit.slope:.2f} ± {SLOPE_Z * fit.slope_se:.2f} ms over all pairs (threshold "
             f"{MIN_EXCESS_MS_PER_MB:g} ms/MB): more repeats or larger images would settle it",
+            evidence,
+        )
+    if typical_slope < MIN_EXCESS_MS_PER_MB:
+        return Inconclusive(
+            MULTIMODAL_ID,
+            f"a MB of image costs {excess:.2f} ms on each size's fastest pair but {typical_slope:.2f} ms on each "
+            f"size's median pair (threshold {MIN_EXCESS_MS_PER_MB:g} ms/MB): some request strayed from its repeats "
+            "by more than the cost (a connection's congestion window saves whole round trips on a large upload); "
+            "more repeats would settle it",
             evidence,
         )
     if at_largest < max(NOISE_MULTIPLE * noise, MIN_COST_MS):

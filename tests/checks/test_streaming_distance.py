@@ -3,6 +3,8 @@ ACK clock of partial segments) and what keeps a buffer from passing for them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from latscope.checks.evidence import RequestSample, StreamEvidence
@@ -37,7 +39,7 @@ def remote(
         e2e_after_setup_ms=ttft + interval * (tokens - 1),
         reused=reused,
         rtt_ms=rtt,
-        rcv_mss=MSS,
+        segment_bytes=MSS,
         body_bytes=event_bytes * tokens,
         events=tokens,
         output_tokens=tokens,
@@ -245,3 +247,55 @@ def test_partial_read_gaps_from_a_timeline() -> None:
     assert sample.token_read_events == (2, 1, 1, 1)
     without_mss = Timeline(reads=reads, events=events, connection=ConnectionInfo(1, False))
     assert RequestSample.from_timeline(without_mss).partial_read_gaps_ms == ()
+
+
+def test_the_segment_size_is_the_paths_not_the_536_byte_start() -> None:
+    # rcv_mss starts at 536 and grows only when a segment that large arrives: a server writing small events with
+    # TCP_NODELAY never sends one, so on loopback (32 KB segments) it stayed at 536; the client's send MSS is the
+    # path's
+    reads = [_read(0.0, 300), _read(1.0, 234), _read(2.4, 234)]
+    events = [StreamEvent(r.at_ns, i + 1, EventKind.CONTENT, 4, 1, None) for i, r in enumerate(reads[1:])]
+
+    def sample(rcv_mss: int | None, snd_mss: int | None) -> RequestSample:
+        tcp = TcpInfo(10, 5, 8, 0, 10, 40_000, rcv_mss=rcv_mss, snd_mss=snd_mss)
+        return RequestSample.from_timeline(
+            Timeline(reads=reads, events=events, connection=ConnectionInfo(1, False, tcp_info_at_end=tcp))
+        )
+
+    assert sample(536, 32768).segment_bytes == 32768
+    assert sample(1448, 1448).segment_bytes == 1448
+    assert sample(2896, 1448).segment_bytes == 2896  # a receive offload's larger segments: the largest seen
+    assert sample(536, None).segment_bytes == 536  # a record written before snd_mss was read
+    assert sample(None, None).segment_bytes is None
+
+
+def test_a_loopback_stream_two_milliseconds_late_is_not_nagle() -> None:
+    # llama-cpp-python (uvicorn, TCP_NODELAY) on loopback in a busy full run: 234-byte events every 1.4 ms, and two
+    # of three delayed-ACK streams read their first token 2 ms late with the next one beside it (the client was
+    # descheduled). Against a 536-byte segment (rcv_mss's start) the fill time was 3.1 ms and a 1.6 ms lateness
+    # counted as Nagle's hold; a 32 KB loopback segment takes 196 ms to fill, so only the delayed ACK can hold
+    fast = 1.4
+
+    def stream(ttft: float, reused: bool = True, first_read: int = 1, segment: int = 32768) -> RequestSample:
+        reads = (first_read,) + (1,) * (32 - first_read)
+        sample = remote(ttft, interval=fast, rtt=0.01, reused=reused, reads=reads, event_bytes=234)
+        return dataclasses.replace(sample, segment_bytes=segment)
+
+    def evidence(segment: int) -> StreamEvidence:
+        return ev(
+            reused=(stream(15.6, segment=segment), stream(15.7, segment=segment), stream(15.5, segment=segment)),
+            quickack=(stream(15.5, segment=segment), stream(15.6, segment=segment), stream(15.5, segment=segment)),
+            quickack_short=tuple(remote(15.9, tokens=1, rtt=0.01, event_bytes=234) for _ in range(3)),
+            quickack_fresh=tuple(stream(15.8, reused=False, segment=segment) for _ in range(3)),
+            delayed_ack=(
+                stream(17.9, reused=False, first_read=2, segment=segment),
+                stream(18.0, reused=False, first_read=2, segment=segment),
+                stream(15.9, reused=False, segment=segment),
+            ),
+        )
+
+    out = check_nagle(evidence(32768), REF)
+    assert isinstance(out, Clear), out
+    assert out.evidence["min_hold_ms"] == 20.0
+    # the same streams judged against a 536-byte segment: what named Nagle before
+    assert isinstance(check_nagle(evidence(536), REF), Finding)

@@ -3,11 +3,16 @@ refuses images, and a dialect without image parts."""
 
 from __future__ import annotations
 
+import pytest
+
+from latscope.checks.evidence import MultimodalEvidence
 from latscope.diagnose import diagnose
 from latscope.diagnose.context import Context
+from latscope.diagnose.experiments import multimodal
 from latscope.diagnose.experiments.multimodal import planned_requests
+from latscope.diagnose.result import Diagnosis
 from latscope.dialects import get_dialect
-from latscope.findings import Clear, Finding, NotTested
+from latscope.findings import Clear, Finding, Inconclusive, NotTested, Outcome
 from latscope.lab.app import Lab
 from latscope.lab.faults import SLOW_IMAGE_MS_PER_MB
 from tests.diagnose import truth
@@ -28,6 +33,62 @@ async def test_slow_image_preprocessing_is_found_with_its_cost_per_mb() -> None:
     assert abs(finding.cost_ms - real) <= REL_TOLERANCE * real, (finding.cost_ms, real, finding.evidence)
     assert abs(finding.cost_ms - SLOW_IMAGE_MS_PER_MB) <= REL_TOLERANCE * SLOW_IMAGE_MS_PER_MB, finding.evidence
     assert finding.evidence["control"] == "user" and finding.evidence["cost_at_largest_ms"] > 30.0
+
+
+def _image_requests(result: Diagnosis) -> int:
+    return next(r.requests for r in result.experiments if r.name == "multimodal")
+
+
+#: Pairs per round of the quick plan: every size once per repeat.
+QUICK_ROUND = len(multimodal.SIZES_MB_QUICK) * multimodal.REPEATS_QUICK
+
+
+async def test_a_finding_is_confirmed_by_one_more_round_and_a_clear_needs_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[int] = []
+    real = multimodal.check_multimodal_preprocessing
+
+    def counting(ev: MultimodalEvidence, reference: object) -> Outcome:
+        asked.append(len(ev.pairs))
+        return real(ev, None)
+
+    monkeypatch.setattr(multimodal, "check_multimodal_preprocessing", counting)
+    async with Lab(profile="tuned", faults=["slow-image-preprocessing"], cost=truth.TEST_COST) as lab:
+        found = await diagnose(lab.url, quick=True, only=ID)
+    finding = found.finding(ID)
+    assert isinstance(finding, Finding), found.to_dict()
+    # named on the planned pairs, then confirmed on a second round: asked twice, and the finding is on both rounds
+    assert asked == [QUICK_ROUND, 2 * QUICK_ROUND]
+    assert finding.evidence["pairs"] == 2 * QUICK_ROUND
+    assert _image_requests(found) == 2 + 2 * 2 * QUICK_ROUND
+    asked.clear()
+
+    def clear_at_once(ev: MultimodalEvidence, reference: object) -> Outcome:
+        asked.append(len(ev.pairs))
+        return Clear(ID, "clear (test)")
+
+    monkeypatch.setattr(multimodal, "check_multimodal_preprocessing", clear_at_once)
+    async with Lab(profile="tuned", cost=truth.TEST_COST) as lab:
+        clear = await diagnose(lab.url, quick=True, only=ID)
+    assert asked == [QUICK_ROUND] and _image_requests(clear) == 2 + 2 * QUICK_ROUND  # nothing more sent
+
+
+async def test_an_undecided_check_gets_rounds_until_they_run_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[int] = []
+
+    def undecided(ev: MultimodalEvidence, reference: object) -> Outcome:
+        asked.append(len(ev.pairs))
+        return Inconclusive(ID, "undecided (test)")
+
+    monkeypatch.setattr(multimodal, "check_multimodal_preprocessing", undecided)
+    async with Lab(profile="tuned", cost=truth.TEST_COST) as lab:
+        result = await diagnose(lab.url, quick=True, only=ID)
+    # asked after the planned pairs and after each added round but the last; the report's check sees them all
+    assert asked == [QUICK_ROUND * (1 + r) for r in range(multimodal.EXTRA_ROUNDS)]
+    assert _image_requests(result) == 2 + 2 * QUICK_ROUND * (
+        1 + multimodal.EXTRA_ROUNDS
+    )  # the image probe, one control probe
+    outcome = result.outcome(ID)
+    assert outcome is not None and outcome.evidence["pairs"] == QUICK_ROUND * (1 + multimodal.EXTRA_ROUNDS)
 
 
 async def test_the_tuned_lab_decodes_images_quickly_enough_to_be_clear() -> None:

@@ -90,6 +90,8 @@ async def test_tcp_info_is_recorded_at_headers_and_end() -> None:
     assert at_headers.rtt_us > 0 and at_headers.snd_cwnd > 0
     assert at_end.min_rtt_us is not None and at_end.min_rtt_us <= at_end.rtt_us + at_end.rttvar_us
     assert t.connection.remote_address == "127.0.0.1" and t.connection.remote_port == server.port
+    # loopback's segments are tens of KB (a 65536-byte MTU), whatever the small events left rcv_mss at
+    assert at_end.snd_mss is not None and at_end.snd_mss > 8192, at_end
 
 
 def test_tcp_info_parsing_reads_the_struct_offsets() -> None:
@@ -113,11 +115,14 @@ def test_tcp_info_parsing_reads_the_struct_offsets() -> None:
 
 def test_tcp_info_reads_the_segment_size_the_backlog_and_the_delivery_rate() -> None:
     raw = bytearray(232)
-    for offset, value in ((20, 1448), (24, 3)):
+    for offset, value in ((16, 1460), (20, 1448), (24, 3)):
         struct.pack_into("=I", raw, offset, value)
     struct.pack_into("=Q", raw, 160, 2_500_000)
     info = tcpinfo.parse_tcp_info(bytes(raw))
-    assert info is not None and (info.rcv_mss, info.unacked, info.delivery_rate_bps) == (1448, 3, 2_500_000)
+    assert info is not None
+    assert (info.snd_mss, info.rcv_mss, info.unacked, info.delivery_rate_bps) == (1460, 1448, 3, 2_500_000)
+    old = tcpinfo.parse_tcp_info(bytes(raw[:120]))  # a kernel before 4.6
+    assert old is not None and (old.snd_mss, old.rcv_mss) == (1460, 1448)
 
 
 async def test_the_send_backlog_is_empty_once_the_peer_has_everything() -> None:

@@ -17,7 +17,7 @@ from latscope.signals.cache import CacheSignal
 from latscope.signals.ratelimit import RateLimitState
 from latscope.signals.traceresponse import ReturnedTraceId
 from latscope.timeline import metrics
-from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, ServerPhase, Timeline
+from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, ServerPhase, TcpInfo, Timeline
 from latscope.units import NS_PER_MS
 
 #: A read of less than this share of the server's segment size carried a partial segment (a full one, less the
@@ -44,15 +44,17 @@ class RequestSample:
         rtt_ms: TCP round-trip time from TCP_INFO (``min_rtt`` when reported, else the smoothed RTT).
         delivery_rate_bps: the kernel's estimate of the rate the request was delivered at (bytes/s, TCP_INFO at the
             end of the response), None where not reported.
-        rcv_mss: the largest segment the server sends, bytes (TCP_INFO), None where not reported.
+        segment_bytes: the largest segment the server can send on the connection, bytes (:func:`segment_bytes`),
+            None where TCP_INFO is not reported.
         body_bytes: response body bytes (HTTP framing removed).
         first_read_token_events: token events completed by the read that carried the first token.
         max_token_events_per_read: most token events one read completed (1 = no coalescing).
         burst_bytes: sizes of the reads that completed two or more token events, in order.
         token_read_events: token events each read completed, for the reads that completed any, in order.
         partial_read_gaps_ms: gaps between consecutive reads from the first token on that carried less than
-            :data:`PARTIAL_SEGMENT_SHARE` of a segment (``rcv_mss``); empty without a segment size. Nagle's algorithm
-            lets one partial segment be unacknowledged at a time, so with it on these gaps are a round trip or more.
+            :data:`PARTIAL_SEGMENT_SHARE` of a segment (``segment_bytes``); empty without a segment size. Nagle's
+            algorithm lets one partial segment be unacknowledged at a time, so with it on these gaps are a round trip
+            or more.
         itl_ms: every inter-token gap.
         token_at_ms: when each token event arrived, ms on the client's monotonic clock (one clock for every request
             of a run, so streams sent together can be laid side by side), in arrival order.
@@ -93,7 +95,7 @@ class RequestSample:
     server_header: str | None = None
     rtt_ms: float | None = None
     delivery_rate_bps: int | None = None
-    rcv_mss: int | None = None
+    segment_bytes: int | None = None
     body_bytes: int = 0
     first_read_token_events: int = 0
     max_token_events_per_read: int = 0
@@ -160,7 +162,7 @@ class RequestSample:
         )
         rtt_us = None if info is None else info.rtt_us
         end_tcp = None if info is None else info.tcp_info_at_end
-        mss = None if end_tcp is None else end_tcp.rcv_mss
+        mss = segment_bytes(end_tcp)
         rtt_ms = None if rtt_us is None else rtt_us / 1000.0
         ready = t.connection_ready_ns
         ttft_after = None
@@ -204,7 +206,7 @@ class RequestSample:
             server_header=headers.get("server"),
             rtt_ms=rtt_ms,
             delivery_rate_bps=None if end_tcp is None else end_tcp.delivery_rate_bps,
-            rcv_mss=mss,
+            segment_bytes=mss,
             body_bytes=t.response_body_bytes,
             first_read_token_events=token_reads.get(first_read, 0) if first_read is not None else 0,
             max_token_events_per_read=max(token_reads.values(), default=0),
@@ -220,6 +222,18 @@ class RequestSample:
             error_events=sum(1 for e in t.events if e.kind is EventKind.ERROR),
             stale_retry=t.stale_retry_error is not None,
         )
+
+
+def segment_bytes(tcp: TcpInfo | None) -> int | None:
+    """The largest segment the server can send on the connection ``tcp`` describes, bytes: the larger of the largest
+    the client has received (``rcv_mss``) and the client's own send MSS (``snd_mss``). ``rcv_mss`` alone stays at
+    the kernel's 536-byte start until a segment that large arrives, which a server writing small events with
+    TCP_NODELAY never sends (on loopback, whose segments are 32 KB, a 234-byte-per-event stream left it at 536);
+    the client's send MSS is the path's, and the server's on a symmetric path. None without TCP_INFO."""
+    if tcp is None:
+        return None
+    sizes = [size for size in (tcp.rcv_mss, tcp.snd_mss) if size]
+    return max(sizes) if sizes else None
 
 
 def _partial_read_gaps(t: Timeline, first_read: int | None, mss: int | None) -> tuple[float, ...]:

@@ -157,7 +157,8 @@ class SegmentFill:
     (quickack on both);
     ``interval_ms``: the server's time per token (the long streams' mean inter-token gap); ``event_bytes``: the mean
     body bytes per stream event; ``held_bytes``: what was written while the first token waited
-    (growth ÷ interval × event bytes); ``mss``: the server's segment size, bytes (TCP_INFO ``rcv_mss``).
+    (growth ÷ interval × event bytes); ``mss``: the server's segment size, bytes
+    (:func:`~latscope.checks.evidence.segment_bytes`).
     """
 
     growth_ms: float
@@ -209,7 +210,7 @@ def segment_fill(
     long = min(_ttfts(done), default=None)
     interval = median([sum(s.itl_ms) / len(s.itl_ms) for s in done])
     event_bytes = median([s.body_bytes / s.events for s in done])
-    mss = median([float(s.rcv_mss) for s in done if s.rcv_mss])
+    mss = median([float(s.segment_bytes) for s in done if s.segment_bytes])
     if short is None or long is None or not interval or not event_bytes or not mss:
         return None
     growth = long - short

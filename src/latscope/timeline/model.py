@@ -304,7 +304,7 @@ def as_event_log(events: Iterable[StreamEvent]) -> EventLog:
 class TcpInfo:
     """A ``TCP_INFO`` snapshot of the connection's socket (Linux ``struct tcp_info``). Times in microseconds.
 
-    The last three fields came later (records written before them read as None).
+    The last four fields came later (records written before them read as None).
     """
 
     rtt_us: int  #: smoothed round-trip time
@@ -321,6 +321,10 @@ class TcpInfo:
     delivery_rate_bps: int | None = None
     #: segments sent and not yet acknowledged (``tcpi_unacked``): 0 once the peer has everything sent so far
     unacked: int | None = None
+    #: the largest segment this side sends, bytes (``tcpi_snd_mss``): the path's segment size, which the peer's
+    #: sends share on a symmetric path even while ``rcv_mss`` still sits at its 536-byte start (it grows only when
+    #: a segment that large arrives, which a stream of small events never sends)
+    snd_mss: int | None = None
 
 
 #: The fields of :class:`ConnectionInfo` a report shows about a target (:meth:`ConnectionInfo.facts`), in order.

@@ -23,6 +23,7 @@ _U32 = struct.Struct("=I")
 
 # Byte offsets of the fields we read in struct tcp_info (u32 unless said).
 _ATO = 12  # tcpi_ato, µs
+_SND_MSS = 16  # tcpi_snd_mss, bytes
 _RCV_MSS = 20  # tcpi_rcv_mss, bytes
 _UNACKED = 24  # tcpi_unacked, segments
 _RTT = 68  # tcpi_rtt, µs
@@ -45,8 +46,8 @@ def _fields_struct(offsets: tuple[int, ...]) -> struct.Struct:
     return struct.Struct(fmt)
 
 
-#: ato, rcv_mss, unacked, rtt, rttvar, snd_cwnd, total_retrans, min_rtt, in this order
-_ALL_FIELDS = _fields_struct((_ATO, _RCV_MSS, _UNACKED, _RTT, _RTTVAR, _SND_CWND, _TOTAL_RETRANS, _MIN_RTT))
+#: ato, snd_mss, rcv_mss, unacked, rtt, rttvar, snd_cwnd, total_retrans, min_rtt, in this order
+_ALL_FIELDS = _fields_struct((_ATO, _SND_MSS, _RCV_MSS, _UNACKED, _RTT, _RTTVAR, _SND_CWND, _TOTAL_RETRANS, _MIN_RTT))
 #: unacked and notsent_bytes: what a sender still owes its peer
 _BACKLOG_FIELDS = _fields_struct((_UNACKED, _NOTSENT_BYTES))
 
@@ -89,9 +90,9 @@ def quickack_enabled(sock: socket.socket) -> bool | None:
 def parse_tcp_info(raw: bytes) -> TcpInfo | None:
     """Unpack the fields latscope uses from a raw ``struct tcp_info``; None when the struct is too short."""
     if len(raw) >= _ALL_FIELDS.size:
-        ato, rcv_mss, unacked, rtt, rttvar, snd_cwnd, total_retrans, min_rtt = _ALL_FIELDS.unpack_from(raw)
+        ato, snd_mss, rcv_mss, unacked, rtt, rttvar, snd_cwnd, total_retrans, min_rtt = _ALL_FIELDS.unpack_from(raw)
         rate = _U64.unpack_from(raw, _DELIVERY_RATE)[0] if len(raw) >= _DELIVERY_RATE + 8 else None
-        return TcpInfo(rtt, rttvar, min_rtt, total_retrans, snd_cwnd, ato, rcv_mss, rate or None, unacked)
+        return TcpInfo(rtt, rttvar, min_rtt, total_retrans, snd_cwnd, ato, rcv_mss, rate or None, unacked, snd_mss)
     if len(raw) < _TOTAL_RETRANS + 4:
         return None
     # a kernel older than 4.6: no tcpi_min_rtt
@@ -104,6 +105,7 @@ def parse_tcp_info(raw: bytes) -> TcpInfo | None:
         ato_us=_U32.unpack_from(raw, _ATO)[0],
         rcv_mss=_U32.unpack_from(raw, _RCV_MSS)[0],
         unacked=_U32.unpack_from(raw, _UNACKED)[0],
+        snd_mss=_U32.unpack_from(raw, _SND_MSS)[0],
     )
 
 

@@ -17,7 +17,7 @@ from latscope.signals.cache import CacheSignal
 from latscope.signals.ratelimit import RateLimitState
 from latscope.signals.traceresponse import ReturnedTraceId
 from latscope.timeline import metrics
-from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, ServerPhase, TcpInfo, Timeline
+from latscope.timeline.model import TOKEN_KINDS, ErrorKind, EventKind, ServerPhase, Timeline
 from latscope.units import NS_PER_MS
 
 #: A read of less than this share of the server's segment size carried a partial segment (a full one, less the
@@ -44,8 +44,8 @@ class RequestSample:
         rtt_ms: TCP round-trip time from TCP_INFO (``min_rtt`` when reported, else the smoothed RTT).
         delivery_rate_bps: the kernel's estimate of the rate the request was delivered at (bytes/s, TCP_INFO at the
             end of the response), None where not reported.
-        segment_bytes: the largest segment the server can send on the connection, bytes (:func:`segment_bytes`),
-            None where TCP_INFO is not reported.
+        segment_bytes: the largest segment the server can send on the connection, bytes (:attr:`TcpInfo.segment_bytes
+            <latscope.timeline.model.TcpInfo.segment_bytes>`), None where TCP_INFO is not reported.
         body_bytes: response body bytes (HTTP framing removed).
         first_read_token_events: token events completed by the read that carried the first token.
         max_token_events_per_read: most token events one read completed (1 = no coalescing).
@@ -162,7 +162,7 @@ class RequestSample:
         )
         rtt_us = None if info is None else info.rtt_us
         end_tcp = None if info is None else info.tcp_info_at_end
-        mss = segment_bytes(end_tcp)
+        mss = None if end_tcp is None else end_tcp.segment_bytes
         rtt_ms = None if rtt_us is None else rtt_us / 1000.0
         ready = t.connection_ready_ns
         ttft_after = None
@@ -222,18 +222,6 @@ class RequestSample:
             error_events=sum(1 for e in t.events if e.kind is EventKind.ERROR),
             stale_retry=t.stale_retry_error is not None,
         )
-
-
-def segment_bytes(tcp: TcpInfo | None) -> int | None:
-    """The largest segment the server can send on the connection ``tcp`` describes, bytes: the larger of the largest
-    the client has received (``rcv_mss``) and the client's own send MSS (``snd_mss``). ``rcv_mss`` alone stays at
-    the kernel's 536-byte start until a segment that large arrives, which a server writing small events with
-    TCP_NODELAY never sends (on loopback, whose segments are 32 KB, a 234-byte-per-event stream left it at 536);
-    the client's send MSS is the path's, and the server's on a symmetric path. None without TCP_INFO."""
-    if tcp is None:
-        return None
-    sizes = [size for size in (tcp.rcv_mss, tcp.snd_mss) if size]
-    return max(sizes) if sizes else None
 
 
 def _partial_read_gaps(t: Timeline, first_read: int | None, mss: int | None) -> tuple[float, ...]:

@@ -158,7 +158,7 @@ class SegmentFill:
     ``interval_ms``: the server's time per token (the long streams' mean inter-token gap); ``event_bytes``: the mean
     body bytes per stream event; ``held_bytes``: what was written while the first token waited
     (growth ÷ interval × event bytes); ``mss``: the server's segment size, bytes
-    (:func:`~latscope.checks.evidence.segment_bytes`).
+    (:attr:`~latscope.timeline.model.TcpInfo.segment_bytes`).
     """
 
     growth_ms: float

@@ -326,6 +326,16 @@ class TcpInfo:
     #: a segment that large arrives, which a stream of small events never sends)
     snd_mss: int | None = None
 
+    @property
+    def segment_bytes(self) -> int | None:
+        """The largest segment the peer can send on this connection, bytes: the larger of the largest this side has
+        received (``rcv_mss``) and this side's own send MSS (``snd_mss``). ``rcv_mss`` alone stays at the kernel's
+        536-byte start until a segment that large arrives, which a server writing small events with TCP_NODELAY
+        never sends (on loopback, whose segments are 32 KB, a 234-byte-per-event stream left it at 536); this side's
+        send MSS is the path's, and the peer's on a symmetric path. None when neither is known."""
+        sizes = [size for size in (self.rcv_mss, self.snd_mss) if size]
+        return max(sizes) if sizes else None
+
 
 #: The fields of :class:`ConnectionInfo` a report shows about a target (:meth:`ConnectionInfo.facts`), in order.
 CONNECTION_FACTS = ("http_version", "alpn", "tls_version", "remote_address", "remote_port")

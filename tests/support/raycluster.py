@@ -67,7 +67,9 @@ def ray_executable() -> str:
 class RayCluster:
     """``with RayCluster(nodes=2) as address:`` — the head's ``127.0.0.1:PORT``; every process gone on exit."""
 
-    def __init__(self, nodes: int = 2, cpus_per_node: int = 1) -> None:
+    def __init__(self, nodes: int = 2, cpus_per_node: int = 1, *, fast_failure_detection: bool = True) -> None:
+        """``fast_failure_detection``: health checks every 300 ms, so a killed node is declared dead within about a
+        second (the tests that kill one); off, Ray's own defaults, as a user's cluster runs (the benchmarks)."""
         self.nodes = nodes
         self.cpus_per_node = cpus_per_node
         # short: Ray puts unix sockets under it, and their paths are limited to 107 bytes
@@ -81,10 +83,11 @@ class RayCluster:
         )
         env["RAY_USAGE_STATS_ENABLED"] = "0"
         self.env = env
-        # a dead node is declared dead within about a second (Ray's default health check takes 15 s or more)
-        env["RAY_health_check_period_ms"] = "300"
-        env["RAY_health_check_timeout_ms"] = "300"
-        env["RAY_health_check_failure_threshold"] = "3"
+        if fast_failure_detection:
+            # a dead node is declared dead within about a second (Ray's default health check takes 15 s or more)
+            env["RAY_health_check_period_ms"] = "300"
+            env["RAY_health_check_timeout_ms"] = "300"
+            env["RAY_health_check_failure_threshold"] = "3"
         self.sessions: list[int] = []  #: session ids of the ``ray start`` commands, head first
 
     def _common(self) -> list[str]:

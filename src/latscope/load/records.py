@@ -11,15 +11,20 @@ the first token and the end (``ttfb_ms``, ``ttft_ms``, ``ttft_text_ms``, ``e2e_m
 they include what the retries cost, which ``retry_ms`` (and its waiting part, ``retry_wait_ms``) shows as a phase
 of its own; the event ``at_ms`` offsets count from there too. ``retried`` lists the earlier attempts.
 
-Recording is split so the event loop pays almost nothing: :func:`digest` reads the few O(1) numbers a live display
-needs, and :func:`build_tables` converts a whole batch of finished timelines at once — every event of the batch in one
-transposition, per-request statistics (gaps, coalescing, counted tokens) as grouped numpy reductions — in the
-writer's background thread. Its cost is about a microsecond per event and a few per request.
+Recording is split in two: :func:`digest` reads the few O(1) numbers a live display needs when a request ends, and
+:func:`build_steps` converts a whole batch of finished timelines — the server's signals joined and each request's
+columns read (tens of µs a request: the Server-Timing and timing headers are parsed here), then every event of the
+batch in one transposition and the per-request statistics (gaps, coalescing, counted tokens) as grouped numpy
+reductions. It is a generator that yields between short steps (one request, one chunk of events, one column), so
+its driver can run it on the event loop a slice at a time (:class:`~latscope.load.storage.PartWriter`) instead of
+in a second thread: a Python thread that converts holds the GIL, and the event loop's thread, waking for a read or
+a dispatch, then waits for the interpreter's switch interval (5 ms) before it may stamp or send anything.
+:func:`build_tables` runs the same steps at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -197,9 +202,12 @@ def _rel_ms(at_ns: int | None, origin_ns: int) -> float | None:
 _TOKEN_CODE_LIST = sorted(_TOKEN_CODES)
 _KIND_DICTIONARY = pa.array([str(k) for k in EVENT_KINDS], type=pa.string())
 
-#: Events converted per transposition in :func:`build_tables`: each C-level step then holds the GIL for well under a
-#: millisecond, so the event loop thread (which stamps reads) is never kept waiting long by the writer thread.
-CONVERT_CHUNK_EVENTS = 4096
+#: Events converted per step of :func:`build_steps`: each step's C-level work (list slices, numpy conversions) then
+#: takes a few tens of µs, so a driver on the event loop can hand the loop back between steps.
+CONVERT_CHUNK_EVENTS = 1024
+
+#: What :func:`build_steps` yields between its steps (nothing: a point where its driver may pause it).
+Steps = Generator[None, None, tuple[pa.Table, pa.Table]]
 
 
 def digest(t: Timeline, ctx: RequestContext) -> RequestDigest:
@@ -216,7 +224,7 @@ def digest(t: Timeline, ctx: RequestContext) -> RequestDigest:
 
 def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
     """The per-request columns that come from marks and the server's own report, in :data:`_SCALAR_COLUMNS`
-    order. Joins the server's signals onto ``t`` first (here, in the writer's thread: never on the event loop)."""
+    order. Joins the server's signals onto ``t`` first (tens of µs: one step of :func:`build_steps`)."""
     join_server_signals(t)
     origin = ctx.step_start_ns
     # a logical request starts with its first attempt; the row's times to the head, the first token and the end
@@ -347,14 +355,19 @@ def _group_median(values: npt.NDArray[np.float64], groups: npt.NDArray[np.int64]
     return out
 
 
-def _events_of(timelines: Sequence[Timeline]) -> tuple[npt.NDArray[Any], ...]:
+def _events_of(timelines: Sequence[Timeline]) -> Generator[None, None, tuple[npt.NDArray[Any], ...]]:
     """Every event of the batch as seven columns (at_ns, read_index, kind code, text_chars, tokens, delay_ms,
-    choice), from each timeline's :class:`EventLog` columns."""
-    per_log = zip(*(as_event_log(t.events).columns() for t in timelines), strict=True)  # field by field
-    columns: list[list[Any]] = [list(chain.from_iterable(field)) for field in per_log]
+    choice), from each timeline's :class:`EventLog` columns; yields after each field and each chunk of events."""
+    logs = [as_event_log(t.events).columns() for t in timelines]
+    yield
+    columns: list[list[Any]] = []
+    for i in range(len(StreamEvent._fields)):  # field by field
+        columns.append(list(chain.from_iterable(log[i] for log in logs)))
+        yield
     total = len(columns[0]) if columns else 0
     parts: list[tuple[npt.NDArray[Any], ...]] = []
     for lo in range(0, total, CONVERT_CHUNK_EVENTS):
+        yield
         at, read_index, kinds, chars, tokens, sent, choice = (c[lo : lo + CONVERT_CHUNK_EVENTS] for c in columns)
         at_ns = np.array(at, dtype=np.int64)
         # None → NaN in one C-level conversion. float64 holds monotonic ns exactly up to 2**53 (104 days of uptime)
@@ -381,6 +394,8 @@ def _events_of(timelines: Sequence[Timeline]) -> tuple[npt.NDArray[Any], ...]:
             np.empty(0, np.float64),
             np.empty(0, np.int32),
         )
+    del columns, logs
+    yield
     return tuple(np.concatenate(cols) for cols in zip(*parts, strict=True))
 
 
@@ -389,16 +404,19 @@ def _read_delays(
     first: npt.NDArray[np.int64],
     counts: npt.NDArray[np.int64],
     read_index: npt.NDArray[np.int32],
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+) -> Generator[None, None, tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]]:
     """Per event, the scheduling delay (ms) of the read that completed it; per request, that delay's median and 99th
-    percentile over its reads. NaN wherever the read was user-stamped."""
+    percentile over its reads. NaN wherever the read was user-stamped. Yields after each kernel-stamped request."""
     n_req = len(timelines)
     per_event = np.full(int(counts.sum()), np.nan)
     p50 = np.full(n_req, np.nan)
     p99 = np.full(n_req, np.nan)
     for i, t in enumerate(timelines):
         if t.connection is None or t.connection.stamps != "kernel" or not t.reads:
+            if i % 256 == 255:
+                yield
             continue
+        yield
         delays = np.array([np.nan if r.user_ns is None else r.user_ns - r.at_ns for r in t.reads]) / NS_PER_MS
         stamped = delays[~np.isnan(delays)]
         if stamped.size:
@@ -409,20 +427,42 @@ def _read_delays(
 
 
 def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.Table, pa.Table]:
-    """The ``requests`` and ``events`` rows of a batch of finished requests (see the module docstring)."""
+    """The ``requests`` and ``events`` rows of a batch of finished requests (see the module docstring), at once."""
+    steps = build_steps(batch)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            tables: tuple[pa.Table, pa.Table] = done.value
+            return tables
+
+
+def build_steps(batch: Sequence[tuple[Timeline, RequestContext]]) -> Steps:
+    """:func:`build_tables` as a generator: it yields between steps of a few tens of µs (one request's columns, one
+    chunk of events, one column) and returns the two tables. Joins the server's signals onto each timeline."""
     n_req = len(batch)
     if n_req == 0:
         return REQUEST_SCHEMA.empty_table(), EVENT_SCHEMA.empty_table()
     timelines = [t for t, _ in batch]
-    scalars = dict(zip(_SCALAR_COLUMNS, zip(*(_request_scalars(t, c) for t, c in batch), strict=True), strict=True))
+    rows = []
+    for t, c in batch:
+        rows.append(_request_scalars(t, c))
+        yield
+    scalars: dict[str, list[Any]] = {}
+    for i, name in enumerate(_SCALAR_COLUMNS):  # a column a step: the whole transposition is ~1 ms per 1,000
+        scalars[name] = [row[i] for row in rows]
+        yield
+    del rows
 
-    at_ns, read_index, kind, text_chars, tokens, delay, choice = _events_of(timelines)
+    at_ns, read_index, kind, text_chars, tokens, delay, choice = yield from _events_of(timelines)
     n_ev = at_ns.size
     counts = np.array(scalars["events"], dtype=np.int64)
     req = np.repeat(np.arange(n_req, dtype=np.int64), counts)
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    read_delay, delay_p50, delay_p99 = _read_delays(timelines, first, counts, read_index)
+    yield
+    read_delay, delay_p50, delay_p99 = yield from _read_delays(timelines, first, counts, read_index)
     started = np.array(scalars["started_ns"], dtype=np.int64)
+    yield
     is_token = np.isin(kind, _TOKEN_CODE_LIST)
 
     # Inter-token gaps: consecutive token events of the same request, kind and choice (metrics.itl_ms). A stable
@@ -443,6 +483,7 @@ def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.T
         coalesced[1:] = (read_index[1:] == read_index[:-1]) & (req[1:] == req[:-1])
     run_start = np.flatnonzero(~coalesced)
     run_len = np.diff(np.append(run_start, n_ev)).astype(np.float64)
+    yield
 
     token_events = np.bincount(req[tok], minlength=n_req)
     counted = np.bincount(req[tok], weights=tokens[tok], minlength=n_req).astype(np.int64)
@@ -454,6 +495,7 @@ def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.T
     tpot: list[float | None] = []
     for a, b, n in zip(scalars["_first_token_ns"], scalars["_last_token_ns"], output_tokens, strict=True):
         tpot.append(None if a is None or b is None or n < 2 else (b - a) / NS_PER_MS / (n - 1))
+    yield
 
     def nullable(arr: npt.NDArray[np.float64], typ: pa.DataType | None = None) -> pa.Array:
         return pa.array(arr, type=typ or pa.float64(), mask=np.isnan(arr))
@@ -472,16 +514,20 @@ def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.T
         "read_delay_p50_ms": nullable(delay_p50),
         "read_delay_p99_ms": nullable(delay_p99),
     }
+    yield
     columns = []
     for f in REQUEST_SCHEMA:
         if f.name in derived:
             columns.append(derived[f.name])
         else:
             columns.append(pa.array(scalars[f.name], type=f.type))
+            yield
     requests = pa.Table.from_arrays(columns, schema=REQUEST_SCHEMA)
-
     steps = np.array(scalars["step"], dtype=np.int32)
     ids = np.array(scalars["request_id"], dtype=np.int64)
+    del scalars, columns, derived  # tens of thousands of objects: released in a step of their own
+    yield
+
     events = pa.Table.from_arrays(
         [
             pa.array(steps[req]),

@@ -38,6 +38,14 @@ def header_values(headers: HeaderInput, name: str) -> list[str]:
     return [value for key, value in header_pairs(headers) if key == wanted]
 
 
+def first_values(headers: HeaderInput) -> dict[str, str]:
+    """Each field's first value by lower-case name: one pass, for a reader that looks up several names."""
+    first: dict[str, str] = {}
+    for name, value in header_pairs(headers):
+        first.setdefault(name, value)
+    return first
+
+
 def first_header(headers: HeaderInput, name: str) -> str | None:
     """The first value of field ``name`` (case-insensitive), or None when absent."""
     values = header_values(headers, name)

@@ -97,9 +97,24 @@ def server_measures(
     found twice with the same name and source is kept once.
     """
     headers = header_pairs(headers)  # read more than once below, so an iterator must not be consumed
-    measures = _server_timing_measures("header", _server_timing(headers, warnings))
+    header_timing = _server_timing(headers, warnings)
+    trailer_timing = _server_timing(trailers, warnings)
+    return _measures(headers, header_timing, trailer_timing, timings, extra, body, warnings)
+
+
+def _measures(
+    headers: list[tuple[str, str]],
+    header_timing: list[ServerTimingMetric],
+    trailer_timing: list[ServerTimingMetric],
+    timings: Mapping[str, Any] | None,
+    extra: Mapping[str, Any] | None,
+    body: Mapping[str, Any] | None,
+    warnings: list[str] | None,
+) -> list[ServerMeasure]:
+    """:func:`server_measures` with the Server-Timing metrics of both sections already parsed."""
+    measures = _server_timing_measures("header", header_timing)
     measures += timing_header_measures(headers, warnings=warnings)
-    measures += _server_timing_measures("trailer", _server_timing(trailers, warnings))
+    measures += _server_timing_measures("trailer", trailer_timing)
     if timings is not None:
         measures += llamacpp_measures(parse_llamacpp_timings(timings, warnings=warnings))
     if extra is not None:
@@ -136,25 +151,24 @@ def apply_server_signals(
     warnings: list[str] = []
     header_list = header_pairs(timeline.response_headers if headers is None else headers)
     trailer_list = header_pairs(trailers)
-    found = server_measures(
-        headers=header_list, trailers=trailer_list, timings=timings, extra=extra, body=body, warnings=warnings
-    )
+    header_timing = _server_timing(header_list, warnings)
+    trailer_timing = _server_timing(trailer_list, warnings)
+    found = _measures(header_list, header_timing, trailer_timing, timings, extra, body, warnings)
     existing = {(measure.name, measure.source) for measure in timeline.server}
     timeline.server.extend(m for m in found if (m.name, m.source) not in existing)
-    _keep_raw_fields(timeline, header_list, trailer_list, timings, extra, body)
+    _keep_raw_fields(timeline, header_list, [*header_timing, *trailer_timing], timings, extra, body)
     timeline.warnings.extend(f"server signals: {w}" for w in warnings)
 
 
 def _keep_raw_fields(
     timeline: Timeline,
     headers: HeaderInput,
-    trailers: HeaderInput,
+    metrics: list[ServerTimingMetric],
     timings: Mapping[str, Any] | None,
     extra: Mapping[str, Any] | None,
     body: Mapping[str, Any] | None,
 ) -> None:
     fields = timeline.server_fields
-    metrics = [*_server_timing(headers, None), *_server_timing(trailers, None)]  # warnings were given once already
     if metrics:
         fields["server_timing"] = [{"name": m.name, "dur_ms": m.dur_ms, "desc": m.desc} for m in metrics]
     rid = request_id(headers)

@@ -21,7 +21,7 @@ TGI sends its timing headers on non-streaming responses only. ``x-compute-time``
 
 from __future__ import annotations
 
-from latscope.signals.headers import HeaderInput, first_header, header_pairs, warn
+from latscope.signals.headers import HeaderInput, first_values, warn
 from latscope.signals.timeformats import parse_finite_float, parse_nonnegative_int
 from latscope.timeline.model import ServerMeasure, ServerPhase
 
@@ -40,10 +40,10 @@ TIMING_HEADERS: tuple[tuple[str, str, float], ...] = (
 
 def timing_header_measures(headers: HeaderInput, *, warnings: list[str] | None = None) -> list[ServerMeasure]:
     """Every timing header present (see the module table), as ServerMeasures in milliseconds."""
-    headers = header_pairs(headers)  # read once per header name: an iterator must not be consumed
+    first = first_values(headers)
     measures: list[ServerMeasure] = []
     for header, name, to_ms in TIMING_HEADERS:
-        raw = first_header(headers, header)
+        raw = first.get(header)
         if raw is None:
             continue
         value = parse_finite_float(raw)
@@ -56,10 +56,10 @@ def timing_header_measures(headers: HeaderInput, *, warnings: list[str] | None =
 
 def tgi_token_counts(headers: HeaderInput, *, warnings: list[str] | None = None) -> tuple[int | None, int | None]:
     """TGI's ``(x-prompt-tokens, x-generated-tokens)``; None where absent or unreadable."""
-    headers = header_pairs(headers)
+    first = first_values(headers)
     counts: list[int | None] = []
     for header in ("x-prompt-tokens", "x-generated-tokens"):
-        raw = first_header(headers, header)
+        raw = first.get(header)
         value = None if raw is None else parse_nonnegative_int(raw)
         if raw is not None and value is None:
             warn(warnings, f"header: {header}: {raw!r} is not a non-negative integer; ignored")

@@ -6,8 +6,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from latscope.signals.servertiming import (
+    _PLAIN_VALUE,
     TCHARS,
     ServerTimingMetric,
+    _parse_scanned,
     format_server_timing,
     parse_server_timing,
     parse_server_timing_value,
@@ -120,3 +122,37 @@ def test_formatted_metrics_parse_back_to_the_same_values(metrics: list[ServerTim
     parsed = parse_server_timing_value(format_server_timing(metrics), warnings=warnings)
     assert [(m.name, m.dur_ms, m.desc) for m in parsed] == [(m.name, m.dur_ms, m.desc) for m in metrics]
     assert warnings == []
+
+
+_ows = st.sampled_from(["", " ", "\t", " \t "])
+_plain_param = st.tuples(_ows, _token, st.none() | st.tuples(_ows, _ows, _token | st.sampled_from(["1", "0.5", "7e2"])))
+
+
+@st.composite
+def _plain_values(draw: st.DrawFn) -> str:
+    """Field values of token-only metrics, with optional whitespace wherever the grammar allows it."""
+    members = []
+    for _ in range(draw(st.integers(1, 4))):
+        name = draw(_ows) + draw(_token | st.sampled_from(["dur", "DUR", "desc"]))
+        for lead, param, value in draw(st.lists(_plain_param, max_size=4)):
+            name += lead + ";" + draw(_ows) + param
+            if value is not None:
+                before, after, token = value
+                name += before + "=" + after + token
+        members.append(name + draw(_ows))
+    return ",".join(members)
+
+
+@given(_plain_values() | st.text(alphabet=[*sorted(TCHARS), " ", "\t", ";", "=", ",", '"', "\\"], max_size=40))
+def test_the_plain_split_reads_what_the_scanner_reads(value: str) -> None:
+    fast_warnings: list[str] = []
+    slow_warnings: list[str] = []
+    assert parse_server_timing_value(value, warnings=fast_warnings) == _parse_scanned(value, slow_warnings)
+    assert fast_warnings == slow_warnings
+
+
+def test_values_servers_write_take_the_plain_split() -> None:
+    assert _PLAIN_VALUE.fullmatch("parse;dur=0.004, validate;dur=0.027, queue;dur=0.051, prefill;dur=0.046")
+    assert _PLAIN_VALUE.fullmatch("db;dur=53, cache;dur=23.2;hit")
+    assert not _PLAIN_VALUE.fullmatch('cache;desc="Cache Read";dur=23.2')  # a quoted string: the scanner
+    assert not _PLAIN_VALUE.fullmatch("a,,b")  # an empty member: the scanner

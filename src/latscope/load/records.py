@@ -204,7 +204,7 @@ _KIND_DICTIONARY = pa.array([str(k) for k in EVENT_KINDS], type=pa.string())
 
 #: Events converted per step of :func:`build_steps`: each step's C-level work (list slices, numpy conversions) then
 #: takes a few tens of µs, so a driver on the event loop can hand the loop back between steps.
-CONVERT_CHUNK_EVENTS = 1024
+CONVERT_CHUNK_EVENTS = 512
 
 #: What :func:`build_steps` yields between its steps (nothing: a point where its driver may pause it).
 Steps = Generator[None, None, tuple[pa.Table, pa.Table]]
@@ -476,6 +476,7 @@ def build_steps(batch: Sequence[tuple[Timeline, RequestContext]]) -> Steps:
     gap_req = tok_req[1:][same]
     gap = np.full(n_ev, np.nan)
     gap[gap_at] = gap_val
+    yield
 
     # Coalescing: same read as the previous event of the same request.
     coalesced = np.zeros(n_ev, dtype=bool)
@@ -504,11 +505,17 @@ def build_steps(batch: Sequence[tuple[Timeline, RequestContext]]) -> Steps:
         "tpot_ms": pa.array(tpot, type=pa.float64()),
         "itl_count": pa.array(np.bincount(gap_req, minlength=n_req).astype(np.int32)),
         "itl_p50_ms": nullable(_group_median(gap_val, gap_req, n_req)),
+    }
+    yield
+    derived |= {
         "itl_max_ms": nullable(_group_max(gap_val, gap_req, n_req)),
         "output_tokens": pa.array(output_tokens, type=pa.int32()),
         "output_tokens_source": pa.array(output_source, type=pa.string()),
         "token_events": pa.array(token_events.astype(np.int32)),
         "coalesced_events": pa.array(np.bincount(req[coalesced], minlength=n_req).astype(np.int32)),
+    }
+    yield
+    derived |= {
         "max_events_per_read": nullable(_group_max(run_len, req[run_start], n_req), pa.int32()),
         "stamps": pa.array([None if t.connection is None else t.connection.stamps for t in timelines], pa.string()),
         "read_delay_p50_ms": nullable(delay_p50),
@@ -528,24 +535,25 @@ def build_steps(batch: Sequence[tuple[Timeline, RequestContext]]) -> Steps:
     del scalars, columns, derived  # tens of thousands of objects: released in a step of their own
     yield
 
-    events = pa.Table.from_arrays(
-        [
-            pa.array(steps[req]),
-            pa.array(ids[req]),
-            pa.array((np.arange(n_ev, dtype=np.int64) - first[req]).astype(np.int32)),
-            pa.array((at_ns - started[req]) / NS_PER_MS),
-            pa.array(read_index),
-            pa.DictionaryArray.from_arrays(pa.array(kind, type=pa.int8()), _KIND_DICTIONARY),
-            pa.array(tokens),
-            pa.array(text_chars),
-            nullable(gap),
-            pa.array(coalesced),
-            nullable(delay),
-            pa.array(choice),
-            nullable(read_delay),
-        ],
-        schema=EVENT_SCHEMA,
-    )
+    event_columns = [
+        pa.array(steps[req]),
+        pa.array(ids[req]),
+        pa.array((np.arange(n_ev, dtype=np.int64) - first[req]).astype(np.int32)),
+        pa.array((at_ns - started[req]) / NS_PER_MS),
+        pa.array(read_index),
+        pa.DictionaryArray.from_arrays(pa.array(kind, type=pa.int8()), _KIND_DICTIONARY),
+    ]
+    yield
+    event_columns += [
+        pa.array(tokens),
+        pa.array(text_chars),
+        nullable(gap),
+        pa.array(coalesced),
+        nullable(delay),
+        pa.array(choice),
+        nullable(read_delay),
+    ]
+    events = pa.Table.from_arrays(event_columns, schema=EVENT_SCHEMA)
     return requests, events
 
 

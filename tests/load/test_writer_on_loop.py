@@ -132,3 +132,21 @@ def test_outside_an_event_loop_the_batch_is_converted_inline(tmp_path: Path) -> 
         writer.add(t, c)  # type: ignore[arg-type]
     assert len(emitted) == 1  # no loop to hand slices back to: converted when the batch filled
     writer.close()
+
+
+async def test_a_batch_that_fails_on_the_loop_is_raised_by_the_next_add_and_by_close(tmp_path: Path) -> None:
+    def failing_sink(requests: pa.Table, events: pa.Table) -> None:
+        raise OSError("disk full")
+
+    writer = PartWriter(tmp_path, 0, 0, request_batch_rows=3, sink=failing_sink)
+    rows = batch(4)
+    for t, c in rows[:3]:
+        writer.add(t, c)  # type: ignore[arg-type]
+    for _ in range(1_000):
+        if not writer.converting:
+            break
+        await asyncio.sleep(0)
+    with pytest.raises(OSError, match="disk full"):
+        writer.add(*rows[3])  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="disk full"):
+        writer.close()

@@ -22,7 +22,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
 import time
@@ -150,6 +149,7 @@ class PartWriter:
         self._converting: list[tuple[Timeline, RequestContext]] = []  #: that batch
         self._freeing: list[tuple[Timeline, RequestContext]] = []  #: a converted batch, released a request a step
         self._task: asyncio.Task[None] | None = None
+        self._failed: Exception | None = None  #: what made the converter's task stop
         self.requests_written = 0
         self.events_written = 0
         self.longest_slice_ns = 0  #: the longest the converter held the event loop in one turn, ns
@@ -157,8 +157,9 @@ class PartWriter:
 
     @property
     def converting(self) -> bool:
-        """True while batches wait for the converter or are part way through it (their timelines included)."""
-        return bool(self._queue or self._steps is not None or self._freeing)
+        """True while batches wait for the converter or are part way through it (their timelines included), until
+        a batch fails."""
+        return self._failed is None and bool(self._queue or self._steps is not None or self._freeing)
 
     @property
     def buffered_events(self) -> int:
@@ -166,7 +167,10 @@ class PartWriter:
         return self._batch_events
 
     def add(self, t: Timeline, ctx: RequestContext) -> RequestDigest:
-        """Record one finished request (its row and its events); return its digest."""
+        """Record one finished request (its row and its events); return its digest. Raises what made an earlier
+        batch fail to convert or write (a disk error surfaces now, not at the end of a long run)."""
+        if self._failed is not None:
+            raise self._failed
         self._batch.append((t, ctx))
         self._batch_events += len(t.events)
         full = self._batch_events >= self._event_batch_rows or len(self._batch) >= self._request_batch_rows
@@ -196,7 +200,7 @@ class PartWriter:
 
     async def _convert(self) -> None:
         """Convert the queued batches a slice per event-loop turn."""
-        with contextlib.suppress(asyncio.CancelledError):  # close() finishes the work inline
+        try:
             while self.converting:
                 # a queue that grows (a loop too busy to give the converter its slices) gets longer slices, so
                 # memory stays bounded at the price of longer waits
@@ -206,6 +210,10 @@ class PartWriter:
                     pass
                 self.longest_slice_ns = max(self.longest_slice_ns, time.monotonic_ns() - began)
                 await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            return  # close() finishes the work inline
+        except Exception as exc:  # a disk error, a sink that failed: the next add() or close() raises it
+            self._failed = exc
 
     def _step(self) -> bool:
         """Run one step of the conversion (emitting a batch that it finishes); False when there is nothing left."""
@@ -262,6 +270,8 @@ class PartWriter:
         try:
             if self._task is not None:
                 self._task.cancel()
+            if self._failed is not None:
+                raise self._failed
             self._flush()
             self._finish_conversions()
             for fut in self._pending:

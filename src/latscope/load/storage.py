@@ -152,7 +152,6 @@ class PartWriter:
         self._failed: Exception | None = None  #: what made the converter's task stop
         self.requests_written = 0
         self.events_written = 0
-        self.longest_slice_ns = 0  #: the longest the converter held the event loop in one turn, ns
         self._closed = False
 
     @property
@@ -191,7 +190,6 @@ class PartWriter:
         self.events_written += sum(len(t.events) for t, _ in batch)
         loop = _running_loop() if self._threaded and not self._closed else None
         if loop is None:
-            self._finish_conversions()  # batches already queued go first: row groups keep their order
             self._emit(build_tables(batch))
             return
         self._queue.append(batch)
@@ -208,7 +206,6 @@ class PartWriter:
                 began = time.monotonic_ns()
                 while self._step() and time.monotonic_ns() - began < budget:
                     pass
-                self.longest_slice_ns = max(self.longest_slice_ns, time.monotonic_ns() - began)
                 await asyncio.sleep(0)
         except asyncio.CancelledError:
             return  # close() finishes the work inline
@@ -272,8 +269,8 @@ class PartWriter:
                 self._task.cancel()
             if self._failed is not None:
                 raise self._failed
+            self._finish_conversions()  # the batches queued on the loop go first: row groups keep their order
             self._flush()
-            self._finish_conversions()
             for fut in self._pending:
                 fut.result()
         finally:

@@ -120,15 +120,7 @@ def _parse_plain(value: str, warnings: list[str] | None) -> list[ServerTimingMet
         for raw in raw_params:
             param, eq, param_value = raw.partition("=")
             params.setdefault(param.strip(_OWS).lower(), param_value.strip(_OWS) if eq else None)
-        name = name.strip(_OWS)
-        metrics.append(
-            ServerTimingMetric(
-                name=name,
-                dur_ms=_dur(name, params.get("dur"), "dur" in params, warnings),
-                desc=params.get("desc"),
-                params=tuple(params.items()),
-            )
-        )
+        metrics.append(_metric_of(name.strip(_OWS), params, warnings))
     return metrics
 
 
@@ -186,6 +178,11 @@ def _metric(scan: _Scanner, value: str, warnings: list[str] | None) -> ServerTim
             else:
                 param_value = scan.token()
         params.setdefault(param, param_value)  # the processing model: only a parameter's first occurrence counts
+    return _metric_of(name, params, warnings)
+
+
+def _metric_of(name: str, params: dict[str, str | None], warnings: list[str] | None) -> ServerTimingMetric:
+    """The metric ``name`` with its parameters (first occurrences, names lower-cased): ``dur`` and ``desc`` read."""
     return ServerTimingMetric(
         name=name,
         dur_ms=_dur(name, params.get("dur"), "dur" in params, warnings),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -48,6 +49,34 @@ def test_kernel_stamped_reads_give_the_request_its_read_delay_and_each_event_its
             assert row["read_delay_ms"] == pytest.approx((row["read_index"] + 1) / 10)
         else:
             assert row["read_delay_ms"] is None
+
+
+def test_a_kernel_stamped_request_s_unstamped_read_has_no_delay_and_stays_out_of_its_percentiles() -> None:
+    # three kernel-stamped requests in one batch, the middle one user-stamped: each request's reads are its own
+    timelines = []
+    for step in (1, 0, 3):
+        t = make_timeline()
+        assert t.connection is not None
+        if step:
+            t.connection.stamps = "kernel"
+            t.reads = [Read(r.at_ns, r.nbytes, r.at_ns + step * (i + 1) * MS // 10) for i, r in enumerate(t.reads)]
+        timelines.append(t)
+    first = timelines[0]
+    first.reads[0] = Read(first.reads[0].at_ns, first.reads[0].nbytes, None)  # the kernel gave this read no stamp
+    requests, events = build_tables([(t, ctx(i)) for i, t in enumerate(timelines)])
+    rows = requests.to_pylist()
+    stamped = [(i + 1) / 10 for i in range(1, len(first.reads))]
+    assert rows[0]["read_delay_p99_ms"] == pytest.approx(float(np.percentile(stamped, 99)))
+    assert rows[0]["read_delay_p50_ms"] == pytest.approx(float(np.percentile(stamped, 50)))
+    assert rows[1]["read_delay_p50_ms"] is None
+    third = [3 * (i + 1) / 10 for i in range(len(timelines[2].reads))]
+    assert rows[2]["read_delay_p50_ms"] == pytest.approx(float(np.percentile(third, 50)))
+    for row in events.to_pylist():
+        scale = (1, None, 3)[row["request_id"]]
+        if scale is None or (row["request_id"] == 0 and row["read_index"] == 0):
+            assert row["read_delay_ms"] is None
+        else:
+            assert row["read_delay_ms"] == pytest.approx(scale * (row["read_index"] + 1) / 10)
 
 
 def test_the_stamp_source_is_part_of_the_bench_config() -> None:

@@ -11,7 +11,9 @@ import pytest
 
 from latscope.load.records import EVENT_SCHEMA, REQUEST_SCHEMA, RequestContext
 from latscope.load.storage import (
+    COMPRESSION,
     EVENTS_FILE,
+    PART_WRITE_OPTIONS,
     PARTS_DIR,
     REQUESTS_FILE,
     PartWriter,
@@ -20,7 +22,7 @@ from latscope.load.storage import (
     read_run_json,
     write_run_json,
 )
-from latscope.timeline.model import Phase, Usage
+from latscope.timeline.model import EventKind, Phase, Usage
 from tests.support.load_timelines import MS, make_timeline
 
 START = 5_000 * MS
@@ -103,6 +105,24 @@ def test_events_stream_in_row_groups_of_the_batch_size(tmp_path: Path) -> None:
     assert pq.ParquetFile(tmp_path / EVENTS_FILE).metadata.num_rows == 40 * 13
     requests = pd.read_parquet(tmp_path / REQUESTS_FILE)
     assert requests.request_id.tolist() == list(range(40))
+
+
+def test_parts_are_written_cheaply_and_the_merged_files_compressed(tmp_path: Path) -> None:
+    writer = PartWriter(tmp_path, 0, 0, threaded=False)
+    for i in range(5):
+        writer.add(make_timeline(start_ns=START + i * MS), ctx(i))
+    writer.close()
+    part = pq.ParquetFile(writer.events_path).metadata.row_group(0)
+    columns = [part.column(i) for i in range(part.num_columns)]
+    assert {c.compression for c in columns} == {PART_WRITE_OPTIONS["compression"].upper()}
+    assert not any(c.is_stats_set for c in columns)
+    # the kind keeps its dictionary pages, so it reads back with the writer's own dictionary of every kind
+    kinds = pq.read_table(writer.events_path).column("kind").chunk(0).dictionary.to_pylist()
+    assert kinds == [k.value for k in EventKind]
+    merge_parts(tmp_path)
+    final = pq.ParquetFile(tmp_path / EVENTS_FILE).metadata.row_group(0)
+    assert {final.column(i).compression for i in range(final.num_columns)} == {COMPRESSION.upper()}
+    assert final.column(0).is_stats_set
 
 
 def test_merge_orders_requests_of_several_workers_and_steps(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ from latscope.load.clocksync import DEFAULT_EXCHANGES, ClockOffset, measure_offs
 from latscope.load.config import BenchConfig, split_evenly
 from latscope.load.records import EVENT_SCHEMA, REQUEST_SCHEMA, RequestContext, build_tables
 from latscope.load.runner import Assignment, StepWorker, WorkerCounters, WorkerResult
-from latscope.load.storage import COMPRESSION, part_paths
+from latscope.load.storage import open_part, part_paths
 from latscope.load.workers import READY_TIMEOUT_S, WorkerFailed, raise_fd_limit
 from latscope.load.workload import Plan
 from latscope.timeline.model import ErrorKind, RequestError, Timeline
@@ -472,8 +472,8 @@ class RayStep:
         if state.requests_writer is None or state.events_writer is None:
             requests_path, events_path = part_paths(self.run_dir, self.step, state.worker)
             requests_path.parent.mkdir(parents=True, exist_ok=True)
-            state.requests_writer = pq.ParquetWriter(requests_path, REQUEST_SCHEMA, compression=COMPRESSION)
-            state.events_writer = pq.ParquetWriter(events_path, EVENT_SCHEMA, compression=COMPRESSION)
+            state.requests_writer = open_part(requests_path, REQUEST_SCHEMA)
+            state.events_writer = open_part(events_path, EVENT_SCHEMA)
         state.requests_writer.write_table(requests.cast(REQUEST_SCHEMA))
         state.events_writer.write_table(events.cast(EVENT_SCHEMA))
         state.reported.update(requests.column("request_id").to_pylist())

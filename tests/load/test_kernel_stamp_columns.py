@@ -10,6 +10,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from latscope.load import records
 from latscope.load.arrivals import ClosedLoop
 from latscope.load.bench import bench_async
 from latscope.load.config import BenchConfig, BenchConfigError
@@ -51,8 +52,13 @@ def test_kernel_stamped_reads_give_the_request_its_read_delay_and_each_event_its
             assert row["read_delay_ms"] is None
 
 
-def test_a_kernel_stamped_request_s_unstamped_read_has_no_delay_and_stays_out_of_its_percentiles() -> None:
-    # three kernel-stamped requests in one batch, the middle one user-stamped: each request's reads are its own
+@pytest.mark.parametrize("chunk", [4, records.READ_DELAY_CHUNK])
+def test_a_kernel_stamped_request_s_unstamped_read_has_no_delay_and_stays_out_of_its_percentiles(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # three requests in one batch, the middle one user-stamped: each request's reads are its own, however many
+    # steps gather them
+    monkeypatch.setattr(records, "READ_DELAY_CHUNK", chunk)
     timelines = []
     for step in (1, 0, 3):
         t = make_timeline()

@@ -44,11 +44,12 @@ _GENERIC_64BIT = frozenset(
 #: what ``Client(stamps=...)``, ``probe --stamps`` and ``bench --stamps`` accept: ``kernel`` (kernel receive stamps
 #: where the platform gives them, user-space ones elsewhere) or ``user`` (the event loop's hand-over)
 STAMP_CHOICES = ("kernel", "user")
-#: the default, chosen by measurement on a 2-core VM (benchmarks/fidelity.py, one worker, 3 runs): kernel stamps put
-#: p99 of (stamp − lab send stamp) at 0.02–0.03 ms at 1k, 5k and 20k events/s against 0.7–7 ms for user-space
+#: the default, chosen by measurement on a 2-core VM (benchmarks/fidelity.py, one worker, 3-7 runs): kernel stamps
+#: put p99 of (stamp − lab send stamp) at 0.03–0.07 ms at 1k, 5k and 20k events/s against 1–6 ms for user-space
 #: stamps, at the same CPU per event when reads carry many events (client_overhead.py, the lab flood, the blast
-#: server), but reading the socket in Python costs more per read than uvloop's C transport: at 20k events/s of one
-#: event per read the client used 27–31 % of a core against 25–28 % (six runs each). Costlier, so opt-in.
+#: server), but reading the socket in Python costs more per read than uvloop's C transport (benchmarks/read_cost.py:
+#: 7.9–8.1 against 6.6–6.7 µs per read): at 20k events/s of one event per read the client spent 24.4 µs of CPU per
+#: event against 20.8 µs (medians of seven runs). Costlier, so opt-in.
 DEFAULT_STAMPS = "user"
 
 #: how often the realtime→monotonic offset is measured again while stamps are converted (ns): often enough to see

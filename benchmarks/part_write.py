@@ -32,33 +32,23 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.load_timelines
-
-from tests.support.load_timelines import MS, make_timeline
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # writer_stall
+from writer_stall import make_batch
 
 from latscope.load.records import RequestContext, build_tables, prime_conversions
 from latscope.load.storage import COMPRESSION, PART_WRITE_OPTIONS, WRITER_REQUEST_ROWS
 from latscope.timeline.model import Read, Timeline
 
-SERVER_TIMING = "parse;dur=0.004, validate;dur=0.027, queue;dur=0.051, prefill;dur=0.046"
 
-
-def make_batch(n: int, tokens: int, *, kernel: bool) -> list[tuple[Timeline, RequestContext]]:
-    """``n`` finished streams of ``tokens`` tokens, one read per event; ``kernel``: kernel-stamped reads, each with
-    a user-space stamp 20-80 µs later."""
-    rows = []
-    for i in range(n):
-        t = make_timeline(start_ns=10_000 * MS + i * MS, gaps_ms=[5.0] * (tokens - 1))
-        t.response_headers = {
-            "content-type": "text/event-stream",
-            "server-timing": SERVER_TIMING,
-            "x-request-id": f"chatcmpl-{i:024x}",
-        }
-        if kernel:
+def make_kernel_batch(n: int, tokens: int, *, kernel: bool) -> list[tuple[Timeline, RequestContext]]:
+    """writer_stall's batch (``n`` finished streams of ``tokens`` tokens, one read per event, lab-like headers);
+    ``kernel``: its reads kernel-stamped, each with a user-space stamp 20-80 µs later."""
+    rows = make_batch(n, tokens)
+    if kernel:
+        for t, _ in rows:
             assert t.connection is not None
             t.connection.stamps = "kernel"
             t.reads = [Read(r.at_ns, r.nbytes, r.at_ns + 20_000 + (j * 7919) % 60_000) for j, r in enumerate(t.reads)]
-        rows.append((t, RequestContext(0, i, 0, "chat", False, 10_000 * MS)))
     return rows
 
 
@@ -92,8 +82,8 @@ def main() -> None:
     args = parser.parse_args()
     prime_conversions()
 
-    user = [make_batch(args.requests, args.tokens, kernel=False) for _ in range(args.batches)]
-    kernel = [make_batch(args.requests, args.tokens, kernel=True) for _ in range(args.batches)]
+    user = [make_kernel_batch(args.requests, args.tokens, kernel=False) for _ in range(args.batches)]
+    kernel = [make_kernel_batch(args.requests, args.tokens, kernel=True) for _ in range(args.batches)]
     tables = [build_tables(batch) for batch in kernel]
     requests = args.batches * args.requests
     events = sum(t[1].num_rows for t in tables)

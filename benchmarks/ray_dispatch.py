@@ -8,7 +8,9 @@ with ``ray_address`` — and the table shows:
 * achieved rate — (n − 1) ÷ (last start − first start) over the measured requests, vs the target;
 * dispatch lag — how late the dispatcher woke for each arrival (its absolute deadline → the moment it fired), p50 and
   p99;
-* errors.
+* errors;
+* Ray daemons' CPU — what the cluster's own processes (GCS, raylets, agents, monitors; not the actors) used during
+  the run, in % of one core: taken from the cores the lab and the workers share, in the local rows too.
 
 Target: 2 Ray actors no worse than 2 local worker processes. On a 2-core machine every configuration shares the
 cores with the lab (and Ray's own daemons), so compare the rows with each other, not with a quiet server.
@@ -31,6 +33,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +52,25 @@ RATES = (100, 500)
 WARMUP_S = 0.5
 
 
-def run_one(url: str, rate: int, seconds: float, workers: int, ray_address: str | None) -> dict[str, Any]:
+def daemon_cpu_s(cluster: RayCluster) -> float:
+    """CPU seconds (user + system) used so far by the cluster's own processes: GCS, raylets, agents, monitors —
+    every process of its sessions but the workers and actors (``ray::…`` processes, which come and go per step)."""
+    total = 0
+    for pid in cluster.pids():
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"):
+                continue
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid … utime (12th) stime (13th) after the comm
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def run_one(
+    url: str, rate: int, seconds: float, workers: int, ray_address: str | None, cluster: RayCluster
+) -> dict[str, Any]:
     config = BenchConfig(
         url=url,
         model="lab-model",
@@ -62,7 +83,9 @@ def run_one(url: str, rate: int, seconds: float, workers: int, ray_address: str 
         server_metrics=False,
     )
     with tempfile.TemporaryDirectory(prefix="latscope-ray-dispatch-") as tmp:
+        cpu0, wall0 = daemon_cpu_s(cluster), time.monotonic()
         result = run_bench(config, Path(tmp), ray_address=ray_address)
+        daemons = (daemon_cpu_s(cluster) - cpu0) / (time.monotonic() - wall0)
     [step] = result.steps
     lag = step.schedule_lag_ms
     achieved = step.achieved_rps or 0.0
@@ -75,6 +98,7 @@ def run_one(url: str, rate: int, seconds: float, workers: int, ray_address: str 
         "error_pct": (achieved / rate - 1) * 100,
         "lag_p50": lag.p50 if lag else float("nan"),
         "lag_p99": lag.p99 if lag else float("nan"),
+        "daemons_pct": daemons * 100,
     }
 
 
@@ -101,11 +125,15 @@ def main() -> int:
         f"# open-loop dispatch: local workers vs Ray actors ({cores} cores; lab --zero-cost; max_tokens 1; "
         f"{args.seconds:g} s per run; {args.repeat} run(s) each, lowest–highest)\n"
     )
-    print("| target req/s | client | n | achieved req/s | vs target | lag p50 ms | lag p99 ms | errors |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| target req/s | client | n | achieved req/s | vs target | lag p50 ms | lag p99 ms | errors "
+        "| Ray daemons' CPU |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    cluster = RayCluster(nodes=nodes, cpus_per_node=math.ceil(max(counts) / nodes), fast_failure_detection=False)
     with (
         LabProcess(zero_cost=True, args=["--max-batch", "4096", "--kv-blocks", "200000"]) as lab,
-        RayCluster(nodes=nodes, cpus_per_node=math.ceil(max(counts) / nodes), fast_failure_detection=False) as address,
+        cluster as address,
     ):
         assert lab.url is not None
         configs: list[tuple[int, str | None]] = [(1, None)]
@@ -115,13 +143,16 @@ def main() -> int:
             runs: dict[tuple[int, str | None], list[dict[str, Any]]] = {c: [] for c in configs}
             for _ in range(args.repeat):
                 for workers, ray_address in configs:
-                    runs[workers, ray_address].append(run_one(lab.url, rate, args.seconds, workers, ray_address))
+                    runs[workers, ray_address].append(
+                        run_one(lab.url, rate, args.seconds, workers, ray_address, cluster)
+                    )
             for config in configs:
                 rs = runs[config]
                 print(
                     f"| {rate:,} | {rs[0]['client']} | {span(rs, 'requests', ',')} | "
                     f"{span(rs, 'achieved_rps', ',.2f')} | {span(rs, 'error_pct', '+.2f')}% | "
-                    f"{span(rs, 'lag_p50', '.3f')} | {span(rs, 'lag_p99', '.3f')} | {sum(r['errors'] for r in rs)} |",
+                    f"{span(rs, 'lag_p50', '.3f')} | {span(rs, 'lag_p99', '.3f')} | {sum(r['errors'] for r in rs)} | "
+                    f"{span(rs, 'daemons_pct', '.0f')}% |",
                     flush=True,
                 )
     return 0

@@ -17,7 +17,8 @@ cores with the lab (and Ray's own daemons), so compare the rows with each other,
 
 The cluster runs with Ray's own health-check periods, as a user's cluster does (the tests' clusters check every
 300 ms so that a killed node is noticed at once). With ``--repeat N`` every configuration runs N times, interleaved
-(each round runs every configuration once), and each column shows the lowest and highest of the N runs.
+(each round runs every configuration once), and each column shows the lowest and highest of the N runs (lag p99:
+and their median, from three runs on).
 
 Usage::
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -102,10 +104,15 @@ def run_one(
     }
 
 
-def span(runs: list[dict[str, Any]], key: str, fmt: str) -> str:
-    """The lowest and highest of ``key`` over the runs ("a" when they agree or there is one run)."""
-    low, high = min(r[key] for r in runs), max(r[key] for r in runs)
-    return format(low, fmt) if format(low, fmt) == format(high, fmt) else f"{low:{fmt}}–{high:{fmt}}"
+def span(runs: list[dict[str, Any]], key: str, fmt: str, *, median: bool = False) -> str:
+    """The lowest and highest of ``key`` over the runs ("a" when they agree or there is one run); with ``median``
+    and three runs or more, the median too ("low–high (median m)")."""
+    values = sorted(r[key] for r in runs)
+    low, high = values[0], values[-1]
+    text = format(low, fmt) if format(low, fmt) == format(high, fmt) else f"{low:{fmt}}–{high:{fmt}}"
+    if median and len(values) >= 3:
+        text += f" (median {statistics.median(values):{fmt}})"
+    return text
 
 
 def main() -> int:
@@ -151,7 +158,8 @@ def main() -> int:
                 print(
                     f"| {rate:,} | {rs[0]['client']} | {span(rs, 'requests', ',')} | "
                     f"{span(rs, 'achieved_rps', ',.2f')} | {span(rs, 'error_pct', '+.2f')}% | "
-                    f"{span(rs, 'lag_p50', '.3f')} | {span(rs, 'lag_p99', '.3f')} | {sum(r['errors'] for r in rs)} | "
+                    f"{span(rs, 'lag_p50', '.3f')} | {span(rs, 'lag_p99', '.3f', median=True)} | "
+                    f"{sum(r['errors'] for r in rs)} | "
                     f"{span(rs, 'daemons_pct', '.0f')}% |",
                     flush=True,
                 )

@@ -339,16 +339,23 @@ def _group_max(values: npt.NDArray[np.float64], groups: npt.NDArray[np.int64], n
     return out
 
 
+def _sorted_groups(
+    values: npt.NDArray[np.float64], groups: npt.NDArray[np.int64], n: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """``values`` sorted within their groups, group by group (one sort for the whole batch), with each group's
+    start in them, its count, and whether it has any value."""
+    v = values[np.lexsort((values, groups))]
+    counts = np.bincount(groups, minlength=n)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return v, starts, counts, counts > 0
+
+
 def _group_median(values: npt.NDArray[np.float64], groups: npt.NDArray[np.int64], n: int) -> npt.NDArray[np.float64]:
     """Per group, the median (mean of the middle two for even counts; NaN for an empty group)."""
     out = np.full(n, np.nan)
     if values.size == 0:
         return out
-    order = np.lexsort((values, groups))
-    v, g = values[order], groups[order]
-    counts = np.bincount(g, minlength=n)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    has = counts > 0
+    v, starts, counts, has = _sorted_groups(values, groups, n)
     lo = starts + (counts - 1) // 2
     hi = starts + counts // 2
     out[has] = (v[lo[has]] + v[hi[has]]) / 2
@@ -363,12 +370,8 @@ def _group_percentiles(
     outs = [np.full(n, np.nan) for _ in qs]
     if values.size == 0:
         return outs
-    order = np.lexsort((values, groups))
-    v = values[order]
-    counts = np.bincount(groups, minlength=n)
-    has = counts > 0
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[has]
-    last = counts[has] - 1
+    v, starts, counts, has = _sorted_groups(values, groups, n)
+    starts, last = starts[has], counts[has] - 1
     for out, q in zip(outs, qs, strict=True):
         pos = last * (q / 100)
         lo = np.floor(pos).astype(np.int64)
@@ -444,22 +447,20 @@ def _read_delays(
     ]
     if not kernel:
         return per_event, np.full(n_req, np.nan), np.full(n_req, np.nan)
-    yield
     n_reads = np.zeros(n_req, dtype=np.int64)
-    n_reads[kernel] = [len(timelines[i].reads) for i in kernel]
     parts: list[npt.NDArray[np.float64]] = []
-    at = 0
-    while at < len(kernel):  # about READ_DELAY_CHUNK reads a step
-        stop = at + 1
-        taken = int(n_reads[kernel[at]])
-        while stop < len(kernel) and taken < READ_DELAY_CHUNK:
-            taken += int(n_reads[kernel[stop]])
-            stop += 1
-        at_ns, _nbytes, user_ns = zip(*chain.from_iterable(timelines[i].reads for i in kernel[at:stop]), strict=True)
-        # a user-stamped read (a kernel that gave no stamp) has no delay: NaN, left out of the percentiles
-        parts.append(np.array([np.nan if u is None else u - a for a, u in zip(at_ns, user_ns, strict=True)]))
-        at = stop
-        yield
+    group: list[int] = []
+    taken = 0
+    for i in kernel:  # about READ_DELAY_CHUNK reads a step
+        n_reads[i] = len(timelines[i].reads)
+        group.append(i)
+        taken += int(n_reads[i])
+        if taken >= READ_DELAY_CHUNK or i == kernel[-1]:
+            at_ns, _nbytes, user_ns = zip(*chain.from_iterable(timelines[j].reads for j in group), strict=True)
+            # a user-stamped read (a kernel that gave no stamp) has no delay: NaN, left out of the percentiles
+            parts.append(np.array([np.nan if u is None else u - a for a, u in zip(at_ns, user_ns, strict=True)]))
+            group, taken = [], 0
+            yield
     delays = np.concatenate(parts) / NS_PER_MS
     read_req = np.repeat(np.arange(n_req, dtype=np.int64), n_reads)
     stamped = ~np.isnan(delays)

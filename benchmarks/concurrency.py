@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow.parquet as pq
+from procstat import proc_cpu_s
 
 from latscope.lab.process import LabProcess
 from latscope.load.arrivals import ClosedLoop
@@ -56,12 +57,6 @@ TARGET_P99_MS = 1.0
 
 #: Connections the client opens per second here (pool + kernel + server accept); sizes the warm-up ramp.
 RAMP_STREAMS_PER_S = 500
-
-
-def proc_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # --- the phased server ----------------------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ import orjson
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from aiperf_client import AIPERF_ENV, find_aiperf, run_aiperf
+from procstat import proc_cpu_s
 
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.lab.process import LabProcess
@@ -129,12 +130,6 @@ class ClientRun:
     @property
     def client_cpu(self) -> float:
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
-
-
-def proc_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def body(max_tokens: int, n: int) -> dict[str, Any]:

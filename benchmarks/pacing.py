@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from procstat import proc_cpu_s
 
 from latscope.lab.process import LabProcess
 from latscope.load.arrivals import InterArrival, OpenLoop
@@ -51,12 +52,6 @@ def seconds_for(rate: int, requested: float | None) -> float:
     if requested is not None:
         return requested
     return {100: 10.0, 1_000: 5.0}.get(rate, 3.0)
-
-
-def proc_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_latscope(url: str, lab_pid: int, rate: int, process: InterArrival, seconds: float) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.raycluster
 
+from procstat import proc_cpu_s
 from tests.support.raycluster import RayCluster
 
 from latscope.lab.process import LabProcess
@@ -57,17 +58,14 @@ WARMUP_S = 0.5
 def daemon_cpu_s(cluster: RayCluster) -> float:
     """CPU seconds (user + system) used so far by the cluster's own processes: GCS, raylets, agents, monitors —
     every process of its sessions but the workers and actors (``ray::…`` processes, which come and go per step)."""
-    total = 0
+    total = 0.0
     for pid in cluster.pids():
         try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"):
-                continue
-            stat = Path(f"/proc/{pid}/stat").read_text()
+            if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"):
+                total += proc_cpu_s(pid)
         except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid … utime (12th) stime (13th) after the comm
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+            continue  # gone since the listing
+    return total
 
 
 def run_one(

@@ -19,7 +19,7 @@ from latscope.checks.evidence import (
     SaturationLevel,
 )
 from latscope.checks.kvcache import check_kv_cache_pressure
-from latscope.checks.prefill import check_prefill_superlinear
+from latscope.checks.prefill import check_prefill_superlinear, floor_points
 from latscope.checks.sampling import check_decode_host_overhead
 from latscope.checks.saturation import check_capacity_saturation
 from latscope.findings import Clear, Finding, Inconclusive, NotTested, Severity
@@ -102,6 +102,22 @@ def test_a_bend_lost_in_noise_is_not_reported() -> None:
     ]
     out = check_prefill_superlinear(PrefillEvidence(points=tuple(noisy)), REF)
     assert not isinstance(out, Finding)
+
+
+def test_one_late_answer_at_the_longest_prompt_is_not_read_as_curvature() -> None:
+    # a host busy for 280 ms during one of the two 8192-token prompts: the fit takes each size's fastest repeat
+    clean = _prefill(5e-6, sizes=SIZES[:-1]).points
+    late = PrefillPoint(8192, clean[-1].ttft_ms + 280.0)
+    out = check_prefill_superlinear(PrefillEvidence(points=(*clean[:-1], late, clean[-1])), REF)
+    assert isinstance(out, Finding) and out.evidence["longest_repeats"] == 2
+    assert out.cost_ms == pytest.approx(5e-6 * 8192**2, rel=1e-6)
+    alone = check_prefill_superlinear(PrefillEvidence(points=(*clean[:-1], late)), REF)
+    assert isinstance(alone, Finding) and alone.cost_ms > 1.5 * out.cost_ms  # what the repeat is there for
+
+
+def test_repeats_a_few_tokens_apart_are_one_size() -> None:
+    points = (PrefillPoint(4096, 90.0), PrefillPoint(4101, 80.0), PrefillPoint(512, 12.0), PrefillPoint(8192, 300.0))
+    assert floor_points(points) == [PrefillPoint(512, 12.0), PrefillPoint(4101, 80.0), PrefillPoint(8192, 300.0)]
 
 
 def test_a_short_context_leaves_prefill_not_tested_with_the_limit() -> None:

@@ -4,7 +4,9 @@ The baseline's sweep points are kept; sizes it did not send (:data:`EXTRA_TOKENS
 request each (two in a full run), ``max_tokens`` 1, quickack on, TTFT without connection setup. The sweep ends at
 the first size the server refuses for its length (``RequestSample.refused``), and before any size whose TTFT,
 extrapolated from the points so far with a quadratic term (as if the growth went on bending), would exceed
-:data:`PREFILL_BUDGET_MS`.
+:data:`PREFILL_BUDGET_MS`. The longest size answered is then sent again until it has :data:`LONGEST_REPEATS`
+answers: it is where the check reads the cost and the point with the most leverage on the fitted curvature, so one
+late answer there must not stand alone (the check fits each size's fastest repeat).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from latscope.diagnose.experiments.baseline import SWEEP_TOKENS, SWEEP_TOKENS_QU
 EXTRA_TOKENS = (1024, 2048, 8192, 16384)
 EXTRA_REPEATS = 2
 EXTRA_REPEATS_QUICK = 1
+#: Answers the longest size answered must have, in a quick run too.
+LONGEST_REPEATS = 2
 #: Longest TTFT (ms) a single sweep prompt may be predicted to take: bounds the experiment at a few seconds.
 PREFILL_BUDGET_MS = 2500.0
 
 
 def planned_requests(quick: bool) -> int:
     """Requests this experiment sends at most (the baseline's sweep is not counted here)."""
-    return len(EXTRA_TOKENS) * (EXTRA_REPEATS_QUICK if quick else EXTRA_REPEATS)
+    return len(EXTRA_TOKENS) * (EXTRA_REPEATS_QUICK if quick else EXTRA_REPEATS) + LONGEST_REPEATS - 1
 
 
 def predicted_ttft_ms(points: list[PrefillPoint], tokens: int) -> float | None:
@@ -75,6 +79,15 @@ async def run(ctx: Context, prior: Prior) -> PrefillEvidence:
                     failed.append(sample)
             if refused_at is not None and refused_at <= tokens:
                 break
+        longest = max((p.prompt_tokens for p in points), default=None)
+        if longest is not None:
+            answered = sum(1 for p in points if p.prompt_tokens == longest)
+            for index in range(answered, LONGEST_REPEATS):
+                sample = await ctx.send(client, ctx.spec(longest, 1), label=f"prefill {longest} tokens {index + 1}")
+                if sample.ok and sample.ttft_after_setup_ms is not None:
+                    points.append(PrefillPoint(longest, sample.ttft_after_setup_ms))
+                else:
+                    failed.append(sample)
     points.sort(key=lambda p: p.prompt_tokens)
     return PrefillEvidence(
         points=tuple(points), refused_at=refused_at, budget_stopped_at=stopped, failures=tuple(failed)

@@ -47,19 +47,26 @@ MIN_SPAN_MS = 5.0
 SAME_SIZE_SHARE = 0.02
 
 
+def size_groups(points: tuple[PrefillPoint, ...]) -> list[list[PrefillPoint]]:
+    """The points grouped by sweep size (repeats within :data:`SAME_SIZE_SHARE` of the group's shortest), shortest
+    size first."""
+    groups: list[list[PrefillPoint]] = []
+    for p in sorted(points, key=lambda p: p.prompt_tokens):
+        if groups and p.prompt_tokens - groups[-1][0].prompt_tokens <= SAME_SIZE_SHARE * groups[-1][0].prompt_tokens:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    return groups
+
+
 def floor_points(points: tuple[PrefillPoint, ...]) -> list[PrefillPoint]:
     """Per sweep size, its fastest repeat, shortest size first. Noise on a shared host or path (scheduling, a
     collector, other traffic) only ever adds time, so the per-size minimum is the server's own prefill."""
-    floors: list[PrefillPoint] = []
-    first = 0
-    for p in sorted(points, key=lambda p: p.prompt_tokens):
-        if floors and p.prompt_tokens - first <= SAME_SIZE_SHARE * first:
-            if p.ttft_ms < floors[-1].ttft_ms:
-                floors[-1] = p
-            continue
-        first = p.prompt_tokens
-        floors.append(p)
-    return floors
+    return [_fastest(group) for group in size_groups(points)]
+
+
+def _fastest(group: list[PrefillPoint]) -> PrefillPoint:
+    return min(group, key=lambda p: p.ttft_ms)
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -72,7 +79,8 @@ def check_prefill_superlinear(ev: PrefillEvidence, reference: Reference | None) 
     broken = failures.too_many_failed(ev.failures, ok_elsewhere=len(ev.points))
     if broken:
         return NotTested(PREFILL_ID, f"the target misbehaved during the prefill sweep: {broken}")
-    floors = floor_points(ev.points)
+    groups = size_groups(ev.points)
+    floors = [_fastest(group) for group in groups]
     sizes = [p.prompt_tokens for p in floors]
     if len(sizes) < MIN_SIZES or sizes[-1] < MIN_LONGEST_TOKENS:
         limit = f"; the server refused {ev.refused_at} tokens" if ev.refused_at else ""
@@ -88,7 +96,7 @@ def check_prefill_superlinear(ev: PrefillEvidence, reference: Reference | None) 
         "points": [[p.prompt_tokens, _round(p.ttft_ms)] for p in ev.points],
         "longest_prompt_tokens": sizes[-1],
         "longest_ttft_ms": _round(ttft_longest),
-        "longest_repeats": sum(1 for p in ev.points if p.prompt_tokens - sizes[-1] >= -SAME_SIZE_SHARE * sizes[-1]),
+        "longest_repeats": len(groups[-1]),
         "refused_at_tokens": ev.refused_at,
         "budget_stopped_at_tokens": ev.budget_stopped_at,
     }

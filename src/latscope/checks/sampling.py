@@ -75,6 +75,12 @@ def _pair_differences(ev: SamplingEvidence) -> list[float]:
     return out
 
 
+def _pairs_allowed_to_disagree(pairs: list[float]) -> int:
+    """How many pairs may contradict the median, a finding's or a clear's: none under :data:`PAIRS_FOR_A_MISS`
+    pairs, one in four from there on."""
+    return len(pairs) // 4 if len(pairs) >= PAIRS_FOR_A_MISS else 0
+
+
 def check_decode_host_overhead(ev: SamplingEvidence, reference: Reference | None) -> Outcome:
     """Finding when sampled streams take at least :data:`MATERIAL_SHARE` (and :data:`MIN_ADDED_MS`) longer per
     token than greedy ones, :data:`NOISE_Z` standard errors clear of noise; the cost is that per-token time over one
@@ -130,7 +136,7 @@ def check_decode_host_overhead(ev: SamplingEvidence, reference: Reference | None
     # streams hold their tokens back 3-7 ms, then send them 0.2 ms apart, which moves their time per token by as
     # much as sampling costs) hid it in the others, or made it in these; either way not the fast path measured
     hits = sum(1 for d in pairs if d >= threshold)
-    if added < threshold and hits > (len(pairs) // 4 if len(pairs) >= PAIRS_FOR_A_MISS else 0):
+    if added < threshold and hits > _pairs_allowed_to_disagree(pairs):
         return Inconclusive(
             SAMPLING_ID,
             f"sampled streams took {added:+.2f} ms per token over greedy ones in the median, under the "
@@ -157,7 +163,7 @@ def check_decode_host_overhead(ev: SamplingEvidence, reference: Reference | None
     # a difference carried by some pairs only is the host's load moving between them
     floor = PAIR_SHARE * threshold
     misses = sum(1 for d in pairs if d < floor)
-    if misses > (len(pairs) // 4 if len(pairs) >= PAIRS_FOR_A_MISS else 0):
+    if misses > _pairs_allowed_to_disagree(pairs):
         return Inconclusive(
             SAMPLING_ID,
             f"sampled streams took {added:+.2f} ms per token over greedy ones in the median, but {misses} of "

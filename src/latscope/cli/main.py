@@ -48,8 +48,27 @@ def _available(name: str) -> bool:
     return importlib.util.find_spec(SUBCOMMANDS[name][0]) is not None
 
 
+def _print_version(ctx: click.Context, value: bool) -> None:
+    """``--version``: the package's version and :func:`latscope.compiled.describe` (imported only when asked)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import version
+
+    from latscope import compiled
+
+    click.echo(f"latscope {version('latscope')}\n{compiled.describe()}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="latscope")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: _print_version(ctx, value),
+    help="Show the version and which compiled hot paths this install has, and exit.",
+)
 def cli() -> None:
     """latscope — find where an LLM API request's latency hides.
 

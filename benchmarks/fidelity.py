@@ -77,6 +77,7 @@ from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
 from latscope.load.workload import Workload
 from latscope.wire.loop import run as run_uvloop
+from latscope.wire.rawsock import READ_PATH
 
 #: (total events/s, streams, decode step ms). Steps of ≥ 1 ms: the lab's engine sleeps on a ms-granular timer.
 LEVELS: dict[int, tuple[int, float]] = {
@@ -458,7 +459,8 @@ def main() -> int:
     levels = [int(x) for x in args.levels.split(",") if x]
     rows: list[dict[str, Any]] = []
 
-    print(f"# client event-stamp fidelity vs lab truth ({os.cpu_count()} cores, {args.seconds:g} s per run)\n")
+    print(f"# client event-stamp fidelity vs lab truth ({os.cpu_count()} cores, {args.seconds:g} s per run)")
+    print(f"# kernel-stamped connections read with the {READ_PATH} reader (latscope.wire.rawsock.READ_PATH)\n")
     print(
         "| offered ev/s | streams × step | client | stamps | received ev/s | delay p50 ms | p99 ms | max ms "
         "| client CPU | lab CPU | client off CPU | p99 ms, events sent while on CPU |"
@@ -619,7 +621,9 @@ def main() -> int:
         )
     if args.json:
         args.json.write_bytes(
-            orjson.dumps({"levels": rows, "flood": flood, "blast": blast}, option=orjson.OPT_INDENT_2)
+            orjson.dumps(
+                {"levels": rows, "flood": flood, "blast": blast, "read_path": READ_PATH}, option=orjson.OPT_INDENT_2
+            )
         )
     return 0
 

@@ -10,7 +10,8 @@ in the read path alone:
   stamps and hands the bytes over;
 * ``kernel-stamped reader`` — what a kernel-stamped connection does (``StampedSocket``): a reader on the loop calls
   ``recvmsg``, converts the kernel's ``SO_TIMESTAMPNS`` stamp to the monotonic clock, stamps the hand-over too and
-  delivers both;
+  delivers both; ``(compiled)`` is the C reader (``latscope.wire._rawread``, built at install time where a C
+  compiler was at hand), ``(Python)`` the same in Python (``StampedSocket._on_readable``, the fallback);
 * ``floor: add_reader + recv`` and ``floor: add_reader + recvmsg (SO_TIMESTAMPNS)`` — a bare Python reader that reads
   and counts: what calling Python per read costs, without and with the timestamping syscall.
 
@@ -30,6 +31,7 @@ import asyncio
 import socket
 import time
 
+from latscope.wire import rawsock
 from latscope.wire.kstamps import ANCILLARY_BYTES, arm, enable, kernel_stamps_supported
 from latscope.wire.loop import new_event_loop
 from latscope.wire.rawsock import READ_BYTES, StampedSocket
@@ -59,10 +61,16 @@ def attach(loop: asyncio.AbstractEventLoop, row: str, sock: socket.socket, count
         loop.run_until_complete(loop.create_connection(lambda: protocol, sock=sock))
         protocol.attach(counter)
         return None
-    if row == "kernel-stamped reader":
+    if row.startswith("kernel-stamped reader"):
         protocol = WireProtocol(sock)
         enable(sock)
-        reader = StampedSocket(loop, sock, protocol)
+        native = rawsock._StampedReader
+        if row.endswith("(Python)"):
+            rawsock._StampedReader = None
+        try:
+            reader = StampedSocket(loop, sock, protocol)
+        finally:
+            rawsock._StampedReader = native
         protocol.attach(counter)
         return reader
     if row == "floor: add_reader + recv":
@@ -136,7 +144,8 @@ def run_row(row: str, sockets: int, rounds: int, message: bytes) -> float:
 
 ROWS: tuple[str, ...] = (
     "uvloop transport",
-    "kernel-stamped reader",
+    "kernel-stamped reader (compiled)",
+    "kernel-stamped reader (Python)",
     "floor: add_reader + recv",
     "floor: add_reader + recvmsg (SO_TIMESTAMPNS)",
 )
@@ -149,7 +158,10 @@ def main() -> None:
     parser.add_argument("--bytes", type=int, default=300, help="message size (a token event is ~200-300 bytes)")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    rows = ROWS if kernel_stamps_supported() and arm() else ROWS[:1] + ROWS[2:3]
+    rows = list(ROWS if kernel_stamps_supported() and arm() else (ROWS[0], ROWS[3]))
+    if rawsock._StampedReader is None and "kernel-stamped reader (compiled)" in rows:
+        rows.remove("kernel-stamped reader (compiled)")
+        print("the compiled reader is not built or LATSCOPE_PURE_PYTHON is set: its row is left out")
     message = b"x" * args.bytes
     best: dict[str, float] = {}
     for _ in range(args.repeat):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import orjson
 import pytest
 
 from latscope.dialects.base import RequestSpec
+from latscope.wire import rawsock
 from tests.support.tls_certs import LocalPKI
 
 
@@ -34,3 +36,18 @@ def chat_spec(*, stream: bool = True, max_tokens: int = 16) -> RequestSpec:
         dialect="openai.chat",
         model="test-model",
     )
+
+
+@pytest.fixture(params=["python", "compiled"])
+def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which reader a kernel-stamped connection (StampedSocket) registers in this test: the Python one, or the
+    compiled one (skipped where it was not built, failed instead under LATSCOPE_REQUIRE_COMPILED)."""
+    if request.param == "python":
+        monkeypatch.setattr(rawsock, "_StampedReader", None)
+    elif rawsock._compiled_reader() is None:
+        if os.environ.get("LATSCOPE_REQUIRE_COMPILED"):
+            pytest.fail("latscope.wire._rawread was not built, and LATSCOPE_REQUIRE_COMPILED asks for it")
+        pytest.skip("latscope.wire._rawread was not built (no C compiler when the package was installed)")
+    else:
+        monkeypatch.setattr(rawsock, "_StampedReader", rawsock._compiled_reader())
+    return str(request.param)

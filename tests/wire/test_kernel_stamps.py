@@ -28,6 +28,8 @@ from tests.support.tls_certs import LocalPKI
 from tests.wire.conftest import chat_spec
 
 linux_only = pytest.mark.skipif(not kernel_stamps_supported(), reason="kernel receive stamps need 64-bit Linux")
+# every case with the compiled reader and with the Python one (tests/wire/conftest.py)
+pytestmark = pytest.mark.usefixtures("read_path")
 
 
 def assert_kernel_stamped(t: Timeline) -> None:

@@ -13,6 +13,10 @@ of 0, which the client asks of every transport: ``drain()`` returns once every b
 
 A read the kernel returns without a stamp keeps its user-space stamp alone (``user_ns`` None) and is counted in
 :attr:`StampedSocket.unstamped_reads`; the timeline shows it per read (:class:`~latscope.timeline.model.Read`).
+
+The read itself has two implementations that behave alike: the compiled ``latscope.wire._rawread.StampedReader``,
+built with the package where a C compiler was at hand, and :meth:`StampedSocket._on_readable` in Python, the
+reference and the fallback (:mod:`latscope.compiled`). :data:`READ_PATH` says which one this process uses.
 """
 
 from __future__ import annotations
@@ -20,15 +24,36 @@ from __future__ import annotations
 import asyncio
 import socket
 from time import monotonic_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from latscope import compiled
 from latscope.wire.kstamps import ANCILLARY_BYTES, CLOCK, SCM_TIMESTAMPNS, TIMESPEC
 from latscope.wire.transport import WireProtocol
 
+if TYPE_CHECKING:
+    from latscope.wire._rawread import StampedReader
+
 #: bytes asked of one ``recvmsg``. CPython allocates this much for every call before shrinking the result: 256 KiB
 #: (uvloop's own read size, into a buffer it keeps) costs ~9 µs more per read here than 64 KiB, for glibc serves
-#: it with mmap. More pending data is read on the loop's next turn.
+#: it with mmap. More pending data is read on the loop's next turn. The compiled reader keeps a buffer of this size
+#: per connection and copies out what a read returned.
 READ_BYTES = 65_536
+
+
+def _compiled_reader() -> type[StampedReader] | None:
+    """The compiled reader's type, or None where it was not built or ``LATSCOPE_PURE_PYTHON`` asks for Python."""
+    if not compiled.allowed():
+        return None
+    try:
+        from latscope.wire._rawread import StampedReader  # built at install time where a C compiler was at hand
+    except ImportError:
+        return None
+    return StampedReader
+
+
+_StampedReader = _compiled_reader()
+#: which read path kernel-stamped connections take in this process: ``compiled`` or ``python``
+READ_PATH = "python" if _StampedReader is None else "compiled"
 
 _SOL_SOCKET = socket.SOL_SOCKET
 _SEC = 1_000_000_000
@@ -49,13 +74,24 @@ class StampedSocket:
         self._buffer = bytearray()
         self._closing = False
         self._reading = True
-        self.unstamped_reads = 0  #: reads that came back without a kernel stamp (kept with their user-space stamp)
+        self._unstamped_reads = 0
         self._recvmsg: Any = sock.recvmsg  # bound once: one attribute lookup less per read
         self._deliver: Any = protocol.stamped_data_received
+        self._native: StampedReader | None = None
         protocol.connection_made(self)  # type: ignore[arg-type]  # duck-typed, like uvloop's transports
-        loop.add_reader(self._fd, self._on_readable)
+        if _StampedReader is not None:
+            self._native = _StampedReader(self._fd, self._deliver, self._on_eof, self._fatal, CLOCK, READ_BYTES)
+            loop.add_reader(self._fd, self._native)
+        else:
+            loop.add_reader(self._fd, self._on_readable)
 
     # --- reading ------------------------------------------------------------------------------------------------
+
+    @property
+    def unstamped_reads(self) -> int:
+        """Reads that came back without a kernel stamp (delivered with their user-space stamp alone)."""
+        native = self._native
+        return self._unstamped_reads + (0 if native is None else native.unstamped_reads)
 
     def _on_readable(self) -> None:
         # the hot path of a kernel-stamped connection: one call per read, kept short
@@ -90,7 +126,7 @@ class StampedSocket:
                 if at_ns <= user_ns:
                     deliver(data, at_ns, user_ns)
                     return
-        self.unstamped_reads += 1
+        self._unstamped_reads += 1
         deliver(data, user_ns, None)
 
     def _on_eof(self) -> None:
@@ -193,6 +229,10 @@ class StampedSocket:
             return
         self._sock = None
         self._recvmsg = self._deliver = None
+        if self._native is not None:
+            self._unstamped_reads += self._native.unstamped_reads
+            self._native.close()
+            self._native = None
         self._stop_reading()
         if not self._loop.is_closed():
             self._loop.remove_writer(self._fd)

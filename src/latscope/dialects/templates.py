@@ -40,15 +40,25 @@ event:
 
 Whatever does not fit (a piece inside a text, an event of another shape, an escape, a control character) makes the
 whole run fail, and the decoder parses it.
+
+Where the package was built with a C compiler, ``latscope.dialects._templatefit`` fits the run first, one event at a
+time in C: each event must be the pieces with, in the string holes, characters with no quote, backslash, control
+character or lone surrogate (the text not empty) and, in each number hole, one JSON number and nothing around it.
+That is stricter than the steps above (no other value in a number hole, no whitespace around it), so it accepts
+nothing they refuse and gives the same texts; what it refuses goes through the steps above (see
+:mod:`latscope.compiled`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from itertools import chain
 from operator import itemgetter
 
 import orjson
+
+from latscope import compiled
 
 _SEP = "\x00"  # no valid JSON text holds a raw NUL (RFC 8259 §7: control characters are escaped in strings)
 _SEP_BYTE = _SEP.encode()
@@ -69,6 +79,20 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 
 _STRING, _NUMBER, _OTHER = 1, 2, 3
+
+
+def _compiled_fit() -> Callable[[list[str], tuple[str, ...], bytes, int], list[str] | None] | None:
+    """The compiled fit (``_templatefit.texts``), or None where it was not built or is not :func:`compiled.allowed`."""
+    if not compiled.allowed():
+        return None
+    try:
+        from latscope.dialects._templatefit import texts
+    except ImportError:
+        return None
+    return texts
+
+
+_fit = _compiled_fit()
 
 
 def _lex(value: str) -> list[tuple[int, str, int, int]] | None:
@@ -95,6 +119,8 @@ class EventTemplate:
         "_commas",
         "_cuts",
         "_first",
+        "_fit_kinds",
+        "_fit_pieces",
         "_inner",
         "_joint",
         "_last",
@@ -113,6 +139,9 @@ class EventTemplate:
         self.text_hole = text_hole  #: which hole holds the text
         self._number_holes = number_holes
         self._string_holes = string_holes
+        # what the compiled fit takes: the pieces as learnt, and each hole's kind (s: a string, n: a number)
+        self._fit_pieces = tuple(pieces)
+        self._fit_kinds = "".join("n" if i in number_holes else "s" for i in range(self.holes)).encode()
         # A string hole keeps its quotes: they are cut off the pieces on either side of it, so that the marked
         # run, its marks made commas, is the JSON array of the holes.
         quoted = [i == text_hole or i in string_holes for i in range(self.holes)]
@@ -195,6 +224,10 @@ class EventTemplate:
     def texts(self, values: list[str]) -> list[str] | None:
         """The text of each of ``values`` when every one fits the template, else None (the steps: see the module
         docstring)."""
+        if _fit is not None:
+            found = _fit(values, self._fit_pieces, self._fit_kinds, self.text_hole)
+            if found is not None:
+                return found
         first, last = self._first, self._last
         size = len(values)
         # 1. each event without its first and last pieces, which must be there

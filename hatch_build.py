@@ -35,6 +35,8 @@ def compile_extension(root: Path, source: str, out_dir: Path) -> Path | None:
     """Compile ``source`` into ``out_dir``; the built file, or None (with the reason on stderr) where it cannot."""
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     target = out_dir / (Path(source).stem + suffix)
+    # built beside the target and moved over it: a process that loaded the old file keeps its copy intact
+    partial = target.with_name(target.name + ".partial")
     compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")
     if not compiler or shutil.which(compiler[0]) is None:
         print(f"latscope: no C compiler ({compiler[0] if compiler else 'cc'}): {source} left out", file=sys.stderr)
@@ -48,7 +50,7 @@ def compile_extension(root: Path, source: str, out_dir: Path) -> Path | None:
         f"-I{sysconfig.get_paths()['include']}",
         str(root / source),
         "-o",
-        str(target),
+        str(partial),
     ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
@@ -56,8 +58,10 @@ def compile_extension(root: Path, source: str, out_dir: Path) -> Path | None:
         print(f"latscope: compiling {source} failed ({exc}): left out", file=sys.stderr)
         return None
     if done.returncode != 0:
+        partial.unlink(missing_ok=True)
         print(f"latscope: compiling {source} failed: left out\n{done.stderr}", file=sys.stderr)
         return None
+    os.replace(partial, target)
     return target
 
 

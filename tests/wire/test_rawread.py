@@ -215,3 +215,22 @@ def test_the_process_says_which_read_path_it_uses() -> None:
 
 def test_the_process_clock_is_what_a_reader_converts_with() -> None:
     assert rawsock.CLOCK is CLOCK
+
+
+async def test_a_reader_finished_while_it_delivers_stops_cleanly(
+    read_path: str, tcp_pair: tuple[socket.socket, socket.socket]
+) -> None:
+    client, server = tcp_pair
+
+    class Finishing(Recorder):
+        def stamped_data_received(self, data: bytes, at_ns: int, user_ns: int | None) -> None:
+            super().stamped_data_received(data, at_ns, user_ns)
+            reader._finish(None)  # the connection ends inside the hand-over, as a fatal protocol error would
+
+    recorder = Finishing()
+    reader = StampedSocket(asyncio.get_running_loop(), client, recorder)  # type: ignore[arg-type]
+    server.sendall(b"only")
+    await asyncio.wait_for(recorder.done.wait(), 5)
+    server.sendall(b"more")
+    await asyncio.sleep(0.02)
+    assert recorder.data == b"only" and recorder.lost == [None]

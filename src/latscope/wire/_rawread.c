@@ -105,7 +105,7 @@ deliver3(PyObject *deliver, PyObject *data, PyObject *at, PyObject *user)
 static PyObject *
 StampedReader_call(StampedReader *self, PyObject *args, PyObject *kwargs)
 {
-    if (self->fd < 0)
+    if (self->fd < 0 || self->buffer == NULL) /* closed, or never initialised */
         Py_RETURN_NONE;
 
     union {
@@ -133,15 +133,21 @@ StampedReader_call(StampedReader *self, PyObject *args, PyObject *kwargs)
         PyObject *exc = PyObject_CallFunction(PyExc_OSError, "is", error, strerror(error));
         if (exc == NULL)
             return NULL;
-        PyObject *result = PyObject_CallOneArg(self->on_error, exc);
+        PyObject *on_error = Py_NewRef(self->on_error); /* the call may close the reader, which drops its own */
+        PyObject *result = PyObject_CallOneArg(on_error, exc);
+        Py_DECREF(on_error);
         Py_DECREF(exc);
         if (result == NULL)
             return NULL;
         Py_DECREF(result);
         Py_RETURN_NONE;
     }
-    if (n == 0)
-        return PyObject_CallNoArgs(self->on_eof);
+    if (n == 0) {
+        PyObject *on_eof = Py_NewRef(self->on_eof);
+        PyObject *result = PyObject_CallNoArgs(on_eof);
+        Py_DECREF(on_eof);
+        return result;
+    }
 
     long long kernel_ns = -1;
     for (struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg); cmsg != NULL; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
@@ -178,19 +184,22 @@ StampedReader_call(StampedReader *self, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     PyObject *result;
+    PyObject *deliver = Py_NewRef(self->deliver); /* delivering may close the reader, which drops its own */
     if (at_ns >= 0) {
         PyObject *at = PyLong_FromLongLong(at_ns);
         if (at == NULL) {
+            Py_DECREF(deliver);
             Py_DECREF(data);
             Py_DECREF(user);
             return NULL;
         }
-        result = deliver3(self->deliver, data, at, user);
+        result = deliver3(deliver, data, at, user);
         Py_DECREF(at);
     } else {
         self->unstamped_reads++;
-        result = deliver3(self->deliver, data, user, Py_None);
+        result = deliver3(deliver, data, user, Py_None);
     }
+    Py_DECREF(deliver);
     Py_DECREF(data);
     Py_DECREF(user);
     return result;

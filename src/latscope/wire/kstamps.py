@@ -47,9 +47,9 @@ STAMP_CHOICES = ("kernel", "user")
 #: the default, chosen by measurement on a 2-core VM (benchmarks/fidelity.py, one worker, 3-7 runs): kernel stamps
 #: put p99 of (stamp − lab send stamp) at 0.03–0.07 ms at 1k, 5k and 20k events/s against 1–6 ms for user-space
 #: stamps, at the same CPU per event when reads carry many events (client_overhead.py, the lab flood, the blast
-#: server), but reading the socket in Python costs more per read than uvloop's C transport (benchmarks/read_cost.py:
-#: 7.9–8.1 against 6.6–6.7 µs per read): at 20k events/s of one event per read the client spent 24.4 µs of CPU per
-#: event against 20.8 µs (medians of seven runs). Costlier, so opt-in.
+#: server). With one event per read they cost more: reading the socket ourselves costs 6.75–6.79 µs per read
+#: compiled (7.9–8.1 in Python) against 6.5–6.6 µs for uvloop's C transport (benchmarks/read_cost.py), and at 20k
+#: events/s the client spent 23.9 µs of CPU per event against 22.0 µs (medians of six runs). Costlier, so opt-in.
 DEFAULT_STAMPS = "user"
 
 #: how often the realtime→monotonic offset is measured again while stamps are converted (ns): often enough to see

@@ -37,7 +37,7 @@ def compile_extension(root: Path, source: str, out_dir: Path) -> Path | None:
     target = out_dir / (Path(source).stem + suffix)
     # built beside the target and moved over it: a process that loaded the old file keeps its copy intact
     partial = target.with_name(target.name + ".partial")
-    compiler = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    compiler = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
     if not compiler or shutil.which(compiler[0]) is None:
         print(f"latscope: no C compiler ({compiler[0] if compiler else 'cc'}): {source} left out", file=sys.stderr)
         return None

@@ -86,6 +86,12 @@ def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
         client.close()
 
 
+def attach(client: socket.socket, recorder: Recorder | None = None) -> tuple[StampedSocket, Recorder]:
+    """A StampedSocket reading ``client`` on the running loop for ``recorder`` (a new one by default)."""
+    recorder = Recorder() if recorder is None else recorder
+    return StampedSocket(asyncio.get_running_loop(), client, recorder), recorder  # type: ignore[arg-type]
+
+
 async def until(predicate: object, timeout_s: float = 5.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate() and time.monotonic() < deadline:  # type: ignore[operator]
@@ -96,8 +102,7 @@ async def test_every_read_carries_its_kernel_stamp_no_later_than_its_user_stamp(
     read_path: str, tcp_pair: tuple[socket.socket, socket.socket]
 ) -> None:
     client, server = tcp_pair
-    recorder = Recorder()
-    reader = StampedSocket(asyncio.get_running_loop(), client, recorder)  # type: ignore[arg-type]
+    reader, recorder = attach(client)
     messages = [b"first", b"second" * 1000, b"third"]
     for m in messages:
         server.sendall(m)
@@ -118,8 +123,7 @@ async def test_the_stamp_is_the_kernel_s_and_the_wait_before_the_read_is_seen(
 ) -> None:
     """Data that waited in the kernel while the loop was blocked keeps the arrival's stamp, not the read's."""
     client, server = tcp_pair
-    recorder = Recorder()
-    StampedSocket(asyncio.get_running_loop(), client, recorder)  # type: ignore[arg-type]
+    _, recorder = attach(client)
     server.sendall(b"early")
     time.sleep(0.05)  # the loop is blocked: the bytes wait in the kernel
     await until(lambda: recorder.reads)
@@ -135,8 +139,7 @@ async def test_a_stamp_later_than_the_read_after_measuring_again_is_not_used(
     wrong = measure_offset()[0] - 10_000_000_000  # puts every stamp 10 s in the future
     clock = FakeClock([wrong, wrong])
     monkeypatch.setattr(rawsock, "CLOCK", clock)
-    recorder = Recorder()
-    reader = StampedSocket(asyncio.get_running_loop(), client, recorder)  # type: ignore[arg-type]
+    reader, recorder = attach(client)
     server.sendall(b"x")
     await until(lambda: recorder.reads)
     (data, at_ns, user_ns) = recorder.reads[0]
@@ -154,8 +157,7 @@ async def test_a_clock_step_is_caught_by_measuring_again(
     # the cached offset is stale (as after an NTP step) and not yet due: the stamp lands after the read
     clock = FakeClock([true_offset], offset_ns=true_offset - 10_000_000_000, next_ns=time.monotonic_ns() + 10**12)
     monkeypatch.setattr(rawsock, "CLOCK", clock)
-    recorder = Recorder()
-    reader = StampedSocket(asyncio.get_running_loop(), client, recorder)  # type: ignore[arg-type]
+    reader, recorder = attach(client)
     server.sendall(b"x")
     await until(lambda: recorder.reads)
     (_, at_ns, user_ns) = recorder.reads[0]
@@ -170,8 +172,7 @@ async def test_an_offset_measured_by_another_connection_is_used_without_measurin
     client, server = tcp_pair
     clock = FakeClock([], offset_ns=measure_offset()[0], next_ns=time.monotonic_ns() + 10**12)
     monkeypatch.setattr(rawsock, "CLOCK", clock)
-    recorder = Recorder()
-    StampedSocket(asyncio.get_running_loop(), client, recorder)  # type: ignore[arg-type]
+    _, recorder = attach(client)
     for m in (b"a", b"b"):
         server.sendall(m)
         await until(lambda m=m: recorder.data.endswith(m))
@@ -183,8 +184,7 @@ async def test_a_reset_connection_is_lost_with_the_os_error(
     read_path: str, tcp_pair: tuple[socket.socket, socket.socket]
 ) -> None:
     client, server = tcp_pair
-    recorder = Recorder()
-    reader = StampedSocket(asyncio.get_running_loop(), client, recorder)  # type: ignore[arg-type]
+    reader, recorder = attach(client)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     server.close()  # an RST
     await asyncio.wait_for(recorder.done.wait(), 5)
@@ -195,8 +195,7 @@ async def test_a_reset_connection_is_lost_with_the_os_error(
 
 async def test_nothing_is_delivered_after_abort(read_path: str, tcp_pair: tuple[socket.socket, socket.socket]) -> None:
     client, server = tcp_pair
-    recorder = Recorder()
-    reader = StampedSocket(asyncio.get_running_loop(), client, recorder)  # type: ignore[arg-type]
+    reader, recorder = attach(client)
     server.sendall(b"before")
     await until(lambda: recorder.reads)
     reader.abort()
@@ -227,8 +226,7 @@ async def test_a_reader_finished_while_it_delivers_stops_cleanly(
             super().stamped_data_received(data, at_ns, user_ns)
             reader._finish(None)  # the connection ends inside the hand-over, as a fatal protocol error would
 
-    recorder = Finishing()
-    reader = StampedSocket(asyncio.get_running_loop(), client, recorder)  # type: ignore[arg-type]
+    reader, recorder = attach(client, Finishing())
     server.sendall(b"only")
     await asyncio.wait_for(recorder.done.wait(), 5)
     server.sendall(b"more")

@@ -47,6 +47,8 @@ def compile_extension(root: Path, source: str, out_dir: Path) -> Path | None:
         "-fPIC",
         "-shared",
         "-Wall",
+        # macOS links an extension without libpython: its symbols are the interpreter's, found when it is loaded
+        *(["-undefined", "dynamic_lookup"] if sys.platform == "darwin" else []),
         f"-I{sysconfig.get_paths()['include']}",
         str(root / source),
         "-o",

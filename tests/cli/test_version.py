@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -10,6 +9,7 @@ from click.testing import CliRunner
 
 from latscope import compiled
 from latscope.cli.main import cli
+from tests.support.compiled import required
 
 
 def test_version_names_the_compiled_modules_the_install_has() -> None:
@@ -34,7 +34,7 @@ def test_version_says_when_the_compiled_modules_are_left_unused(monkeypatch: pyt
     assert compiled.allowed()
 
 
-@pytest.mark.skipif(not os.environ.get("LATSCOPE_REQUIRE_COMPILED"), reason="only where a C compiler is required")
+@pytest.mark.skipif(not required(), reason="only where a C compiler is required")
 def test_every_compiled_module_this_platform_gets_was_built() -> None:
     built = compiled.built()
     assert built["latscope.dialects._templatefit"]

@@ -4,7 +4,6 @@ holes, printable texts with no quote or backslash)."""
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -13,11 +12,12 @@ from hypothesis import strategies as st
 
 from latscope.dialects import templates
 from tests.dialects.test_templates import learnt, tgi
+from tests.support.compiled import required
 
 COMPILED_FIT = templates._compiled_fit()
 
 pytestmark = pytest.mark.skipif(
-    COMPILED_FIT is None and not os.environ.get("LATSCOPE_REQUIRE_COMPILED"),
+    COMPILED_FIT is None and not required(),
     reason="latscope.dialects._templatefit was not built (no C compiler when the package was installed)",
 )
 

@@ -3,7 +3,6 @@ that the decoders give the same chunks with templates as without them, on captur
 
 from __future__ import annotations
 
-import os
 import random
 
 import orjson
@@ -12,6 +11,7 @@ import pytest
 from latscope.dialects import get_dialect, jsonevents, ollama, templates
 from latscope.dialects.base import Chunk
 from latscope.dialects.templates import PROBE, EventTemplate
+from tests.support.compiled import missing
 from tests.support.httpfile import LAB, REAL, load_capture
 
 COMPILED_FIT = templates._compiled_fit()
@@ -20,14 +20,9 @@ COMPILED_FIT = templates._compiled_fit()
 @pytest.fixture(autouse=True, params=["python", "compiled"])
 def fit_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every case runs with the Python fit alone and with the compiled fit first (where it was built)."""
-    if request.param == "python":
-        monkeypatch.setattr(templates, "_fit", None)
-    elif COMPILED_FIT is None:
-        if os.environ.get("LATSCOPE_REQUIRE_COMPILED"):
-            pytest.fail("latscope.dialects._templatefit was not built, and LATSCOPE_REQUIRE_COMPILED asks for it")
-        pytest.skip("latscope.dialects._templatefit was not built (no C compiler when the package was installed)")
-    else:
-        monkeypatch.setattr(templates, "_fit", COMPILED_FIT)
+    if request.param == "compiled" and COMPILED_FIT is None:
+        missing("latscope.dialects._templatefit")
+    monkeypatch.setattr(templates, "_fit", None if request.param == "python" else COMPILED_FIT)
     return str(request.param)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import orjson
@@ -10,6 +9,7 @@ import pytest
 
 from latscope.dialects.base import RequestSpec
 from latscope.wire import rawsock
+from tests.support.compiled import missing
 from tests.support.tls_certs import LocalPKI
 
 
@@ -42,12 +42,8 @@ def chat_spec(*, stream: bool = True, max_tokens: int = 16) -> RequestSpec:
 def read_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which reader a kernel-stamped connection (StampedSocket) registers in this test: the Python one, or the
     compiled one (skipped where it was not built, failed instead under LATSCOPE_REQUIRE_COMPILED)."""
-    if request.param == "python":
-        monkeypatch.setattr(rawsock, "_StampedReader", None)
-    elif rawsock._compiled_reader() is None:
-        if os.environ.get("LATSCOPE_REQUIRE_COMPILED"):
-            pytest.fail("latscope.wire._rawread was not built, and LATSCOPE_REQUIRE_COMPILED asks for it")
-        pytest.skip("latscope.wire._rawread was not built (no C compiler when the package was installed)")
-    else:
-        monkeypatch.setattr(rawsock, "_StampedReader", rawsock._compiled_reader())
+    reader = None if request.param == "python" else rawsock._compiled_reader()
+    if request.param == "compiled" and reader is None:
+        missing("latscope.wire._rawread")
+    monkeypatch.setattr(rawsock, "_StampedReader", reader)
     return str(request.param)

@@ -7,7 +7,6 @@ with is swapped for one that a case controls where it is about the offset's rule
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import struct
 import time
@@ -18,6 +17,7 @@ import pytest
 from latscope.wire import rawsock
 from latscope.wire.kstamps import CLOCK, arm, enable, kernel_stamps_supported, measure_offset
 from latscope.wire.rawsock import StampedSocket
+from tests.support.compiled import required
 
 pytestmark = pytest.mark.skipif(not kernel_stamps_supported(), reason="kernel receive stamps need 64-bit Linux")
 
@@ -208,7 +208,7 @@ async def test_nothing_is_delivered_after_abort(read_path: str, tcp_pair: tuple[
 def test_the_process_says_which_read_path_it_uses() -> None:
     in_use = rawsock.READ_PATH
     assert in_use == ("compiled" if COMPILED else "python")
-    if os.environ.get("LATSCOPE_REQUIRE_COMPILED"):
+    if required():
         assert in_use == "compiled", "latscope.wire._rawread was not built"
 
 

@@ -24,7 +24,8 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-#: (C source, the platforms it is built on as ``sys.platform`` prefixes)
+#: (C source, the platforms it is built on as ``sys.platform`` prefixes); latscope.compiled.MODULES names them by
+#: import name
 EXTENSIONS = {
     "src/latscope/wire/_rawread.c": ("linux",),
     "src/latscope/dialects/_templatefit.c": ("linux", "darwin", "freebsd"),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -123,6 +124,18 @@ def test_parts_are_written_cheaply_and_the_merged_files_compressed(tmp_path: Pat
     final = pq.ParquetFile(tmp_path / EVENTS_FILE).metadata.row_group(0)
     assert {final.column(i).compression for i in range(final.num_columns)} == {COMPRESSION.upper()}
     assert final.column(0).is_stats_set
+    # dictionary pages for the few-valued columns only: not for times and ids, where they cost more than they save
+    assert dictionary_columns(tmp_path / EVENTS_FILE) == {"kind"}
+    texts = {f.name for f in REQUEST_SCHEMA if pa.types.is_string(f.type)}
+    request_dictionaries = dictionary_columns(tmp_path / REQUESTS_FILE)
+    assert "class" in request_dictionaries and request_dictionaries <= texts
+    assert pd.read_parquet(tmp_path / EVENTS_FILE).kind.dtype == "category"
+
+
+def dictionary_columns(path: Path) -> set[str]:
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    columns = (group.column(i) for i in range(group.num_columns))
+    return {c.path_in_schema for c in columns if c.dictionary_page_offset is not None}
 
 
 def test_merge_orders_requests_of_several_workers_and_steps(tmp_path: Path) -> None:

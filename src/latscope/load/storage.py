@@ -72,6 +72,17 @@ WRITER_REQUEST_ROWS = 512
 #: zstd: about half the size of snappy on these tables at similar speed; pandas, DuckDB and polars all read it.
 COMPRESSION = "zstd"
 
+#: How :func:`merge_parts` writes the two final files: :data:`COMPRESSION`, with dictionary pages only for the
+#: columns of a few distinct values (the event ``kind``; the request columns that are text: class, sources, error
+#: kinds, …). Timestamps, durations and ids are near-unique: a dictionary of them is as large as the column, and
+#: building it took a third of the merge (events 52 → 34 ms per 120k rows, and the file 14 % smaller, measured on the
+#: parts of a 20k events/s run). Column statistics stay, for readers that skip row groups with them.
+FINAL_EVENT_OPTIONS: dict[str, Any] = {"compression": COMPRESSION, "use_dictionary": ["kind"]}
+FINAL_REQUEST_OPTIONS: dict[str, Any] = {
+    "compression": COMPRESSION,
+    "use_dictionary": [f.name for f in REQUEST_SCHEMA if pa.types.is_string(f.type)],
+}
+
 #: How the part files are written while a run is in progress: LZ4, no column statistics, and dictionary pages for
 #: the event ``kind`` alone (without them it would be read back with a dictionary of the kinds present, not the
 #: writer's). They are read once, by :func:`merge_parts`, which writes the final files with :data:`COMPRESSION`.
@@ -308,17 +319,17 @@ def merge_parts(run_dir: Path) -> tuple[int, int]:
     request_parts = sorted(parts.glob("*.requests.parquet")) if parts.exists() else []
     event_parts = sorted(parts.glob("*.events.parquet")) if parts.exists() else []
 
-    tables = [pq.read_table(p, schema=REQUEST_SCHEMA) for p in request_parts]
+    tables = [_read_part(p, REQUEST_SCHEMA) for p in request_parts]
     requests = pa.concat_tables(tables) if tables else REQUEST_SCHEMA.empty_table()
     if requests.num_rows:
         requests = requests.sort_by([("step", "ascending"), ("request_id", "ascending")])
     tmp = run_dir / (REQUESTS_FILE + ".tmp")
-    pq.write_table(requests, tmp, compression=COMPRESSION, row_group_size=256 * 1024)
+    pq.write_table(requests, tmp, row_group_size=256 * 1024, **FINAL_REQUEST_OPTIONS)
     os.replace(tmp, run_dir / REQUESTS_FILE)
 
     events = 0
     tmp = run_dir / (EVENTS_FILE + ".tmp")
-    with pq.ParquetWriter(tmp, EVENT_SCHEMA, compression=COMPRESSION) as writer:
+    with pq.ParquetWriter(tmp, EVENT_SCHEMA, **FINAL_EVENT_OPTIONS) as writer:
         for path in event_parts:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=EVENT_BATCH_ROWS):
                 writer.write_batch(batch.cast(EVENT_SCHEMA) if batch.schema != EVENT_SCHEMA else batch)
@@ -326,6 +337,14 @@ def merge_parts(run_dir: Path) -> tuple[int, int]:
     os.replace(tmp, run_dir / EVENTS_FILE)
     shutil.rmtree(parts, ignore_errors=True)
     return requests.num_rows, events
+
+
+def _read_part(path: Path, schema: pa.Schema) -> pa.Table:
+    """A whole part file, as ``schema``. Read with the file reader on this thread: a part holds a row group per
+    converted batch (tens of them), and the dataset reader behind ``pq.read_table`` with its thread pool took six
+    times as long on those (43 against 7 ms for 1,200 requests in 30 row groups)."""
+    table = pq.ParquetFile(path).read(use_threads=False)
+    return table if table.schema == schema else table.cast(schema)
 
 
 def write_run_json(run_dir: Path, data: dict[str, Any]) -> Path:

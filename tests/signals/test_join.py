@@ -102,6 +102,17 @@ def test_trailers_and_aliases() -> None:
     ]
 
 
+def test_server_measures_reads_field_names_of_either_section_in_any_case() -> None:
+    measures = server_measures(
+        headers=[("SERVER-TIMING", "queue;dur=3")],
+        trailers=iter([("Server-Timing", "prefill;dur=5")]),  # an iterator: read once
+    )
+    assert [(m.name, m.ms, m.source) for m in measures] == [
+        ("queue", 3.0, "header:server-timing:queue"),
+        ("prefill", 5.0, "trailer:server-timing:prefill"),
+    ]
+
+
 def test_malformed_signals_become_timeline_warnings() -> None:
     timeline = _timeline(response_headers={"server-timing": "queue;dur=soon", "x-queue-time": "?"})
     apply_server_signals(timeline, body={"timings": {"prompt_ms": "fast"}})

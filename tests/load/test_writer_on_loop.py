@@ -87,7 +87,7 @@ async def test_a_batch_is_converted_on_the_loops_thread_between_other_callbacks(
 
 async def test_what_the_loop_converts_is_what_an_inline_conversion_writes(tmp_path: Path) -> None:
     rows = batch(30)
-    on_loop = PartWriter(tmp_path / "loop", 0, 0, request_batch_rows=7)
+    on_loop = PartWriter(tmp_path / "loop", 0, 0, request_batch_rows=7, group_requests=7)
     for t, c in rows:
         on_loop.add(t, c)  # type: ignore[arg-type]
     for _ in range(50):  # let the converter run part of the way; close() finishes the rest inline
@@ -99,7 +99,8 @@ async def test_what_the_loop_converts_is_what_an_inline_conversion_writes(tmp_pa
     events = pq.read_table(on_loop.events_path)
     assert requests.equals(expected_requests.cast(requests.schema))
     assert events.equals(expected_events.cast(events.schema))
-    # five batches of 7 and the last 2, each its own row group, in the order they were added
+    # five batches of 7 and the last 2, each a row group of its own (a group of 7 is full), in the order they were
+    # added
     assert pq.ParquetFile(on_loop.requests_path).metadata.num_row_groups == 5
 
 

@@ -69,6 +69,13 @@ EVENT_BATCH_ROWS = 65_536
 WRITER_EVENT_ROWS = 4_096
 WRITER_REQUEST_ROWS = 512
 
+#: Events (or requests) of converted batches a :class:`PartWriter` gathers before it writes them as one row group of
+#: each part file. Every row group costs a header, a page and a compression call per column (68 request columns): 1,200
+#: requests cost 24 ms to write in 30 row groups and 2 ms in two, and the 123k events 13 ms against 8, on top of the
+#: write and seek calls. Converted, 64k events are ~3 MB of Arrow buffers.
+PART_GROUP_EVENTS = 65_536
+PART_GROUP_REQUESTS = 8_192
+
 #: zstd: about half the size of snappy on these tables at similar speed; pandas, DuckDB and polars all read it.
 COMPRESSION = "zstd"
 
@@ -111,8 +118,10 @@ class PartWriter:
     """Streams one worker's rows of one step to its two part files.
 
     :meth:`add` keeps the finished timeline (and returns a constant-time digest); every ``event_batch_rows`` events
-    or ``request_batch_rows`` requests the batch is converted (:func:`~latscope.load.records.build_steps`) and
-    written as a row group to each file. Memory stays at about one batch of timelines.
+    or ``request_batch_rows`` requests the batch is converted (:func:`~latscope.load.records.build_steps`), and
+    converted batches are written as one row group of each file once they hold ``group_events`` events or
+    ``group_requests`` requests (:data:`PART_GROUP_EVENTS`). Memory stays at about one batch of timelines and one
+    row group of converted columns.
 
     Conversion runs on the thread that adds. Called from a running event loop, a task converts a slice at a time
     (:data:`CONVERT_SLICE_NS`, longer while batches queue up) and lets the loop run a turn in between, so a read is
@@ -139,6 +148,8 @@ class PartWriter:
         threaded: bool = True,
         sink: BatchSink | None = None,
         flush_interval_s: float | None = None,
+        group_events: int = PART_GROUP_EVENTS,
+        group_requests: int = PART_GROUP_REQUESTS,
     ) -> None:
         prime_conversions()  # one-time lazy imports now, not in the middle of the measured step
         self.requests_path, self.events_path = part_paths(run_dir, step, worker)
@@ -162,6 +173,9 @@ class PartWriter:
             else None
         )
         self._pending: list[Future[None]] = []
+        self._group: list[tuple[pa.Table, pa.Table]] = []  #: converted batches not written yet
+        self._group_events = self._group_requests = 0
+        self._group_limits = (group_events, group_requests)
         self._queue: deque[list[tuple[Timeline, RequestContext]]] = deque()  #: batches waiting for the converter
         self._steps: Steps | None = None  #: the conversion of the batch the converter is part way through
         self._converting: list[tuple[Timeline, RequestContext]] = []  #: that batch
@@ -255,11 +269,26 @@ class PartWriter:
             pass
 
     def _emit(self, tables: tuple[pa.Table, pa.Table]) -> None:
-        """Hand a converted batch to the sink, or write it (in the background thread when there is one)."""
+        """Hand a converted batch to the sink, or gather it for the next row group of the part files."""
         requests, events = tables
         if self._sink is not None:
             self._sink(requests, events)
             return
+        self._group.append(tables)
+        self._group_events += events.num_rows
+        self._group_requests += requests.num_rows
+        max_events, max_requests = self._group_limits
+        if self._group_events >= max_events or self._group_requests >= max_requests:
+            self._write_group()
+
+    def _write_group(self) -> None:
+        """Write the gathered batches as one row group of each file (in the background thread when there is one)."""
+        if not self._group:
+            return
+        group, self._group, self._group_events, self._group_requests = self._group, [], 0, 0
+        # chunked, not copied: the writer makes one row group of the chunks
+        requests = pa.concat_tables([r for r, _ in group])
+        events = pa.concat_tables([e for _, e in group])
         if self._pool is None:
             self._write(requests, events)
             return
@@ -289,6 +318,7 @@ class PartWriter:
                 raise self._failed
             self._finish_conversions()  # the batches queued on the loop go first: row groups keep their order
             self._flush()
+            self._write_group()
             for fut in self._pending:
                 fut.result()
         finally:

@@ -41,10 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -57,12 +54,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SCALE = 4
 #: more than this share of tokens read together with the token before: the client fell behind, the count is refused
 MAX_COALESCED = 0.05
-#: What makes two counts of the same run agree to within a few hundred thousand instructions of several billion:
-#: a fixed hash seed (set and dict orders, and the work that follows them, the same each time), and no OpenBLAS
-#: worker threads, which spin-wait after numpy's import for as long as the wall clock says (~0.1 s: under valgrind
-#: tens of millions of instructions, a different number each run). The client calls no BLAS routine.
-COUNTED_ENV = {"PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
-_I_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
 def run_bench(url: str, streams: int, tokens: int, requests: int, stamps: str) -> dict[str, float]:
@@ -100,19 +91,12 @@ def run_bench(url: str, streams: int, tokens: int, requests: int, stamps: str) -
 
 
 def count(command: list[str]) -> tuple[int, dict[str, float]]:
-    """Instructions executed by ``command`` (valgrind's ``I refs``) and what it printed (one JSON object)."""
-    done = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *command],
-        env={**os.environ, **COUNTED_ENV},
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    found = _I_REFS.search(done.stderr)
-    if done.returncode != 0 or found is None:
-        raise RuntimeError(f"{' '.join(command)} failed under valgrind ({done.returncode}):\n{done.stderr[-2000:]}")
-    return int(found[1].replace(",", "")), orjson.loads(done.stdout.strip().splitlines()[-1])
+    """Instructions executed by ``command`` and what it printed (one JSON object)."""
+    # imported here: a --run process may hold another checkout's latscope, which instructions.py's imports may not fit
+    from instructions import counted
+
+    instructions, stdout = counted(command)
+    return instructions, orjson.loads(stdout.strip().splitlines()[-1])
 
 
 @dataclasses.dataclass

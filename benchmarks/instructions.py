@@ -8,7 +8,8 @@ simulated CPU and counts every instruction it executes, whatever else is running
 within about 1 %. The ``client`` rows move more, by up to 7 % between runs: how many bytes each read of the socket
 brings depends on timing even under valgrind, and each read costs instructions of its own. It is a proxy: an
 instruction of ``memcpy`` is cheaper than one of the interpreter's dispatch or a cache miss, so compare counts of
-like work (one dialect's decoder with another's), not counts with seconds, and check a gain in seconds too.
+like work (one dialect's decoder with another's), not counts with seconds, and check a gain in seconds too. Every
+count runs with :data:`COUNTED_ENV` (a fixed hash seed, no OpenBLAS threads).
 
 Each row is counted twice, at ``--events`` and at four times as many, and the table gives the difference divided
 by the difference in events: start-up (interpreter, imports, the event loop, connecting) cancels out. The
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import re
 import shutil
 import subprocess
@@ -44,6 +46,11 @@ CLIENT_ROWS = {BASELINE: "wire (full recording)", **{name: f"wire (full, {name})
 READ_BYTES = 65_536
 #: the larger count's events over the smaller's
 SCALE = 4
+#: What makes two counts of the same program agree to within a few hundred thousand instructions of several
+#: billion: a fixed hash seed (set and dict orders, and the work that follows them, the same each time), and no
+#: OpenBLAS worker threads, which spin-wait after numpy's import for as long as the wall clock says (~0.1 s: under
+#: valgrind tens of millions of instructions, a different number each run). latscope calls no BLAS routine.
+COUNTED_ENV = {"PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
 _I_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
 
 
@@ -63,10 +70,12 @@ def decode(dialect: str, body_path: str, events: int) -> None:
     assert sum(map(len, kept)) >= events, (dialect, sum(map(len, kept)), events)
 
 
-def instructions(command: list[str]) -> int:
-    """Instructions executed by ``command`` (valgrind's ``I refs``)."""
+def counted(command: list[str]) -> tuple[int, str]:
+    """Instructions executed by ``command`` (valgrind's ``I refs``), run with :data:`COUNTED_ENV`, and what it
+    printed on its standard output."""
     done = subprocess.run(
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *command],
+        env={**os.environ, **COUNTED_ENV},
         capture_output=True,
         text=True,
         timeout=1800,
@@ -75,7 +84,12 @@ def instructions(command: list[str]) -> int:
     found = _I_REFS.search(done.stderr)
     if done.returncode != 0 or found is None:
         raise RuntimeError(f"{' '.join(command)} failed under valgrind ({done.returncode}):\n{done.stderr[-2000:]}")
-    return int(found[1].replace(",", ""))
+    return int(found[1].replace(",", "")), done.stdout
+
+
+def instructions(command: list[str]) -> int:
+    """Instructions executed by ``command`` (valgrind's ``I refs``)."""
+    return counted(command)[0]
 
 
 def per_event(counts: dict[int, int]) -> float:

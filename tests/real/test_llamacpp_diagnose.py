@@ -116,8 +116,9 @@ def test_sampling_on_the_host_is_named_with_its_cost_per_token(diagnosis: Diagno
     finding = diagnosis.finding("decode-host-overhead")
     assert finding is not None, explain(diagnosis)
     evidence = finding.evidence
-    # the streams themselves, not only the pairs the check priced: the sampled ones are the slower
-    assert evidence["sampled_tpot_ms"] > evidence["greedy_tpot_ms"], evidence
+    # the streams themselves, not only the median the check priced: in most pairs the sampled stream is the slower.
+    # Pairs, not the two sides' medians: the host's load moves both streams of a pair alike but not the two sets
+    # (one CI run: greedy streams' median 1.198 ms per token, sampled 1.074, while the pairs gave +0.16 ± 0.03)
     assert sum(d > 0 for d in evidence["pair_differences_ms"]) > len(evidence["pair_differences_ms"]) / 2, evidence
     assert finding.cost_ms == pytest.approx(evidence["added_ms_per_token"] * (evidence["stream_tokens"] - 1), rel=0.01)
 

@@ -40,6 +40,7 @@ Run: ``.venv/bin/python benchmarks/bench_instructions.py [--requests 8] [--stamp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import shutil
 import sys
@@ -50,8 +51,6 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-#: the larger run's requests over the smaller's
-SCALE = 4
 #: more than this share of tokens read together with the token before: the client fell behind, the count is refused
 MAX_COALESCED = 0.05
 
@@ -60,27 +59,14 @@ def run_bench(url: str, streams: int, tokens: int, requests: int, stamps: str) -
     """One bench run (the ``--run`` mode, under valgrind): events recorded and the share read with the one before."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
+    from client_cpu import bench_config
 
-    from latscope.load.arrivals import ClosedLoop
     from latscope.load.bench import bench_async
-    from latscope.load.config import BenchConfig
-    from latscope.load.lengths import LengthDist
-    from latscope.load.workload import Workload
     from latscope.wire.loop import run
 
-    options = {
-        "url": url,
-        "model": "lab-model",
-        "steps": (ClosedLoop(streams),),
-        "workload": Workload.single(LengthDist.fixed(16), LengthDist.fixed(tokens), ignore_eos=True),
-        "requests": requests,
-        "workers": 1,
-        "server_metrics": False,
-    }
-    if stamps != "user":  # a checkout from before kernel stamps has no such option, and only user stamps
-        options["stamps"] = stamps
+    config = bench_config(url, streams, tokens, stamps, requests=requests, server_metrics=False)
     with tempfile.TemporaryDirectory(prefix="latscope-bench-instructions-") as tmp:
-        run(bench_async(BenchConfig(**options), Path(tmp)))
+        run(bench_async(config, Path(tmp)))
         events = pq.read_table(Path(tmp) / "events.parquet", columns=["kind", "seq", "coalesced"])
         # a token after the first that came in the read of the token before it (the lab writes the role chunk with
         # the first token, and the finish, usage and [DONE] with the last: those share reads by design)
@@ -88,15 +74,6 @@ def run_bench(url: str, streams: int, tokens: int, requests: int, stamps: str) -
         tokens = events.filter(later)["coalesced"]
         shared = int(pc.sum(tokens).as_py() or 0)
         return {"events": events.num_rows, "coalesced": shared / max(1, len(tokens))}
-
-
-def count(command: list[str]) -> tuple[int, dict[str, float]]:
-    """Instructions executed by ``command`` and what it printed (one JSON object)."""
-    # imported here: a --run process may hold another checkout's latscope, which instructions.py's imports may not fit
-    from instructions import counted
-
-    instructions, stdout = counted(command)
-    return instructions, orjson.loads(stdout.strip().splitlines()[-1])
 
 
 @dataclasses.dataclass
@@ -108,21 +85,26 @@ class Row:
 
 
 def row(url: str, args: argparse.Namespace, stamps: str) -> Row:
+    # imported here, not at the top: a --run process may hold another checkout's latscope, which instructions.py's
+    # own imports may not fit
+    from instructions import SCALE, counted, per_event
+
     counts: dict[int, int] = {}
     shares = []
     for requests in (args.requests, args.requests * SCALE):
         command = [sys.executable, __file__, "--run", url, str(args.streams), str(args.tokens), str(requests), stamps]
-        instructions, seen = count(command)
+        executed, stdout = counted(command)
+        seen = orjson.loads(stdout.strip().splitlines()[-1])
         if seen["coalesced"] > MAX_COALESCED:
             raise SystemExit(
                 f"{stamps} stamps, {requests} requests: {seen['coalesced']:.1%} of the tokens shared a read with the "
                 f"token before (at most {MAX_COALESCED:.0%}): the client fell behind the lab under valgrind; give the "
                 "lab a longer --step-ms or fewer --streams"
             )
-        counts[int(seen["events"])] = instructions
+        counts[int(seen["events"])] = executed
         shares.append(seen["coalesced"])
-    (small, low), (large, high) = sorted(counts.items())
-    return Row(stamps, (high - low) / (large - small), (small, large), max(shares))
+    small, large = sorted(counts)
+    return Row(stamps, per_event(counts), (small, large), max(shares))
 
 
 def main() -> int:
@@ -143,6 +125,8 @@ def main() -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
+    from instructions import SCALE
+
     import latscope
 
     print(f"latscope from {Path(latscope.__file__).parent}")
@@ -153,26 +137,20 @@ def main() -> int:
     print("| stamps | instructions/event | events counted | most tokens sharing a read |")
     print("|---|---:|---:|---:|")
     rows = []
-    if args.url:
-        urls = [args.url]
-        lab = None
-    else:
-        from fidelity import lab_args
+    with contextlib.ExitStack() as stack:
+        url = args.url
+        if url is None:
+            from fidelity import lab_args
 
-        from latscope.lab.process import LabProcess
+            from latscope.lab.process import LabProcess
 
-        lab = LabProcess(truth=True, args=lab_args(args.step_ms, args.streams))
-        lab.__enter__()
-        assert lab.url is not None
-        urls = [lab.url]
-    try:
+            lab = stack.enter_context(LabProcess(truth=True, args=lab_args(args.step_ms, args.streams)))
+            assert lab.url is not None
+            url = lab.url
         for stamps in args.stamps.split(","):
-            r = row(urls[0], args, stamps)
+            r = row(url, args, stamps)
             rows.append(r)
             print(f"| {r.stamps} | {r.per_event:,.0f} | {r.events[0]:,} / {r.events[1]:,} | {r.coalesced:.1%} |")
-    finally:
-        if lab is not None:
-            lab.__exit__(None, None, None)
     if args.json:
         args.json.write_bytes(orjson.dumps([dataclasses.asdict(r) for r in rows], option=orjson.OPT_INDENT_2))
     return 0

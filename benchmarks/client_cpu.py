@@ -44,33 +44,39 @@ PROMPT_TOKENS = 16
 RUN_TIMEOUT_S = 300
 
 
-def run_client(url: str, streams: int, seconds: float, max_tokens: int, stamps: str) -> dict[str, Any]:
-    """The ``--run`` mode: one unrecorded run, then the measured one; returns its CPU, wall time and events. Uses
-    only what every checkout's bench has (``stamps`` is passed only when it is not ``user``)."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
+def bench_config(url: str, streams: int, max_tokens: int, stamps: str, **bounds: Any) -> Any:
+    """The ``BenchConfig`` both this benchmark and ``bench_instructions.py`` run: one worker, a closed loop of
+    ``streams`` users, prompts of :data:`PROMPT_TOKENS` and ``max_tokens`` tokens, with ``bounds`` (duration,
+    requests, …) on top. Uses only what every checkout's bench has: ``stamps`` is passed only when it is not
+    ``user`` (a checkout from before kernel stamps has no such option, and only user stamps)."""
     from latscope.load.arrivals import ClosedLoop
-    from latscope.load.bench import bench_async
     from latscope.load.config import BenchConfig
     from latscope.load.lengths import LengthDist
     from latscope.load.workload import Workload
+
+    options: dict[str, Any] = {
+        "url": url,
+        "model": "lab-model",
+        "steps": (ClosedLoop(streams),),
+        "workload": Workload.single(LengthDist.fixed(PROMPT_TOKENS), LengthDist.fixed(max_tokens), ignore_eos=True),
+        "workers": 1,
+        **bounds,
+    }
+    if stamps != "user":
+        options["stamps"] = stamps
+    return BenchConfig(**options)
+
+
+def run_client(url: str, streams: int, seconds: float, max_tokens: int, stamps: str) -> dict[str, Any]:
+    """The ``--run`` mode: one unrecorded run, then the measured one; returns its CPU, wall time and events."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from latscope.load.bench import bench_async
     from latscope.wire.loop import run
 
-    def config(duration_s: float) -> BenchConfig:
-        options: dict[str, Any] = {
-            "url": url,
-            "model": "lab-model",
-            "steps": (ClosedLoop(streams),),
-            "workload": Workload.single(LengthDist.fixed(PROMPT_TOKENS), LengthDist.fixed(max_tokens), ignore_eos=True),
-            "duration_s": duration_s,
-            "warmup_s": WARMUP_S,
-            "drain_s": 1.0,
-            "workers": 1,
-        }
-        if stamps != "user":
-            options["stamps"] = stamps
-        return BenchConfig(**options)
+    def config(duration_s: float) -> Any:
+        return bench_config(url, streams, max_tokens, stamps, duration_s=duration_s, warmup_s=WARMUP_S, drain_s=1.0)
 
     with tempfile.TemporaryDirectory(prefix="latscope-client-cpu-") as tmp:
         run(bench_async(config(PRIME_S), Path(tmp)))

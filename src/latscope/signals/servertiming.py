@@ -33,8 +33,8 @@ _PARAM = rf"[ \t]*;[ \t]*{_TCHAR_CLASS}(?:[ \t]*=[ \t]*{_TCHAR_CLASS})?"
 #: A field value of metrics whose parameters are all tokens (no quoted string, no empty member, nothing malformed):
 #: what servers write. It is split on its separators directly; anything else goes through the scanner.
 _PLAIN_VALUE = re.compile(rf"[ \t]*{_TCHAR_CLASS}(?:{_PARAM})*[ \t]*(?:,[ \t]*{_TCHAR_CLASS}(?:{_PARAM})*[ \t]*)*")
-#: One member that is a name and a ``dur`` of plain decimal digits, nothing else (``queue;dur=0.068``): the shape
-#: nearly every server writes (vLLM's gateways, the lab, TGI's routers). Group 1 the name, group 2 the duration.
+#: One member that is a name and a ``dur`` of plain decimal digits, nothing else (``queue;dur=0.068``): the lab's
+#: shape, and the spec's plainest. Group 1 the name, group 2 the duration.
 _DUR_MEMBER = rf"[ \t]*({_TCHAR_CLASS})[ \t]*;[ \t]*dur[ \t]*=[ \t]*(\d+(?:\.\d*)?|\.\d+)[ \t]*"
 _DUR_MEMBER_RE = re.compile(_DUR_MEMBER)
 #: A field value of such members only: read with one pattern (:func:`_parse_durations`).

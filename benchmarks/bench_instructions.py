@@ -4,7 +4,8 @@ benchmark runs it, counted by valgrind instead of timed.
 ``fidelity.py`` measures the client's CPU per event at 1k-20k events/s, but on a shared 2-core VM the same code
 moves ±15 % from one run to the next: too much to judge a 15 % target or to tell which change paid. This counts the
 instructions the bench process executes instead (valgrind's cachegrind, no cache simulation), which the machine's
-load does not move.
+load does not move: three counts of one row agree to 0.3 %. A change that only alters what the counted process
+imports can still move a row by 2 %, so a difference of a few per cent is no difference.
 
 The set-up, confirmed before anything is counted:
 

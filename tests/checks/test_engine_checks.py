@@ -395,6 +395,29 @@ def test_two_pairs_of_eight_held_up_by_the_host_do_not_undo_a_finding_but_three_
     assert isinstance(out, Inconclusive) and "3 of 8 pairs" in out.reason, out
 
 
+def test_a_cost_near_the_pairs_noise_that_nearly_every_pair_leans_towards_is_found() -> None:
+    # measured on llama-cpp-python here after a whole diagnosis: 20 pairs, +0.17 ms per token in the median over
+    # greedy's 1.1 ms; 8 pairs under half the 0.11 ms line (more than one in four), but 16 of 20 slower at all
+    differences = [0.284, -0.101, 0.197, -0.084, 0.234, 0.331, 0.179, 0.053, 0.136, 0.26]
+    differences += [-0.128, 0.015, 0.037, 0.309, 0.618, 0.169, 0.354, 0.373, 0.018, -0.045]
+    greedy = _tpots_ms([1.1] * 20)
+    sampled = _tpots_ms([1.1 + d for d in differences])
+    out = check_decode_host_overhead(SamplingEvidence(32, greedy=greedy, sampled=sampled, parameters=PARAMS), REF)
+    assert isinstance(out, Finding), out
+    assert out.evidence["pairs_slower"] == 16 and out.evidence["sign_test_p"] < 0.01
+    assert "16 of 20 pairs slower" in out.rule
+
+
+def test_a_cost_that_only_some_pairs_carry_is_not_found_however_many_pairs() -> None:
+    # eleven pairs at +0.3 ms per token, nine scattered about nothing: the median is +0.3, but nine pairs did not
+    # show a per-step cost at all and only four of them leaned its way, as often as noise does
+    differences = [0.3] * 11 + [0.02, -0.03, 0.01, -0.02, 0.03, -0.01, 0.04, -0.04, -0.05]
+    greedy = _tpots_ms([1.1] * 20)
+    sampled = _tpots_ms([1.1 + d for d in differences])
+    out = check_decode_host_overhead(SamplingEvidence(32, greedy=greedy, sampled=sampled, parameters=PARAMS), REF)
+    assert isinstance(out, Inconclusive) and "9 of 20 pairs" in out.reason and "only 15" in out.reason, out
+
+
 def test_tokens_that_arrive_two_to_a_read_are_timed_by_the_steps_between_reads() -> None:
     # across a 20 ms path llama-server's 1 ms tokens arrive two to a read: most gaps are 0, so the median gap is 0 on
     # both sides and a per-step cost disappears; the stream's mean gap still sees it

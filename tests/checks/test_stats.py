@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from latscope.checks.stats import fit_line, median, percentile, robust_sd
+from latscope.checks.stats import fit_line, median, percentile, robust_sd, sign_test_p
 
 
 def test_median_of_odd_and_even_counts_and_of_nothing() -> None:
@@ -28,6 +28,16 @@ def test_robust_sd_ignores_one_outlier() -> None:
     steady = [10.0, 10.2, 9.8, 10.1, 9.9]
     assert robust_sd([*steady, 500.0]) == pytest.approx(robust_sd(steady), rel=0.6)
     assert robust_sd([1.0]) is None
+
+
+def test_sign_test_is_the_binomial_tail_of_a_fair_coin() -> None:
+    assert sign_test_p(5, 5) == pytest.approx(1 / 32)
+    assert sign_test_p(15, 20) == pytest.approx(21700 / 2**20)  # C(20,15..20) = 15504+4845+1140+190+20+1
+    assert sign_test_p(0, 7) == 1.0 and sign_test_p(0, 0) == 1.0
+    # more positives of the same count are less likely under noise alone
+    assert sign_test_p(7, 8) < sign_test_p(6, 8) < sign_test_p(5, 8)
+    with pytest.raises(ValueError, match="positives"):
+        sign_test_p(9, 8)
 
 
 def test_fit_line_recovers_an_exact_line_with_zero_residuals() -> None:

@@ -1,4 +1,5 @@
-"""Small, exact statistics for checks: medians, percentiles, spread, and a least-squares line with its uncertainty.
+"""Small, exact statistics for checks: medians, percentiles, spread, a sign test, and a least-squares line with its
+uncertainty.
 
 Pure Python on short lists (a check sees tens of samples, not millions), so results are deterministic and the
 functions are trivially testable. Every function takes plain floats and says what it returns for too little data
@@ -52,6 +53,15 @@ def robust_sd(values: Sequence[float]) -> float | None:
     mad = median(deviations)
     assert mad is not None
     return MAD_TO_SD * mad
+
+
+def sign_test_p(positives: int, n: int) -> float:
+    """One-sided sign test: the probability that ``positives`` or more of ``n`` paired differences are positive when
+    each is positive or negative with probability ½ (no effect, only noise that favours neither side). 1.0 for no
+    pairs."""
+    if not 0 <= positives <= n:
+        raise ValueError(f"positives must be within 0..n ({n}), got {positives}")
+    return float(sum(math.comb(n, k) for k in range(positives, n + 1)) / 2**n)
 
 
 @dataclass(frozen=True, slots=True)

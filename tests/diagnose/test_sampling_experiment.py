@@ -3,6 +3,8 @@ when the check cannot decide on those."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from latscope.diagnose import diagnose
@@ -62,3 +64,30 @@ async def test_more_pairs_stop_once_the_check_decides(monkeypatch: pytest.Monkey
         result = await diagnose(lab.url, only="decode-host-overhead", quick=True)
     assert decisions == [sampling.PAIRS_QUICK, sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS]
     assert _sampling_requests(result) == 1 + 2 * (sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS)
+
+
+async def test_both_streams_of_a_pair_share_a_prompt_and_no_two_pairs_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: dict[str, str] = {}
+    real = sampling.Context.spec
+
+    def recorded(ctx: sampling.Context, prompt_tokens: int, max_tokens: int, **kwargs: object) -> object:
+        spec = real(ctx, prompt_tokens, max_tokens, **kwargs)  # type: ignore[arg-type]
+        if "temperature" in json.loads(spec.body):  # the sampling experiment's (the baseline's leave it unset)
+            sent[f"request {len(sent)}"] = spec.body.decode()
+        return spec
+
+    monkeypatch.setattr(sampling.Context, "spec", recorded)
+    async with Lab(faults=[SLOW_SAMPLING], cost=truth.TEST_COST) as lab:
+        await diagnose(lab.url, only="decode-host-overhead", quick=True)
+    prompts = [_prompt(body) for body in sent.values()]
+    assert len(prompts) == 1 + 2 * sampling.PAIRS_QUICK
+    pairs = [prompts[i : i + 2] for i in range(1, len(prompts), 2)]  # after the warm-up
+    assert all(a == b for a, b in pairs), pairs
+    assert len({a for a, _ in pairs} | {prompts[0]}) == len(pairs) + 1, prompts  # and none is the warm-up's
+    # the two bodies of a pair still differ (their sampling parameters): no body is sent twice
+    assert len(set(sent.values())) == len(sent)
+
+
+def _prompt(body: str) -> str:
+    messages = json.loads(body)["messages"]
+    return str(messages[-1]["content"])

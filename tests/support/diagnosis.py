@@ -11,7 +11,7 @@ def explain(result: Diagnosis, first: Iterable[str] = ()) -> str:
     """The outcomes of the ids in ``first`` (those the assertion is about), then one line per experiment (status,
     requests, time) and per outcome (its JSON form), as one string: pytest prints a string message whole, where it
     would shorten a dict, but a CI log may keep only its head and tail."""
-    wanted = list(dict.fromkeys(first))
+    wanted = set(first)
     lines = [f"{type(o).__name__} {o.to_dict()}" for o in result.outcomes if o.id in wanted]
     lines += [
         f"{e.name}: {e.status} {e.requests} requests {e.duration_s:.1f} s {e.message}" for e in result.experiments

@@ -131,9 +131,10 @@ def check_decode_host_overhead(ev: SamplingEvidence, reference: Reference | None
         "pair_differences_ms": [_round(d) for d in pairs],
     }
     slower = sum(1 for d in pairs if d > 0)
+    slower_p = sign_test_p(slower, len(pairs))  # 1.0 without pairs
     if pairs:
         evidence["pairs_slower"] = slower
-        evidence["sign_test_p"] = _round(sign_test_p(slower, len(pairs)), 4)
+        evidence["sign_test_p"] = _round(slower_p, 4)
     threshold = max(MIN_ADDED_MS, MATERIAL_SHARE * g)
     if added < threshold <= added + CLEAR_Z * se:
         return Inconclusive(
@@ -176,14 +177,13 @@ def check_decode_host_overhead(ev: SamplingEvidence, reference: Reference | None
     # leans towards, some by less than half the line, is a cost not far above the pairs' noise
     floor = PAIR_SHARE * threshold
     misses = sum(1 for d in pairs if d < floor)
-    if misses > _pairs_allowed_to_disagree(pairs) and sign_test_p(slower, len(pairs)) > SIGN_TEST_P:
+    if misses > _pairs_allowed_to_disagree(pairs) and slower_p > SIGN_TEST_P:
         return Inconclusive(
             SAMPLING_ID,
             f"sampled streams took {added:+.2f} ms per token over greedy ones in the median, but {misses} of "
             f"{len(pairs)} pairs sent back to back did not show it (smallest {min(pairs):+.2f} ms, under "
             f"{floor:.2f}) and only {slower} were slower at all, as many as the host's load alone makes "
-            f"(p {sign_test_p(slower, len(pairs)):.2f}): a cost paid on every sampled step shows in each; more "
-            "pairs would settle it",
+            f"(p {slower_p:.2f}): a cost paid on every sampled step shows in each; more pairs would settle it",
             evidence,
         )
     tokens = max(1, ev.max_tokens - 1)

@@ -19,12 +19,13 @@ def _pairs(
     text_ms_per_mb: float = 2.0,
     jitter: tuple[float, ...] = (),
     text_jitter: tuple[float, ...] = (),
+    repeats: int = 3,
 ) -> tuple[ImagePair, ...]:
-    """Three repeats of every size: the control grows ``text_ms_per_mb``, the image that plus ``image_ms_per_mb``
+    """``repeats`` of every size: the control grows ``text_ms_per_mb``, the image that plus ``image_ms_per_mb``
     (and a fixed 3 ms for its prompt tokens); ``jitter`` is added to the images in turn, ``text_jitter`` to the
     controls."""
     pairs: list[ImagePair] = []
-    for repeat in range(3):
+    for repeat in range(repeats):
         for size in SIZES_MB:
             n = len(pairs)
             text = text_ms + text_ms_per_mb * size
@@ -88,6 +89,47 @@ def test_one_control_faster_than_its_repeats_is_not_an_image_cost() -> None:
     assert isinstance(out, Inconclusive), out
     assert out.evidence["excess_ms_per_mb"] >= MIN_EXCESS_MS_PER_MB > out.evidence["excess_ms_per_mb_pair_medians"]
     assert "median pair" in out.reason
+
+
+#: A diagnosis across a 20 ms path of the lab behind nginx with ``tcp_nodelay off`` (no image fault: the server
+#: reported 6 ms per MB of image): ``(MB, image TTFT, control TTFT)`` in the order sent. nginx held some bodies'
+#: last segment for the origin's 40 ms delayed ACK: all six 1 MB images, two of their six controls.
+STALLED_AT_RANDOM = (
+    (0.251, 246.586, 241.286), (0.5, 287.491, 282.34), (1.0, 372.723, 322.064),
+    (0.251, 246.296, 241.201), (0.5, 288.477, 323.387), (1.0, 375.901, 366.358),
+    (0.251, 244.209, 241.394), (0.5, 328.465, 280.723), (1.0, 373.322, 323.531),
+    (0.251, 244.073, 240.765), (0.5, 286.753, 283.835), (1.0, 377.652, 367.986),
+    (0.251, 245.772, 240.854), (0.5, 328.266, 281.279), (1.0, 375.991, 325.398),
+    (0.251, 243.632, 240.95), (0.5, 287.705, 282.597), (1.0, 379.937, 322.46),
+)  # fmt: skip
+
+
+def test_a_stall_the_controls_show_too_is_not_an_image_cost() -> None:
+    pairs = tuple(
+        ImagePair(
+            int(size * MB),
+            ok(f"image {size} MB", ttft_after_setup_ms=image, output_tokens=1),
+            ok(f"image control {size} MB", ttft_after_setup_ms=text, output_tokens=1),
+        )
+        for size, image, text in STALLED_AT_RANDOM
+    )
+    out = check_multimodal_preprocessing(_evidence(pairs), REF)
+    assert isinstance(out, Inconclusive), out
+    # each of the other rules passed: the fastest line and the median pairs both read over 60 ms per MB
+    assert out.evidence["excess_ms_per_mb"] > 60 and out.evidence["excess_ms_per_mb_pair_medians"] > 60
+    assert out.evidence["controls_as_slow_as_images"] == 2 and out.evidence["controls_at_largest"] == 6
+    assert "2 of 6 controls" in out.reason and "as slow as the images" in out.reason
+
+
+def test_one_stalled_control_in_four_at_the_largest_image_does_not_hide_the_cost() -> None:
+    # six repeats; the second 1 MB control stalled 60 ms, past the 40 ms the image costs there
+    stalled = (0, 0, 0, 0, 0, 60.0)
+    out = check_multimodal_preprocessing(_evidence(_pairs(40.0, text_jitter=stalled, repeats=6)), REF)
+    assert isinstance(out, Finding) and abs(out.cost_ms - 40.0) < 1.0, out
+    assert out.evidence["controls_as_slow_as_images"] == 1 and out.evidence["controls_at_largest"] == 6
+    # a second such control is one in three: inconclusive
+    twice = check_multimodal_preprocessing(_evidence(_pairs(40.0, text_jitter=(*stalled, 0, 0, 60.0), repeats=6)), REF)
+    assert isinstance(twice, Inconclusive) and "2 of 6 controls" in twice.reason, twice
 
 
 def test_a_dialect_without_image_parts_is_not_tested() -> None:

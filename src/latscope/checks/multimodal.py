@@ -17,11 +17,14 @@ cost). A finding needs the fastest-line slope at or above :data:`MIN_EXCESS_MS_P
 path time is also taken away: a 1 MB upload on a connection whose congestion window an earlier one opened saves
 whole round trips, and one control 45 ms faster than its two repeats made the fastest line's slope 61 ms/MB where
 the sizes' median pairs gave 4 ms/MB; the median of a size's pairs is the image's cost whichever way one request
-strays), and the cost at the largest image at least :data:`NOISE_MULTIPLE` × the scatter of one
-request here (the controls', measured in the same run) and :data:`MIN_COST_MS`; clear needs the fastest-line slope
-below the threshold and the all-pairs slope's lower edge (:data:`SLOPE_Z` standard errors) below it too; anything
-else is inconclusive. Not tested when the dialect has no image parts or the server refused an
-image (the status is given).
+strays), no more than one control in :data:`SLOW_CONTROL_SHARE` at the largest size as slow as the images there (a
+delay that controls show too is not the image's: behind nginx with ``tcp_nodelay off`` the origin gets a body's last
+segment 40 ms late, its delayed ACK, on any request at random, and across a 20 ms path all six 1 MB images of one
+run met it while two controls of six did: the fastest line read 67 ms/MB where the server spent 6), and the cost at
+the largest image at least :data:`NOISE_MULTIPLE` × the scatter of one request here (the controls', measured in the
+same run) and :data:`MIN_COST_MS`; clear needs the fastest-line slope below the threshold and the all-pairs slope's
+lower edge (:data:`SLOPE_Z` standard errors) below it too; anything else is inconclusive. Not tested when the
+dialect has no image parts or the server refused an image (the status is given).
 """
 
 from __future__ import annotations
@@ -55,6 +58,11 @@ MAD_TO_SD = 1.4826
 MIN_FLOOR_R2 = 0.8
 #: …and be at least this much, ms, to be worth a finding at all.
 MIN_COST_MS = 2.0
+#: At the largest size at most one control in this many may be as slow as the images (nearer the fastest image
+#: than the fastest control) for a finding: a per-MB cost delays every image and no control, while a stall that
+#: strikes any request (nginx with ``tcp_nodelay off`` holds a body's last segment for the origin's 40 ms delayed
+#: ACK, at random) delays controls as well, and once in a while every image of a size.
+SLOW_CONTROL_SHARE = 4
 #: Pairs, and distinct image sizes among them, a line needs before it can say anything.
 MIN_PAIRS = 4
 MIN_SIZES = 3
@@ -129,6 +137,16 @@ def _pair_medians(paired: list[PairedTtft]) -> list[tuple[float, float]]:
         assert mid is not None
         out.append((sum(p.image_mb for p in group) / len(group), mid))
     return out
+
+
+def controls_as_slow_as_images(paired: list[PairedTtft]) -> tuple[int, int]:
+    """At the largest image size: how many controls were as slow as an image (nearer the size's fastest image than
+    its fastest control), and how many controls there were."""
+    largest = _by_size(paired)[-1]
+    image_floor = min(p.image_ms for p in largest)
+    text_floor = min(p.text_ms for p in largest)
+    midway = (image_floor + text_floor) / 2
+    return sum(p.text_ms >= midway for p in largest), len(largest)
 
 
 def control_noise_ms(paired: list[PairedTtft]) -> float:
@@ -249,6 +267,18 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
             f"size's median pair (threshold {MIN_EXCESS_MS_PER_MB:g} ms/MB): some request strayed from its repeats "
             "by more than the cost (a connection's congestion window saves whole round trips on a large upload); "
             "more repeats would settle it",
+            evidence,
+        )
+    slow_controls, controls = controls_as_slow_as_images(paired)
+    evidence["controls_as_slow_as_images"] = slow_controls
+    evidence["controls_at_largest"] = controls
+    if slow_controls > controls // SLOW_CONTROL_SHARE:
+        return Inconclusive(
+            MULTIMODAL_ID,
+            f"a MB of image costs {excess:.2f} ms on each size's fastest pair, but at the largest image "
+            f"({largest:.2f} MB) {slow_controls} of {controls} controls carrying no image were as slow as the images: "
+            "a delay the controls show too (a proxy holding a body's last segment for a delayed ACK stalls any "
+            "request), which every image may have met; more repeats would settle it",
             evidence,
         )
     if at_largest < max(NOISE_MULTIPLE * noise, MIN_COST_MS):

@@ -120,33 +120,32 @@ def _by_size(paired: list[PairedTtft]) -> list[list[PairedTtft]]:
     return [groups[b] for b in sorted(groups)]
 
 
-def _floors(paired: list[PairedTtft]) -> list[tuple[float, float]]:
-    """Per image size, its fastest image request minus its fastest control: ``(MB, ms)``."""
+def _floors(groups: list[list[PairedTtft]]) -> list[tuple[float, float]]:
+    """Per image size (``groups``, :func:`_by_size`), its fastest image request minus its fastest control:
+    ``(MB, ms)``."""
     out: list[tuple[float, float]] = []
-    for group in _by_size(paired):
+    for group in groups:
         fastest = min(group, key=lambda p: p.image_ms)
         out.append((fastest.image_mb, fastest.image_ms - min(p.text_ms for p in group)))
     return out
 
 
-def _pair_medians(paired: list[PairedTtft]) -> list[tuple[float, float]]:
-    """Per image size, its pairs' median difference (image minus its own control): ``(MB, ms)``."""
+def _pair_medians(groups: list[list[PairedTtft]]) -> list[tuple[float, float]]:
+    """Per image size (``groups``, :func:`_by_size`), its pairs' median difference (image minus its own control):
+    ``(MB, ms)``."""
     out: list[tuple[float, float]] = []
-    for group in _by_size(paired):
+    for group in groups:
         mid = median([p.excess_ms for p in group])
         assert mid is not None
         out.append((sum(p.image_mb for p in group) / len(group), mid))
     return out
 
 
-def controls_as_slow_as_images(paired: list[PairedTtft]) -> tuple[int, int]:
-    """At the largest image size: how many controls were as slow as an image (nearer the size's fastest image than
-    its fastest control), and how many controls there were."""
-    largest = _by_size(paired)[-1]
-    image_floor = min(p.image_ms for p in largest)
-    text_floor = min(p.text_ms for p in largest)
-    midway = (image_floor + text_floor) / 2
-    return sum(p.text_ms >= midway for p in largest), len(largest)
+def _controls_as_slow_as_images(group: list[PairedTtft]) -> int:
+    """How many of one size's controls were as slow as an image: nearer the size's fastest image than its fastest
+    control."""
+    midway = (min(p.image_ms for p in group) + min(p.text_ms for p in group)) / 2
+    return sum(p.text_ms >= midway for p in group)
 
 
 def control_noise_ms(paired: list[PairedTtft]) -> float:
@@ -215,17 +214,17 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
     if ev.control is None:
         return NotTested(MULTIMODAL_ID, "the server accepted no control carrying the same bytes as text")
     paired = paired_ttfts(ev.pairs)
-    sizes = {_bucket(p.image_mb) for p in paired}
-    if len(paired) < MIN_PAIRS or len(sizes) < MIN_SIZES:
+    groups = _by_size(paired)
+    if len(paired) < MIN_PAIRS or len(groups) < MIN_SIZES:
         images = [p.image for p in ev.pairs]
         failed = failures.summarise([*images, *(p.text for p in ev.pairs)], total=2 * len(ev.pairs))
         refused = [s for s in images if s.status is not None and 400 <= s.status < 500]
-        reason = f"only {len(paired)} image/text pair(s) over {len(sizes)} size(s) completed"
+        reason = f"only {len(paired)} image/text pair(s) over {len(groups)} size(s) completed"
         if refused:
             reason += f"; the server refused larger images (HTTP {refused[0].status})"
         return NotTested(MULTIMODAL_ID, reason + (f" ({failed})" if failed else ""))
     fit = fit_line([p.image_mb for p in paired], [p.excess_ms for p in paired])
-    floors = _floors(paired)
+    floors = _floors(groups)
     floor = fit_line([x for x, _ in floors], [y for _, y in floors])
     if fit is None or floor is None or fit.slope_se is None:
         return Inconclusive(MULTIMODAL_ID, "the image sizes did not span enough for a line; run again")
@@ -248,7 +247,7 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
         )
     noise = control_noise_ms(paired)
     evidence["control_noise_ms"] = round(noise, 3)
-    medians = _pair_medians(paired)
+    medians = _pair_medians(groups)
     typical = fit_line([x for x, _ in medians], [y for _, y in medians])
     typical_slope = excess if typical is None else typical.slope
     evidence["excess_ms_per_mb_pair_medians"] = round(typical_slope, 3)
@@ -269,7 +268,7 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
             "more repeats would settle it",
             evidence,
         )
-    slow_controls, controls = controls_as_slow_as_images(paired)
+    slow_controls, controls = _controls_as_slow_as_images(groups[-1]), len(groups[-1])
     evidence["controls_as_slow_as_images"] = slow_controls
     evidence["controls_at_largest"] = controls
     if slow_controls > controls // SLOW_CONTROL_SHARE:

@@ -100,6 +100,7 @@ def messages_request(
         headers=[("content-type", "application/json"), ("anthropic-version", API_VERSION)],
         dialect=MESSAGES_NAME,
         model=model,
+        max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
         stream=body.get("stream") is True,
     )
 

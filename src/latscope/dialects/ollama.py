@@ -97,6 +97,7 @@ def _request(
         headers=list(_JSON_HEADERS),
         dialect=dialect,
         model=model,
+        max_tokens=max_tokens,
         stream=body.get("stream") is True,
     )
 

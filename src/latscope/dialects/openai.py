@@ -167,6 +167,7 @@ def _request(
         headers=[("content-type", "application/json")],
         dialect=dialect,
         model=model,
+        max_tokens=max_tokens,
         stream=body.get("stream") is True,  # `extra` may have set it
     )
 

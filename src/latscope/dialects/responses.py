@@ -88,6 +88,7 @@ def responses_request(
         headers=[("content-type", "application/json")],
         dialect=RESPONSES_NAME,
         model=model,
+        max_tokens=max_tokens,
         stream=body.get("stream") is True,
     )
 

@@ -81,6 +81,7 @@ def generate_request(
         headers=[("content-type", "application/json")],
         dialect=GENERATE_NAME,
         model=model,
+        max_tokens=max_tokens,
         stream=stream,
     )
 

@@ -181,7 +181,6 @@ class RequestContext:
     step_start_ns: int  #: the step's common start (monotonic ns), origin of the ``*_at_ms`` columns
     schedule_lag_ns: int | None = None  #: open loop: dispatcher lateness for this request
     planned_prompt_tokens: int | None = None
-    max_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +270,7 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         prompt_tokens,
         prompt_source,
         usage_out,
-        ctx.max_tokens,
+        t.max_tokens,
         len(t.events),
         len(t.reads),
         None if conn is None else conn.connection_id,

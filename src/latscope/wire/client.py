@@ -221,6 +221,7 @@ class Client:
         t.method = spec.method
         t.dialect = spec.dialect or None
         t.model = spec.model
+        t.max_tokens = spec.max_tokens
         t.label = label
         t.request_body_bytes = len(spec.body)
         if target is None:
@@ -237,6 +238,7 @@ class Client:
         origin, path = target[1], target[2]
         dialect = DIALECTS.get(spec.dialect) if spec.dialect else None
         streamed = decoder is not None or asks_for_stream(spec)
+        t.stream = streamed
         try:
             header_set = self._header_set(
                 origin, path, spec.method, spec.headers, headers, len(spec.body), streamed=streamed

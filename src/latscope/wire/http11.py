@@ -1,14 +1,15 @@
 """HTTP/1.1 over one connection: one request at a time, keep-alive as the server allows.
 
-Requests are serialised by h11 (a fresh ``h11.Connection`` per request, used for nothing else). h11 validates and
-writes a head in ~40 µs, the largest single cost of a short request on the client, so a header set sent more than
-once (:class:`~latscope.wire.request.HeaderSet`: every request of a load test) has its head written by h11 once,
-with placeholder values in the two per-request slots (Content-Length, traceparent), and each request joins the
-pieces around its own values (:class:`_HeadTemplate`). A small body goes out in the same write as the head.
+Requests are serialised by h11 (a fresh ``h11.Connection`` per request, used for nothing else). h11 validating and
+writing a head is the largest single cost of a short request on the client (benchmarks/client_overhead.py), so a
+header set sent more than once (:class:`~latscope.wire.request.HeaderSet`: every request of a load test) has its
+head written by h11 once, with placeholder values in the two per-request slots (Content-Length, traceparent), and
+each request joins the pieces around its own values (:class:`_HeadTemplate`). A small body goes out in the same
+write as the head.
 
 Responses are parsed by llhttp through ``httptools.HttpResponseParser``, the C parser uvicorn uses: the receive path
-is the client's hot loop, and h11's pure-Python chunked reader cost about 7 µs per HTTP chunk, i.e. per event, since
-servers frame each event as one chunk.
+is the client's hot loop, and h11's chunked reader runs Python code per HTTP chunk, i.e. per event, since servers
+frame each event as one chunk.
 
 The read path (:meth:`HTTP11Connection.data_received`): record the read, hand all its bytes to llhttp in one
 ``feed_data`` call, then give the exchange the head (if it completed in this read), the body bytes of the read

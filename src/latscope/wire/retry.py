@@ -23,10 +23,8 @@ How long to wait (:meth:`RetryPolicy.wait_s`): exponential backoff with full jit
 spreads a crowd of refused clients instead of bringing them back together), but never less than the server's
 ``retry-after-ms`` / ``Retry-After`` (RFC 9110 §10.2.3). Why not the server's wait alone, as the OpenAI and Anthropic
 SDKs do: a limiter tells every request it refuses in the same moment the same wait, so they all come back together
-and all but one are refused again. Measured against the lab's limiter (reject mode, 10 requests/s after a burst of
-2; 4 users, 40 requests, up to 8 retries, on a busy 2-core machine): with the server's wait alone 160–170 attempts,
-and 4–7 requests ran out of retries; with the draw under it (backoff 0.5 s) 87 attempts and all 40 answered, for a
-longer tail (time to the first token p99 2.1 s against 0.8 s). The wait runs from the moment the refused attempt
+and all but one are refused again (the lab's rate limiter in reject mode: the draw under it took about half the
+attempts and left no request out of retries, for a longer tail). The wait runs from the moment the refused attempt
 ended, and the next attempt never starts before it is over. A server that asks for more than ``max_wait_s`` ends the
 logical request there: waiting that long is the caller's decision, not a load generator's.
 

@@ -112,14 +112,18 @@ class Span:
         end_ns = self._stamp() if self._stamp is not None else None
         setattr(self._t, self._end, end_ns or self.end_ns or monotonic_ns())
         if exc is not None:
-            err = self.failed(exc)
-            if err is not None:
-                try:
-                    raise err from None
-                finally:
-                    # the error's traceback holds this frame: unbound, frame and error form no cycle (which only
-                    # the cyclic collector would free, and the load generator keeps it off while it measures)
-                    err = None
+            self._reraise(exc)
+
+    def _reraise(self, exc: BaseException) -> None:
+        """Raise the error :meth:`failed` maps ``exc`` onto, if any."""
+        err = self.failed(exc)
+        if err is not None:
+            try:
+                raise err from None
+            finally:
+                # the error's traceback holds this frame: unbound, frame and error form no cycle (which only the
+                # cyclic collector would free, and the load generator keeps it off while it measures)
+                err = None
 
     def failed(self, exc: BaseException) -> WireError | None:
         """The error an exception that ended the phase becomes (None: it goes on unchanged)."""
@@ -134,15 +138,29 @@ class Sending(Span):
 
     __slots__ = ("_body_bytes", "_limit_s", "_protocol_error")
 
+    # Once per request: the marks are set by name rather than looked up (Span's own slots for them stay unset).
     def __init__(self, t: Timeline, limit_s: float, body_bytes: int, protocol_error: Failure) -> None:
-        super().__init__(t, Phase.SEND, start=False)
+        self._t = t
         self._limit_s = limit_s
         self._body_bytes = body_bytes
         self._protocol_error = protocol_error
 
+    def __enter__(self) -> Self:
+        return self
+
+    def begin(self) -> None:
+        self._t.send_start_ns = monotonic_ns()
+
     def headers_sent(self) -> None:
         """The request head was handed to the transport."""
         self._t.headers_sent_ns = monotonic_ns()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._t.send_end_ns = monotonic_ns()
+        if exc is not None:
+            self._reraise(exc)
 
     def failed(self, exc: BaseException) -> WireError | None:
         err = self._protocol_error(exc)

@@ -30,7 +30,7 @@ from latscope.wire.errors import ModelListError, WireError, make_error, timeout_
 from latscope.wire.exchange import Exchange
 from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES, arm
 from latscope.wire.models import Limits, Origin, OriginStats, Response, Timeouts, join_url, split_url
-from latscope.wire.phase import budget, total_deadline, total_timeout
+from latscope.wire.phase import after, budget, nearest_limit, total_deadline, total_timeout
 from latscope.wire.pool import DEFAULT_MAX_CONNECTIONS_PER_ORIGIN, ConnectionPool
 from latscope.wire.request import BODY_METHODS, HeaderSet, Outgoing, merge_headers
 from latscope.wire.tcpinfo import send_backlog
@@ -571,17 +571,12 @@ class _Watchdog:
         head = t.headers_received_ns is None
         wake_ns = None
         if head:
-            limit_ns = (t.send_end_ns or now) + int(timeouts.headers_s * 1e9)
+            own_ns = after(t.send_end_ns or now, timeouts.headers_s)
             # the read gap starts counting once the head is in, at the earliest now: look again by then
-            wake_ns = now + int(timeouts.read_s * 1e9)
+            wake_ns = after(now, timeouts.read_s)
         else:
-            last = t.reads[-1].at_ns if t.reads else (t.headers_received_ns or now)
-            limit_ns = last + int(timeouts.read_s * 1e9)
-        deadline_ns = self._deadline_ns
-        total = deadline_ns is not None and deadline_ns <= limit_ns
-        if total:
-            assert deadline_ns is not None
-            limit_ns = deadline_ns
+            own_ns = after(t.reads[-1].at_ns if t.reads else (t.headers_received_ns or now), timeouts.read_s)
+        limit_ns, total = nearest_limit(self._deadline_ns, own_ns)
         if now < limit_ns:
             if wake_ns is not None and wake_ns < limit_ns:
                 limit_ns = wake_ns

@@ -7,8 +7,8 @@ leaving it sets the end mark, and an exception that leaves it is mapped onto the
 HTTP/1.1, HTTP/2 and HTTP/3 alike. Spans sit at phase boundaries only: nothing here runs per read.
 
 The request's total deadline (``Timeouts.total_s``) is arithmetic of its own, kept here too: where it lies
-(:func:`total_deadline`), how much of a phase's own limit it leaves (:func:`budget`), and the error that names the
-phase it ran out in (:func:`total_timeout`, :func:`phase_timeout`).
+(:func:`total_deadline`), how much of a phase's own limit it leaves (:func:`budget`, :func:`nearest_limit`), and the
+error that names the phase it ran out in (:func:`total_timeout`, :func:`phase_timeout`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,23 @@ _MARKS: dict[Phase, tuple[str, str]] = {
 # --- the total deadline ---------------------------------------------------------------------------------------------
 
 
+def after(start_ns: int, seconds: float) -> int:
+    """The monotonic ns ``seconds`` after ``start_ns``."""
+    return start_ns + int(seconds * 1e9)
+
+
 def total_deadline(started_ns: int, total_s: float | None) -> int | None:
     """The monotonic ns by which a request started at ``started_ns`` must have ended (None: ``total_s`` is no
     limit)."""
-    return None if total_s is None else started_ns + int(total_s * 1e9)
+    return None if total_s is None else after(started_ns, total_s)
+
+
+def nearest_limit(deadline_ns: int | None, limit_ns: int) -> tuple[int, bool]:
+    """``(ns, total)``: the earlier of a phase's own limit ``limit_ns`` and the request's total deadline (monotonic
+    ns; the total one when both fall together), and whether it is the total one."""
+    if deadline_ns is not None and deadline_ns <= limit_ns:
+        return deadline_ns, True
+    return limit_ns, False
 
 
 def seconds_left(deadline_ns: int) -> float:

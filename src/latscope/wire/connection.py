@@ -29,6 +29,9 @@ from latscope.wire.transport import WireProtocol
 
 _connection_ids = itertools.count(1)
 
+#: one address to connect to: ``(family, socket type, protocol, sockaddr)`` as ``getaddrinfo`` gives it
+Address = tuple[socket.AddressFamily, socket.SocketKind, int, tuple[str, int] | tuple[str, int, int, int]]
+
 
 class Connection(Protocol):
     """What the pool and the client need from an HTTP/1.1 or HTTP/2 connection."""
@@ -74,9 +77,7 @@ def is_ip_literal(host: str) -> bool:
     return True
 
 
-async def resolve(
-    origin: Origin, t: Timeline, timeout_s: float
-) -> list[tuple[socket.AddressFamily, socket.SocketKind, int, tuple[str, int] | tuple[str, int, int, int]]]:
+async def resolve(origin: Origin, t: Timeline, timeout_s: float) -> list[Address]:
     """Addresses for ``origin`` via ``getaddrinfo`` (timed as the dns phase, within ``timeout_s`` seconds); IP literals
     skip DNS entirely."""
     host, port = origin.host, origin.port
@@ -127,6 +128,11 @@ async def open_connection(
     if origin.tls:
         assert ssl_context is not None
         alpn = await _handshake(origin, t, protocol, info, ssl_context, sessions, timeouts, deadline_ns)
+    return _http_connection(origin, protocol, info, alpn)
+
+
+def _http_connection(origin: Origin, protocol: WireProtocol, info: ConnectionInfo, alpn: str | None) -> Connection:
+    """The HTTP layer the handshake's ALPN chose: HTTP/2 for ``h2``, else HTTP/1.1."""
     if alpn == ALPN_H2:
         info.http_version = "HTTP/2"
         return HTTP2Connection(origin, protocol, info)
@@ -134,9 +140,7 @@ async def open_connection(
     return HTTP11Connection(origin, protocol, info)
 
 
-async def _resolve_within(
-    origin: Origin, t: Timeline, timeouts: Timeouts, deadline_ns: int | None
-) -> list[tuple[socket.AddressFamily, socket.SocketKind, int, tuple[str, int] | tuple[str, int, int, int]]]:
+async def _resolve_within(origin: Origin, t: Timeline, timeouts: Timeouts, deadline_ns: int | None) -> list[Address]:
     """:func:`resolve` within the connect limit, or what is left of the total one when that is less."""
     limit_s, total = budget(deadline_ns, timeouts.connect_s)
     try:
@@ -150,7 +154,7 @@ async def _resolve_within(
 async def _connect_socket(
     origin: Origin,
     t: Timeline,
-    addresses: list[tuple[socket.AddressFamily, socket.SocketKind, int, tuple[str, int] | tuple[str, int, int, int]]],
+    addresses: list[Address],
     timeouts: Timeouts,
     deadline_ns: int | None,
     *,

@@ -13,7 +13,6 @@ import ssl
 from collections.abc import Sequence
 from time import monotonic_ns
 from types import TracebackType
-from typing import Protocol
 from urllib.parse import urlsplit
 
 import orjson
@@ -87,11 +86,7 @@ def asks_for_stream(spec: RequestSpec) -> bool:
     return isinstance(body, dict) and body.get("stream") is True
 
 
-class _Abandons(Protocol):
-    def abandon(self, exchange: Exchange) -> None: ...
-
-
-def give_up(exchange: Exchange, conn: _Abandons | None, error: WireError) -> None:
+def give_up(exchange: Exchange, conn: Connection | None, error: WireError) -> None:
     """End a request that failed with ``error`` (now), and let its connection, if it got one, drop the exchange."""
     exchange.fail(error, monotonic_ns())
     if conn is not None:

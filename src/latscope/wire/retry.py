@@ -44,6 +44,7 @@ from latscope.dialects.base import RequestSpec
 from latscope.signals.ratelimit import rate_limit_state
 from latscope.timeline.model import TOKEN_KINDS, Attempt, ErrorKind, Timeline
 from latscope.wire.client import Client
+from latscope.wire.phase import after
 
 #: Statuses worth sending again: rate limited, bad gateway, unavailable, gateway timeout (RFC 9110 §15.6).
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -223,7 +224,7 @@ async def request_with_retries(
             )
             break
         ended_ns = t.ended_ns if t.ended_ns is not None else time.monotonic_ns()
-        deadline_ns = ended_ns + int(policy.wait_s(number, decision.retry_after_s, draw) * 1e9)
+        deadline_ns = after(ended_ns, policy.wait_s(number, decision.retry_after_s, draw))
         try:
             await sleep_until_ns(deadline_ns)
         except asyncio.CancelledError:

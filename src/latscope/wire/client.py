@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from time import monotonic_ns
 from types import TracebackType
 from urllib.parse import urlsplit
@@ -482,12 +482,12 @@ class Client:
             if conn is not None and origin.tls:
                 self._keep_session(origin, conn, t)
 
-    async def _connection_for(
+    def _connection_for(
         self, origin: Origin, t: Timeline, new_connection: bool, deadline_ns: int | None
-    ) -> Connection:
+    ) -> Awaitable[Connection]:
         """A connection for one request to ``origin`` from the pool (``t.connection`` filled in), opened within
-        ``deadline_ns`` when there is none to reuse."""
-        return await self._pool.acquire(origin, t, new_connection=new_connection, deadline_ns=deadline_ns)
+        ``deadline_ns`` when there is none to reuse. The pool's own awaitable: no coroutine of its own per request."""
+        return self._pool.acquire(origin, t, new_connection=new_connection, deadline_ns=deadline_ns)
 
     def _keep_session(self, origin: Origin, conn: Connection, t: Timeline) -> None:
         """Save the TLS session of an https request's connection for the next new connection to ``origin``."""

@@ -21,6 +21,7 @@ from latscope.dialects import get_dialect
 from latscope.export.spans import Span, spans_of
 from latscope.probe import SCHEMA as PROBE_SCHEMA
 from latscope.probe import ProbeError, ProbeResult, probe, ttft_side
+from latscope.report.format import FIXED_1, fmt_ms
 from latscope.report.server import server_window
 from latscope.report.waterfall import POOL_ROW_MIN_MS, TtftSegment, requests_table, waterfall
 from latscope.signals.altsvc import describe_h3
@@ -164,10 +165,6 @@ def _first_new(timelines: list[Timeline]) -> Timeline | None:
     return next((t for t in timelines if t.tls_end_ns is not None and t.tls_start_ns is not None), None)
 
 
-def _ms_text(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f} ms"
-
-
 def h3_lines(result: ProbeResult) -> list[Text]:
     """What a probe says about HTTP/3: whether the target announces it (Alt-Svc), and with ``--http3`` the QUIC
     handshake and TTFT beside TCP+TLS's (``--compare``)."""
@@ -186,16 +183,18 @@ def h3_lines(result: ProbeResult) -> list[Text]:
         line.append("no QUIC handshake completed", style="red")
         lines.append(line)
         return lines
-    line.append(f"QUIC handshake {_ms_text(tls_ms(h3))} (TLS 1.3 inside QUIC; connect is the UDP socket)")
+    line.append(f"QUIC handshake {fmt_ms(tls_ms(h3), FIXED_1)} (TLS 1.3 inside QUIC; connect is the UDP socket)")
     if tcp is not None:
         connect, tls = connect_ms(tcp), tls_ms(tcp)
         both = None if connect is None or tls is None else connect + tls
-        line.append(f" · TCP+TLS {_ms_text(both)} (connect {_ms_text(connect)} + TLS {_ms_text(tls)})")
+        line.append(
+            f" · TCP+TLS {fmt_ms(both, FIXED_1)} (connect {fmt_ms(connect, FIXED_1)} + TLS {fmt_ms(tls, FIXED_1)})"
+        )
     lines.append(line)
     ttft = Text("first request's TTFT: ", style="bold")
-    ttft.append(f"HTTP/3 {_ms_text(ttft_ms(result.timelines[0]))}")
+    ttft.append(f"HTTP/3 {fmt_ms(ttft_ms(result.timelines[0]), FIXED_1)}")
     if result.tcp_timelines:
-        ttft.append(f" · TCP+TLS {_ms_text(ttft_ms(result.tcp_timelines[0]))}")
+        ttft.append(f" · TCP+TLS {fmt_ms(ttft_ms(result.tcp_timelines[0]), FIXED_1)}")
     lines.append(ttft)
     return lines
 

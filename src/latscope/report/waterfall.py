@@ -22,6 +22,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from latscope.report.format import TRACE, TRACE_FINE, fmt_ms
 from latscope.timeline import metrics
 from latscope.timeline.model import ConnectionInfo, Timeline
 from latscope.units import NS_PER_MS
@@ -125,14 +126,6 @@ def phase_spans(t: Timeline) -> list[PhaseSpan]:
     return spans
 
 
-def _fmt_ms(ms: float | None, *, digits: int = 1) -> str:
-    if ms is None:
-        return "—"
-    if ms >= 1000:
-        return f"{ms / 1000:.2f} s"
-    return f"{ms:.{digits}f} ms"
-
-
 def _end_ns(t: Timeline) -> int:
     candidates = [t.ended_ns, t.last_token_ns, t.first_byte_ns, t.send_end_ns, t.connection_ready_ns]
     if t.error is not None:
@@ -203,10 +196,10 @@ def token_cadence(t: Timeline) -> Text:
     text = Text()
     tokens = metrics.output_tokens(t)
     text.append(f"{tokens} tokens", style="bold")
-    text.append(f" · TTFT {_fmt_ms(metrics.ttft_ms(t))}")
+    text.append(f" · TTFT {fmt_ms(metrics.ttft_ms(t), TRACE)}")
     if t.first_text_ns is not None and t.first_text_ns != t.first_token_ns:
-        text.append(f" (first text {_fmt_ms(metrics.ttft_text_ms(t))})")
-    text.append(f" · TPOT {_fmt_ms(metrics.tpot_ms(t), digits=2)}")
+        text.append(f" (first text {fmt_ms(metrics.ttft_text_ms(t), TRACE)})")
+    text.append(f" · TPOT {fmt_ms(metrics.tpot_ms(t), TRACE_FINE)}")
     gaps = metrics.itl_ms(t)
     if gaps:
         text.append(
@@ -235,10 +228,10 @@ def ttft_breakdown(segments: Sequence[TtftSegment], *, width: int = MAX_BAR_WIDT
     for segment in segments:
         sides[segment.side] = sides.get(segment.side, 0) + segment.ns
     head = Text("TTFT split ", style="bold")
-    head.append(_fmt_ms(ttft_ns / NS_PER_MS, digits=2), style="bold")
+    head.append(fmt_ms(ttft_ns / NS_PER_MS, TRACE_FINE), style="bold")
     for index, (side, ns) in enumerate(sides.items()):
         head.append(" = " if index == 0 else " + ")
-        head.append(f"{TTFT_SIDE_LABELS.get(side, side)} {_fmt_ms(ns / NS_PER_MS, digits=2)}", style=_side(side))
+        head.append(f"{TTFT_SIDE_LABELS.get(side, side)} {fmt_ms(ns / NS_PER_MS, TRACE_FINE)}", style=_side(side))
     table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False, expand=False)
     table.add_column("side", no_wrap=True, min_width=6)
     table.add_column("term", no_wrap=True)
@@ -249,7 +242,7 @@ def ttft_breakdown(segments: Sequence[TtftSegment], *, width: int = MAX_BAR_WIDT
         label = Text(TTFT_SIDE_SHORT.get(segment.side, segment.side) if segment.side != previous_side else "")
         label.stylize(_side(segment.side))
         previous_side = segment.side
-        table.add_row(label, segment.name, _fmt_ms(segment.ms, digits=2), segment.source)
+        table.add_row(label, segment.name, fmt_ms(segment.ms, TRACE_FINE), segment.source)
     parts: list[RenderableType] = [head]
     if ttft_ns > 0:
         parts.append(_stacked_bar(sides, ttft_ns, width))
@@ -258,7 +251,7 @@ def ttft_breakdown(segments: Sequence[TtftSegment], *, width: int = MAX_BAR_WIDT
     if excess:
         parts.append(
             Text(
-                f"! the server reports {_fmt_ms(excess / NS_PER_MS, digits=2)} more than the client saw before the "
+                f"! the server reports {fmt_ms(excess / NS_PER_MS, TRACE_FINE)} more than the client saw before the "
                 "first token (overlapping phases, or clocks that disagree)",
                 style="yellow",
             )
@@ -306,7 +299,7 @@ def server_reported(t: Timeline) -> RenderableType | None:
         else:
             same[2].append(measure.source)
     for name, ms, sources in rows:
-        table.add_row(name, _fmt_ms(ms, digits=2), ", ".join(sources))
+        table.add_row(name, fmt_ms(ms, TRACE_FINE), ", ".join(sources))
     shown_sources = {measure.source for measure in t.server}
     if isinstance(timings, dict):
         for key, value in timings.items():
@@ -343,7 +336,7 @@ class Waterfall:
         if t.status is not None:
             text.append(f"HTTP {t.status}", style="green" if t.status < 400 else "red")
             text.append(" · ")
-        text.append(f"e2e {_fmt_ms(metrics.e2e_ms(self.timeline))}")
+        text.append(f"e2e {fmt_ms(metrics.e2e_ms(self.timeline), TRACE)}")
         return text
 
     def _rows(self, width: int) -> Table:
@@ -361,7 +354,7 @@ class Waterfall:
                 continue
             table.add_row(
                 Text(span.name, style=PHASE_STYLES.get(span.name, "")),
-                _fmt_ms(span.ms, digits=2),
+                fmt_ms(span.ms, TRACE_FINE),
                 _bar(span, total, width),
             )
         return table

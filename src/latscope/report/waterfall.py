@@ -5,8 +5,8 @@ to the request's end-to-end time, with its duration in milliseconds; under it th
 cadence, the TTFT split into client-side, server-side and unattributed terms (when the caller computed one), what
 the server reported about itself, and the error when the request failed.
 
-The TTFT split is computed in ``signals`` (``latscope.signals.join.ttft_split``), which this layer may not import
-(DESIGN.md, "Layers"): callers pass its terms as :class:`TtftSegment` values.
+The TTFT split is computed in ``signals`` (``latscope.signals.join.ttft_split``); callers pass its terms as
+:class:`TtftSegment` values, each with its side.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -23,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from latscope.report.format import TRACE, TRACE_FINE, fmt_ms
+from latscope.signals.join import TtftSide
 from latscope.timeline import metrics
 from latscope.timeline.model import ConnectionInfo, Timeline
 from latscope.units import NS_PER_MS
@@ -38,8 +38,6 @@ PHASE_STYLES = {
     "first token": "dark_orange",
     "stream": "green",
 }
-
-TtftSide = Literal["client", "server", "unattributed"]
 
 #: TTFT split colours and headings per side: the client's own time cool like the setup phases, the server's warm
 #: like the wait, the unattributed remainder grey

@@ -25,6 +25,7 @@ from latscope.report.format import TRACE, TRACE_FINE, fmt_ms
 from latscope.signals.join import TtftSide
 from latscope.timeline import metrics
 from latscope.timeline.model import ConnectionInfo, Timeline
+from latscope.timeline.percentile import percentile
 from latscope.units import NS_PER_MS
 
 #: bar colours per phase: setup phases cool, the server's time warm, streaming green
@@ -182,12 +183,6 @@ def connection_facts(info: ConnectionInfo | None) -> Text:
     return text
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def token_cadence(t: Timeline) -> Text:
     """One line: tokens, TTFT (and to the first visible text when that came later: reasoning or a tool call came
     first), TPOT, ITL p50/p95/max, reads and events per read."""
@@ -200,9 +195,8 @@ def token_cadence(t: Timeline) -> Text:
     text.append(f" · TPOT {fmt_ms(metrics.tpot_ms(t), TRACE_FINE)}")
     gaps = metrics.itl_ms(t)
     if gaps:
-        text.append(
-            f" · ITL p50 {_percentile(gaps, 0.5):.2f} / p95 {_percentile(gaps, 0.95):.2f} / max {max(gaps):.2f} ms"
-        )
+        p50, p95 = percentile(gaps, 50, method="nearest"), percentile(gaps, 95, method="nearest")
+        text.append(f" · ITL p50 {p50:.2f} / p95 {p95:.2f} / max {max(gaps):.2f} ms")
     per_read = metrics.events_per_read(t)
     text.append(f" · {len(t.reads)} reads, {len(t.events)} events")
     if per_read:
@@ -210,7 +204,7 @@ def token_cadence(t: Timeline) -> Text:
         text.append(f" · events/read mean {mean:.1f} max {max(per_read)}")
     delays = metrics.read_delays_ms(t)
     if delays:  # kernel receive stamps: the client's own delay on each read, measured
-        p50, p99 = metrics.percentile(delays, 50), metrics.percentile(delays, 99)
+        p50, p99 = percentile(delays, 50), percentile(delays, 99)
         text.append(f" · kernel stamps, client read delay p50 {p50:.3f} / p99 {p99:.3f} ms")
     return text
 

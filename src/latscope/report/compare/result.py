@@ -33,10 +33,9 @@ RATE_METRICS: tuple[tuple[str, str], ...] = (("goodput", "goodput"), ("error_rat
 #: The percentiles compared, 0…1.
 QUANTILES = (0.5, 0.95, 0.99)
 #: A latency change smaller than this share of A's value is not called significant whatever its interval: the
-#: interval covers the sampling noise within each run, not how much two runs of one server on one machine differ.
-#: Four pairs of runs of the tuned lab on a shared 2-core host (tests/report/test_compare_lab.py's workload) moved TTFT
-#: p50 by −2.6 % to +4.5 %, two of them with an interval excluding 0 (+4.4 %: 88.0 → 91.8 ms, [+0.7, +5.3]); twice
-#: the largest is the default. ``--min-change`` lowers it on a quiet host.
+#: interval covers the sampling noise within each run, not how much two runs of one server on one machine differ
+#: (twice the largest TTFT p50 move between repeated runs of tests/report/test_compare_lab.py's workload on a shared
+#: host). ``--min-change`` lowers it on a quiet host.
 DEFAULT_MIN_CHANGE_SHARE = 0.10
 #: Metrics whose change is split into phases: the ones a request's phases add up to.
 ATTRIBUTED = ("ttft_ms", "e2e_ms")

@@ -25,7 +25,7 @@ from latscope import callable_module
 from latscope.dialects import get_dialect
 from latscope.dialects.base import RequestSpec
 from latscope.signals.altsvc import h3_advertised
-from latscope.signals.join import TtftSplit, join_server_signals, ttft_split
+from latscope.signals.join import TtftSide, TtftSplit, join_server_signals, ttft_split
 from latscope.signals.scrape import MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
 from latscope.timeline import metrics
 from latscope.timeline.model import Phase, Timeline
@@ -48,10 +48,6 @@ UNREACHABLE_PHASES = frozenset({Phase.DNS, Phase.CONNECT, Phase.TLS})
 #: limits for the metrics scrapes, s: ``/metrics`` is a small local render, so a server that has not answered in a
 #: few seconds will not, and a black-holed metrics URL must not hold the probe for the request timeouts (minutes)
 METRICS_TIMEOUTS = Timeouts(connect_s=5.0, tls_s=5.0, send_s=5.0, headers_s=10.0, read_s=10.0, total_s=15.0)
-
-TtftSide = Literal["client", "server", "unattributed"]
-"""Who accounts for a TTFT term: the client's own marks (connection setup, sending), a phase the server reported,
-or neither (the network round trip and whatever nobody reported)."""
 
 #: TTFT terms measured by the client's marks (signals.join.TtftSplit)
 CLIENT_TTFT_TERMS = frozenset({"connection", "send", "connection_send"})

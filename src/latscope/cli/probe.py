@@ -18,15 +18,10 @@ from rich.text import Text
 from latscope.cli.html import require_html, write_html
 from latscope.cli.options import TargetOptions, dialect_option, pick_dialect, target_options
 from latscope.cli.otlp import export_spans, otlp_options, otlp_target
-from latscope.dialects import get_dialect
 from latscope.export.spans import Span, spans_of
 from latscope.probe import SCHEMA as PROBE_SCHEMA
-from latscope.probe import ProbeError, ProbeResult, probe, ttft_side
-from latscope.report.server import server_window
-from latscope.report.waterfall import POOL_ROW_MIN_MS, TtftSegment, requests_table, waterfall
-from latscope.signals.altsvc import describe_h3
-from latscope.signals.join import TtftSplit
-from latscope.timeline.metrics import connect_ms, e2e_ms, pool_ms, tls_ms, ttft_ms
+from latscope.probe import ProbeError, ProbeResult, probe
+from latscope.report.probe import probe_view
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.redact import scrub_data
 from latscope.timeline.serialize import timeline_to_dict
@@ -130,112 +125,6 @@ def _write_json(console: Console, json_path: str | None, data: dict[str, Any]) -
     with open(json_path, "wb") as fh:
         fh.write(payload)
     console.print(Text(f"written to {json_path}", style="dim"))
-
-
-def ttft_segments(split: TtftSplit | None) -> list[TtftSegment] | None:
-    """A TTFT split's terms as the waterfall draws them, each with its side (client, server, unattributed)."""
-    if split is None:
-        return None
-    return [TtftSegment(part.name, part.ns, part.source, ttft_side(part.name)) for part in split.parts]
-
-
-def _browser_line(timelines: list[Timeline]) -> Text:
-    """How many of a ``--browser`` probe's requests waited for a connection, and how long.
-
-    A request that waited for an HTTP/1.1 connection waited for another request to finish on it: at least half the
-    shortest time any request of the batch held its connection (its end-to-end time less its own pool time). Less
-    than that, and never less than :data:`POOL_ROW_MIN_MS`, is the client starting a dozen requests at once.
-    """
-    held = [e2e - (pool_ms(t) or 0.0) for t in timelines if (e2e := e2e_ms(t)) is not None]
-    floor = max(POOL_ROW_MIN_MS, 0.5 * min(held)) if held else POOL_ROW_MIN_MS
-    waits = sorted(w for w in (pool_ms(t) for t in timelines) if w is not None and w >= floor)
-    line = Text(
-        f"browser pool: {len(timelines)} requests at once, at most {BROWSER_CONNECTIONS_PER_HOST} connections per "
-        "host: ",
-        style="bold",
-    )
-    if not waits:
-        line.append("none waited for a connection", style="green")
-    else:
-        middle = waits[len(waits) // 2]
-        line.append(
-            f"{len(waits)} waited for a connection (median {middle:.1f} ms, longest {waits[-1]:.1f} ms)",
-            style="yellow",
-        )
-    return line
-
-
-def _first_new(timelines: list[Timeline]) -> Timeline | None:
-    """The first request that opened a connection and completed its handshake."""
-    return next((t for t in timelines if t.tls_end_ns is not None and t.tls_start_ns is not None), None)
-
-
-def _ms_text(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f} ms"
-
-
-def h3_lines(result: ProbeResult) -> list[Text]:
-    """What a probe says about HTTP/3: whether the target announces it (Alt-Svc), and with ``--http3`` the QUIC
-    handshake and TTFT beside TCP+TLS's (``--compare``)."""
-    lines: list[Text] = []
-    advertised = result.h3_advertised()
-    if advertised:
-        lines.append(Text(f"Alt-Svc: {describe_h3(advertised)}", style="dim"))
-    if not result.http3:
-        return lines  # no h3 announced is the common case: the JSON's h3_advertised (null) says it
-    if advertised is None:
-        lines.append(Text("Alt-Svc: no h3 advertised on the TCP responses", style="dim"))
-    h3 = _first_new(result.timelines)
-    tcp = _first_new(result.tcp_timelines)
-    line = Text("HTTP/3: ", style="bold")
-    if h3 is None:
-        line.append("no QUIC handshake completed", style="red")
-        lines.append(line)
-        return lines
-    line.append(f"QUIC handshake {_ms_text(tls_ms(h3))} (TLS 1.3 inside QUIC; connect is the UDP socket)")
-    if tcp is not None:
-        connect, tls = connect_ms(tcp), tls_ms(tcp)
-        both = None if connect is None or tls is None else connect + tls
-        line.append(f" · TCP+TLS {_ms_text(both)} (connect {_ms_text(connect)} + TLS {_ms_text(tls)})")
-    lines.append(line)
-    ttft = Text("first request's TTFT: ", style="bold")
-    ttft.append(f"HTTP/3 {_ms_text(ttft_ms(result.timelines[0]))}")
-    if result.tcp_timelines:
-        ttft.append(f" · TCP+TLS {_ms_text(ttft_ms(result.tcp_timelines[0]))}")
-    lines.append(ttft)
-    return lines
-
-
-def _print_result(console: Console, result: ProbeResult) -> None:
-    n = len(result.timelines)
-    head = Text("latscope probe ", style="bold")
-    head.append(result.base_url)
-    mode = get_dialect(result.dialect).mode
-    head.append(f" · model {result.model} · {mode} · {n} request{'s' if n != 1 else ''}", style="dim")
-    console.print(head)
-    for index, (t, split) in enumerate(zip(result.timelines, result.ttft_splits(), strict=True), start=1):
-        title = f"request {index}/{n} · {t.method} {t.url}"
-        console.print(waterfall(t, title=title, ttft_split=ttft_segments(split)))
-    if n > 1:
-        console.print(requests_table(result.timelines))
-    if result.browser:
-        console.print(_browser_line(result.timelines))
-    if result.tcp_timelines:
-        console.print(Text("TCP+TLS, for comparison:", style="bold"))
-        console.print(requests_table(result.tcp_timelines))
-    for h3_line in h3_lines(result):
-        console.print(h3_line)
-    over = " over HTTP/3 (QUIC)" if result.http3 else ""
-    for origin, stats in result.pool.items():
-        line = (
-            f"{origin}{over}: {stats.connections_opened} connection(s) opened for {stats.requests} request(s), "
-            f"{stats.reuses} reused"
-        )
-        if stats.tls_sessions_offered:
-            line += f"; TLS sessions resumed {stats.tls_sessions_resumed}/{stats.tls_sessions_offered}"
-        console.print(Text(line, style="dim"))
-    if result.server_metrics is not None:
-        console.print(server_window(result.server_metrics))
 
 
 @click.command("probe", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -360,7 +249,7 @@ def command(url: str, target: TargetOptions, **options: Any) -> None:
         trace_context=not opts.no_trace_context,
     )
     result = _probe(console, resolved, opts)
-    _print_result(console, result)
+    console.print(probe_view(result))
     _write_json(console, opts.json_path, result.to_dict())
     if opts.html_path is not None and result.timelines:
 

@@ -7,7 +7,7 @@ import time
 
 from latscope.export.otlp import measure_clock_offset
 from latscope.export.spans import Span, request_context, row_spans, timeline_spans
-from latscope.load.records import RequestContext, build_tables
+from latscope.runs.records import RequestContext, build_tables
 from latscope.timeline.model import (
     ConnectionInfo,
     ErrorKind,

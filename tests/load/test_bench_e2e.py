@@ -13,8 +13,8 @@ from latscope.load.bench import bench_async, load_summaries, summarize_dir
 from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
 from latscope.load.slo import parse_slo
-from latscope.load.storage import read_run_json
 from latscope.load.workload import Workload, parse_class
+from latscope.runs.storage import read_run_json
 from latscope.wire import Timeouts
 from latscope.wire.target import Target
 from tests.support.load_sse_server import Script, ScriptedServer

@@ -18,8 +18,8 @@ from latscope.load.bench import run_bench
 from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
 from latscope.load.onray import RayUnavailable
-from latscope.load.storage import read_run_json
 from latscope.load.workload import Workload
+from latscope.runs.storage import read_run_json
 from latscope.wire import Timeouts
 from latscope.wire.target import Target
 from tests.support.otlp_receiver import LabThread

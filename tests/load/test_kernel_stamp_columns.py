@@ -10,15 +10,15 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from latscope.load import records
 from latscope.load.arrivals import ClosedLoop
 from latscope.load.bench import bench_async
 from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
-from latscope.load.records import RequestContext, build_tables
 from latscope.load.stamps import describe, stamps_summary
-from latscope.load.storage import read_run_json
 from latscope.load.workload import Workload
+from latscope.runs import records
+from latscope.runs.records import RequestContext, build_tables
+from latscope.runs.storage import read_run_json
 from latscope.timeline.model import Read
 from latscope.wire import Timeouts
 from latscope.wire.kstamps import kernel_stamps_supported

@@ -14,9 +14,9 @@ from rich.text import Text
 
 from latscope.cli.html import require_html, write_html
 from latscope.load.slo import Slo, SloSpecError, parse_slo
-from latscope.load.storage import RUN_JSON, RunFormatError
 from latscope.report.compare.result import DEFAULT_MIN_CHANGE_SHARE
 from latscope.report.compare.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
+from latscope.runs.storage import RUN_JSON, RunFormatError
 
 DIAGNOSIS_SCHEMA = "latscope.diagnosis/1"
 

@@ -420,7 +420,7 @@ def _attempts_from_row(row: Mapping[str, Any], start_ns: int) -> list[Attempt]:
 
 def timeline_from_request_row(row: Mapping[str, Any], *, url: str, model: str | None, dialect: str | None) -> Timeline:
     """A :class:`Timeline` with the marks a bench run's ``requests.parquet`` row keeps (see
-    :data:`latscope.load.records.REQUEST_SCHEMA`): ``started_ns`` as stored, the others placed from it by the stored
+    :data:`latscope.runs.records.REQUEST_SCHEMA`): ``started_ns`` as stored, the others placed from it by the stored
     durations. The setup phases (pool, dns, connect, tls) are laid end to end from the start, since the row keeps
     their durations, not their starts; the later marks come from the TTFB, wait, send, TTFT and E2E columns. No
     reads or events: :func:`row_spans` takes the counts and ITL statistics from the row's columns."""

@@ -7,7 +7,7 @@ directory, return the summaries.
 * :func:`bench_async` — from a running event loop (pytest, notebooks): every step in this loop, one worker.
 
 Either way the run directory holds ``run.json``, ``requests.parquet`` and ``events.parquet``
-(:mod:`latscope.load.storage`), and :func:`summarize_dir` recomputes the summaries from the tables (another SLO,
+(:mod:`latscope.runs.storage`), and :func:`summarize_dir` recomputes the summaries from the tables (another SLO,
 say) without re-running anything. Each step's entry in ``run.json`` also carries the checks a bench run decides on
 its own (``checks``: ``retry-amplification``, from the step's retries; :mod:`latscope.checks.retries`).
 """
@@ -33,15 +33,15 @@ from latscope.load.runner import Assignment, StepWorker, WorkerCounters, WorkerR
 from latscope.load.servermetrics import GaugeSampler
 from latscope.load.slo import Slo
 from latscope.load.stamps import stamps_summary
-from latscope.load.storage import (
+from latscope.load.summary import GroupSummary, StepSummary, summarize_run
+from latscope.load.workload import Plan
+from latscope.runs.storage import (
     iter_event_batches,
     merge_parts,
     read_requests,
     read_run_json,
     write_run_json,
 )
-from latscope.load.summary import GroupSummary, StepSummary, summarize_run
-from latscope.load.workload import Plan
 
 #: Seconds between "ready" and the start of an in-process step (lets the loop settle after setup).
 INLINE_START_DELAY_S = 0.05

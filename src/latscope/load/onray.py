@@ -51,11 +51,11 @@ import pyarrow.parquet as pq
 from latscope.load.arrivals import ClosedLoop, OpenLoop, Schedule
 from latscope.load.clocksync import DEFAULT_EXCHANGES, ClockOffset, measure_offset
 from latscope.load.config import BenchConfig, split_evenly
-from latscope.load.records import EVENT_SCHEMA, REQUEST_SCHEMA, RequestContext, build_tables
 from latscope.load.runner import Assignment, StepWorker, WorkerCounters, WorkerResult
-from latscope.load.storage import open_part, part_paths
 from latscope.load.workers import READY_TIMEOUT_S, WorkerFailed, raise_fd_limit
 from latscope.load.workload import Plan
+from latscope.runs.records import EVENT_SCHEMA, REQUEST_SCHEMA, RequestContext, build_tables
+from latscope.runs.storage import open_part, part_paths
 from latscope.timeline.model import ErrorKind, RequestError, Timeline
 from latscope.timeline.redact import register_secret_headers
 

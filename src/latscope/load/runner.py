@@ -1,7 +1,7 @@
 """One worker's part of one step, on one event loop: dispatch requests on schedule, record every timeline.
 
 The worker owns a :class:`~latscope.wire.Client` (its own connection pool), a
-:class:`~latscope.load.storage.PartWriter` and a :class:`~latscope.load.health.HealthMonitor`. It takes its share of
+:class:`~latscope.runs.storage.PartWriter` and a :class:`~latscope.load.health.HealthMonitor`. It takes its share of
 the step's global plan — indices ``worker, worker + workers, …`` — and, from the common ``start_ns``:
 
 * closed loop: ``concurrency`` ÷ ``workers`` users, each building its next request, then sending it at once
@@ -40,11 +40,11 @@ from latscope.load.arrivals import ClosedLoop, OpenLoop, Schedule
 from latscope.load.config import BenchConfig, split_evenly
 from latscope.load.health import OFF_CPU_MIN_NS, HealthMonitor, WorkerHealth
 from latscope.load.pacing import SPIN, sleep_until
-from latscope.load.records import RequestContext
-from latscope.load.storage import BatchSink, PartWriter
 from latscope.load.tuning import StepTuning
 from latscope.load.workload import Plan, PlannedRequest, prompt_seed
 from latscope.quietgc import rss_bytes
+from latscope.runs.records import RequestContext
+from latscope.runs.storage import BatchSink, PartWriter
 from latscope.timeline.model import ErrorKind, Timeline
 from latscope.wire import Client
 from latscope.wire.errors import fail_unfinished

@@ -17,11 +17,14 @@ from latscope.load.config import (
 )
 from latscope.load.slo import parse_slo
 from latscope.load.workload import Workload, parse_class
+from latscope.wire.target import Target, TargetError
 
 
-def config(**kw: object) -> BenchConfig:
+def config(
+    *, url: str = "http://127.0.0.1:8000/v1", headers: tuple[tuple[str, str], ...] = (), **kw: object
+) -> BenchConfig:
     base: dict[str, object] = {
-        "url": "http://127.0.0.1:8000/v1",
+        "target": Target.resolve(url, headers=headers),
         "steps": (ClosedLoop(2),),
         "workload": Workload.single(),
     }
@@ -50,11 +53,16 @@ def test_without_bounds_a_step_has_the_default_request_count() -> None:
 
 @pytest.mark.parametrize(
     "kw",
-    [{"steps": ()}, {"requests": 0}, {"duration_s": 0.0}, {"workers": 0}, {"url": "ftp://x"}, {"warmup_s": -1.0}],
+    [{"steps": ()}, {"requests": 0}, {"duration_s": 0.0}, {"workers": 0}, {"warmup_s": -1.0}],
 )
 def test_inconsistent_configs_raise(kw: dict[str, object]) -> None:
     with pytest.raises(BenchConfigError):
         config(**kw)
+
+
+def test_a_target_that_is_not_http_is_refused() -> None:
+    with pytest.raises(TargetError, match="http:// or https://"):
+        config(url="ftp://x")
 
 
 def test_config_dict_round_trips_and_never_holds_the_api_key() -> None:
@@ -68,8 +76,8 @@ def test_config_dict_round_trips_and_never_holds_the_api_key() -> None:
     )
     data = c.to_dict()
     assert "sk-secret" not in str(data)
-    assert data["headers"]["x-team"] == "perf"
-    back = BenchConfig.from_dict(data, headers=c.headers)
+    assert data["target"]["headers"]["x-team"] == "perf"
+    back = BenchConfig.from_dict(data, headers=c.target.headers)
     assert back == c
 
 

@@ -39,7 +39,6 @@ def ctx(request_id: int, *, warmup: bool = False, step: int = 0, worker: int = 0
         step_start_ns=START,
         schedule_lag_ns=20_000,
         planned_prompt_tokens=128,
-        max_tokens=16,
     )
 
 

@@ -481,6 +481,41 @@ def build_tables(batch: Sequence[tuple[Timeline, RequestContext]]) -> tuple[pa.T
             return tables
 
 
+def _token_gaps(
+    at_ns: npt.NDArray[np.int64],
+    req: npt.NDArray[np.int64],
+    kind: npt.NDArray[Any],
+    choice: npt.NDArray[Any],
+    is_token: npt.NDArray[np.bool_],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """Inter-token gaps: consecutive token events of the same request, kind and choice (as ``metrics.itl_ms``).
+    Returns the token events' indices (grouped by request, kind and choice, each group in arrival order), the gap
+    ending at each event (ms, NaN where none ends), and the gaps (ms) with the request each belongs to."""
+    # a stable sort by (request, kind, choice) puts each run of one kind and choice together in arrival order
+    tok = np.flatnonzero(is_token)
+    tok = tok[np.lexsort((tok, choice[tok], kind[tok], req[tok]))]
+    tok_req = req[tok]
+    same = (tok_req[1:] == tok_req[:-1]) & (kind[tok][1:] == kind[tok][:-1]) & (choice[tok][1:] == choice[tok][:-1])
+    gap_val = np.diff(at_ns[tok])[same] / NS_PER_MS
+    gap = np.full(at_ns.size, np.nan)
+    gap[tok[1:][same]] = gap_val
+    return tok, gap, gap_val, tok_req[1:][same]
+
+
+def _coalescing(
+    read_index: npt.NDArray[Any], req: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Which events came in the same read as the previous event of their request, and the runs of one read: each
+    run's first event and its length."""
+    n_ev = read_index.size
+    coalesced = np.zeros(n_ev, dtype=bool)
+    if n_ev > 1:
+        coalesced[1:] = (read_index[1:] == read_index[:-1]) & (req[1:] == req[:-1])
+    run_start = np.flatnonzero(~coalesced)
+    run_len = np.diff(np.append(run_start, n_ev)).astype(np.float64)
+    return coalesced, run_start, run_len
+
+
 def build_steps(batch: Sequence[tuple[Timeline, RequestContext]]) -> Steps:
     """:func:`build_tables` as a generator: it yields between steps of a few tens of µs (one request's columns, one
     chunk of events, one column) and returns the two tables. Joins the server's signals onto each timeline."""
@@ -509,25 +544,9 @@ def build_steps(batch: Sequence[tuple[Timeline, RequestContext]]) -> Steps:
     yield
     is_token = np.isin(kind, _TOKEN_CODE_LIST)
 
-    # Inter-token gaps: consecutive token events of the same request, kind and choice (metrics.itl_ms). A stable
-    # sort by (request, kind, choice) puts each such run together in arrival order.
-    tok = np.flatnonzero(is_token)
-    tok = tok[np.lexsort((tok, choice[tok], kind[tok], req[tok]))]
-    tok_req = req[tok]
-    same = (tok_req[1:] == tok_req[:-1]) & (kind[tok][1:] == kind[tok][:-1]) & (choice[tok][1:] == choice[tok][:-1])
-    gap_at = tok[1:][same]
-    gap_val = np.diff(at_ns[tok])[same] / NS_PER_MS
-    gap_req = tok_req[1:][same]
-    gap = np.full(n_ev, np.nan)
-    gap[gap_at] = gap_val
+    tok, gap, gap_val, gap_req = _token_gaps(at_ns, req, kind, choice, is_token)
     yield
-
-    # Coalescing: same read as the previous event of the same request.
-    coalesced = np.zeros(n_ev, dtype=bool)
-    if n_ev > 1:
-        coalesced[1:] = (read_index[1:] == read_index[:-1]) & (req[1:] == req[:-1])
-    run_start = np.flatnonzero(~coalesced)
-    run_len = np.diff(np.append(run_start, n_ev)).astype(np.float64)
+    coalesced, run_start, run_len = _coalescing(read_index, req)
     yield
 
     token_events = np.bincount(req[tok], minlength=n_req)

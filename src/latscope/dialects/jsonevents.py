@@ -43,8 +43,6 @@ EVENTS_PER_TEMPLATE_TRY = 32
 
 _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
 _TOKEN_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL})
-# zip arguments for the empty fields of a token chunk (finish, usage, timings, error, stamp, extra) and its choice 0
-_SIX_EMPTY = (*(repeat(None),) * 6, repeat(0))
 
 _loads = orjson.loads
 _startswith = str.startswith

@@ -183,8 +183,6 @@ def _texts(obj: Mapping[str, Any]) -> tuple[str, str, bool]:
 _CONTENT = EventKind.CONTENT
 _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
 _PLAIN_TOKEN_TAIL = (None, None, None, None, None, None, 0)  # a token chunk's fields after its count: nothing attached
-# zip arguments for the empty fields of a token chunk (finish, usage, timings, error, stamp, extra) and its choice 0
-_SIX_EMPTY = (*(repeat(None),) * 6, repeat(0))
 _UNREAD_STRINGS = frozenset({"created_at"})  # read by no token line: a template hole (it changes every line)
 _startswith = str.startswith
 _endswith = str.endswith

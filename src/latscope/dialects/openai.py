@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from functools import partial
-from itertools import count, repeat
+from itertools import count
 from operator import itemgetter
 from typing import Any, Unpack
 
@@ -79,7 +79,6 @@ _JSONDecodeError = orjson.JSONDecodeError
 _DONE_CHUNK = Chunk(EventKind.DONE)
 _UNPARSED = object()  # _decode_event's "the data has not been parsed yet"
 _TOOL_CALL = EventKind.TOOL_CALL
-_FIVE_NONES = (repeat(None),) * 5  # zip arguments for the five empty fields of a plain text chunk (repeat is stateless)
 
 _Template = tuple[str, str, int, int, EventKind, str | None, int]
 """A stream's text-chunk shape: ``(prefix, suffix, start, stop, kind, finish_reason, choice)``.

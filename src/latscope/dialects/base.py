@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol, TypedDict, Unpack, overload
 
+import orjson
+
 from latscope.timeline.model import EventKind, Usage
 
 EXCERPT_CHARS = 80
@@ -163,6 +165,33 @@ Prompt = str | Sequence[Mapping[str, object]] | Sequence[int]
 forms its API can send and raises :class:`ValueError` naming the form it needs for the others."""
 
 
+def refuse_ignore_eos(options: GenerationOptions, dialect: str, api: str) -> None:
+    """Raise :class:`ValueError` when ``options`` ask for ``ignore_eos`` of an ``api`` that has no such switch."""
+    if options.get("ignore_eos"):
+        raise ValueError(f"{dialect}: {api} has no ignore_eos; the output length is up to the model")
+
+
+def json_request(
+    path: str,
+    body: dict[str, object],
+    *,
+    dialect: str,
+    model: str,
+    stream: bool,
+    headers: Sequence[tuple[str, str]] = (),
+) -> RequestSpec:
+    """A ``POST`` of ``body`` as JSON to ``path``: ``content-type: application/json``, then ``headers``."""
+    return RequestSpec(
+        method="POST",
+        path=path,
+        body=orjson.dumps(body),
+        headers=[("content-type", "application/json"), *headers],
+        dialect=dialect,
+        model=model,
+        stream=stream,
+    )
+
+
 def prompt_messages(prompt: Prompt, dialect: str) -> list[dict[str, object]]:
     """``prompt`` as a chat ``messages`` list: text becomes one user message. Token ids raise :class:`ValueError`."""
     if isinstance(prompt, str):
@@ -276,6 +305,42 @@ class Dialect:
     def accepts_stream_type(self, media_type: str | None) -> bool:
         """True when a streamed response of this (lower-case, parameter-free) media type is this dialect's stream."""
         return media_type in self.stream_media_types
+
+
+def decode_json_object(body: bytes, *, unwrap_single: bool = False) -> dict[str, Any]:
+    """A non-streamed body as the JSON object it holds (with ``unwrap_single``, a list of one object is that
+    object). Raises :class:`StreamDecodeError` when the body is not valid JSON or not an object."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise StreamDecodeError(f"the response body is not valid JSON ({exc}): {excerpt(body)}") from None
+    if unwrap_single and isinstance(obj, list) and len(obj) == 1:
+        obj = obj[0]
+    if not isinstance(obj, dict):
+        raise StreamDecodeError(f"the response body is not a JSON object: {excerpt(body)}")
+    return obj
+
+
+def int_or_none(value: object) -> int | None:
+    """``value`` when it is an integer (not a bool: an int subclass, excluded on purpose), else None."""
+    return value if value.__class__ is int else None
+
+
+def token_usage(usage: Mapping[str, Any], inputs: str, outputs: str) -> Usage:
+    """A Usage from an OpenAI-style ``usage`` object whose counts are ``<inputs>_tokens`` and ``<outputs>_tokens``
+    (``prompt`` / ``completion`` in chat completions, ``input`` / ``output`` in Responses), cached and reasoning
+    tokens from their ``_tokens_details``; fields that are not integers are left None."""
+    input_details = usage.get(f"{inputs}_tokens_details")
+    output_details = usage.get(f"{outputs}_tokens_details")
+    return Usage(
+        prompt_tokens=int_or_none(usage.get(f"{inputs}_tokens")),
+        completion_tokens=int_or_none(usage.get(f"{outputs}_tokens")),
+        total_tokens=int_or_none(usage.get("total_tokens")),
+        cached_tokens=int_or_none(input_details.get("cached_tokens")) if isinstance(input_details, dict) else None,
+        reasoning_tokens=(
+            int_or_none(output_details.get("reasoning_tokens")) if isinstance(output_details, dict) else None
+        ),
+    )
 
 
 def as_text(value: object) -> str:

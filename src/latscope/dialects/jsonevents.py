@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from latscope.dialects.base import Chunk, EventDecodeError, TextRun, excerpt
+from latscope.dialects.base import Chunk, EventDecodeError, TextRun, excerpt, int_or_none
 from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
 from latscope.dialects.templates import PROBE, EventTemplate
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
@@ -287,9 +287,17 @@ class JsonEventDecoder:
         self._utf8_seen = len(self._sse.invalid_utf8_offsets)
 
 
-def int_or_none(value: object) -> int | None:
-    """``value`` when it is an integer (not a bool), else None."""
-    return value if value.__class__ is int else None
+def token_chunk(kind: EventKind, text: Any, obj: dict[str, Any]) -> Chunk:
+    """The chunk of a token event: its delta ``text`` as one token of ``kind``, with the lab's stamp when ``obj``
+    carries one; OTHER for an empty text (no token). Raises :class:`UnknownShape` when ``text`` is not a string."""
+    if text.__class__ is not str:
+        raise UnknownShape("delta text")
+    if not text:
+        return _OTHER_CHUNK
+    if obj.get("latscope") is None:
+        return _new_chunk(Chunk, (kind, text, 1, None, None, None, None, None, None, 0))
+    sent_ns, extra = lab_stamp(obj)
+    return _new_chunk(Chunk, (kind, text, 1, None, None, None, None, sent_ns, extra, 0))
 
 
 def lab_stamp(obj: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None]:

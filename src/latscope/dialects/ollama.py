@@ -41,8 +41,10 @@ from latscope.dialects.base import (
     RequestSpec,
     StreamDecodeError,
     TextRun,
+    json_request,
     prompt_messages,
     prompt_text,
+    refuse_ignore_eos,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
 from latscope.dialects.jsonevents import EVENTS_PER_TEMPLATE_TRY, TEMPLATE_TRIES
@@ -69,14 +71,13 @@ FINAL_FIELDS = (
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
 """What Ollama streams as (``application/ndjson`` and ``application/jsonl`` name the same framing elsewhere)."""
 
-_JSON_HEADERS = [("content-type", "application/json"), ("accept", NDJSON_MEDIA_TYPE)]
+_ACCEPT_NDJSON = ("accept", NDJSON_MEDIA_TYPE)
 
 
 def _request(
     path: str, dialect: str, model: str, fields: dict[str, object], max_tokens: int | None, options: GenerationOptions
 ) -> RequestSpec:
-    if options.get("ignore_eos"):
-        raise ValueError(f"{dialect}: Ollama's API has no ignore_eos; the output length is up to the model")
+    refuse_ignore_eos(options, dialect, "Ollama's API")
     settings: dict[str, object] = {
         name: options[name] for name in ("temperature", "seed") if options.get(name) is not None
     }
@@ -90,14 +91,8 @@ def _request(
     if settings:
         body["options"] = settings
     body.update(extra)
-    return RequestSpec(
-        method="POST",
-        path=path,
-        body=orjson.dumps(body),
-        headers=list(_JSON_HEADERS),
-        dialect=dialect,
-        model=model,
-        stream=body.get("stream") is True,
+    return json_request(
+        path, body, dialect=dialect, model=model, stream=body.get("stream") is True, headers=[_ACCEPT_NDJSON]
     )
 
 

@@ -44,12 +44,14 @@ from latscope.dialects.base import (
     GenerationOptions,
     Prompt,
     RequestSpec,
-    StreamDecodeError,
     TextRun,
     as_text,
+    decode_json_object,
     excerpt,
+    json_request,
     prompt_messages,
     prompt_text,
+    token_usage,
 )
 from latscope.dialects.errors import api_error_from, api_error_from_text, decode_error_body
 from latscope.dialects.models import parse_models
@@ -159,15 +161,8 @@ def _request(
     if options.get("ignore_eos"):
         body["ignore_eos"] = True
     body.update(options.get("extra") or {})
-    return RequestSpec(
-        method="POST",
-        path=path,
-        body=orjson.dumps(body),
-        headers=[("content-type", "application/json")],
-        dialect=dialect,
-        model=model,
-        stream=body.get("stream") is True,  # `extra` may have set it
-    )
+    # `extra` may have set `stream`
+    return json_request(path, body, dialect=dialect, model=model, stream=body.get("stream") is True)
 
 
 # -- streams -----------------------------------------------------------------------------------------------------
@@ -602,21 +597,7 @@ def _error_chunk(error: ApiError) -> Chunk:
 
 def _usage(usage: dict[str, Any]) -> Usage:
     """An OpenAI ``usage`` object (fields that are not integers are left None)."""
-    prompt_details = usage.get("prompt_tokens_details")
-    completion_details = usage.get("completion_tokens_details")
-    return Usage(
-        prompt_tokens=_int(usage.get("prompt_tokens")),
-        completion_tokens=_int(usage.get("completion_tokens")),
-        total_tokens=_int(usage.get("total_tokens")),
-        cached_tokens=_int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else None,
-        reasoning_tokens=(
-            _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else None
-        ),
-    )
-
-
-def _int(value: object) -> int | None:
-    return value if value.__class__ is int else None  # bool is an int subclass: excluded on purpose
+    return token_usage(usage, "prompt", "completion")
 
 
 # -- non-streamed bodies -----------------------------------------------------------------------------------------
@@ -629,12 +610,7 @@ def decode_response_body(body: bytes, mode: str = "chat") -> DecodedResponse:
     ``usage`` and llama.cpp's ``timings``; an error object in place of a result is returned in ``error``. Raises
     :class:`StreamDecodeError` when the body is not a JSON object.
     """
-    try:
-        obj = _loads(body)
-    except _JSONDecodeError as exc:
-        raise StreamDecodeError(f"the response body is not valid JSON ({exc}): {excerpt(body)}") from None
-    if not isinstance(obj, dict):
-        raise StreamDecodeError(f"the response body is not a JSON object: {excerpt(body)}")
+    obj = decode_json_object(body)
     choices = obj.get("choices")
     if not choices and ("error" in obj or obj.get("object") == "error"):
         return DecodedResponse(text="", error=api_error_from(obj))

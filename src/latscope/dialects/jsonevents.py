@@ -23,15 +23,13 @@ offset it ended at; a stream that outgrows its limits raises :class:`~latscope.s
 
 from __future__ import annotations
 
-from itertools import compress, count, repeat
-from operator import and_, contains, itemgetter, not_, or_
 from typing import Any, ClassVar
 
 import orjson
 
 from latscope.dialects.base import Chunk, EventDecodeError, TextRun, excerpt, int_or_none
 from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
-from latscope.dialects.templates import PROBE, EventTemplate
+from latscope.dialects.templates import PROBE, EventTemplate, slice_texts
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.sse.parser import SSEParser
 from latscope.timeline.model import EventKind
@@ -45,9 +43,6 @@ _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; e
 _TOKEN_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL})
 
 _loads = orjson.loads
-_startswith = str.startswith
-_endswith = str.endswith
-_contains = contains
 _JSONDecodeError = orjson.JSONDecodeError
 _OTHER_CHUNK = Chunk(EventKind.OTHER)
 _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
@@ -136,15 +131,8 @@ class JsonEventDecoder:
             return self._decode_each(values, 0, len(values), out)  # each event is cut on its own
         # Some events do not fit: the template's runs between those that cannot (an escape in them, another
         # shape), the others one by one.
-        pieces = self._template.pieces
-        fits = map(
-            and_,
-            map(_startswith, values, repeat(pieces[0])),
-            map(_endswith, values, repeat(pieces[-1])),
-        )
-        misfits = [*compress(count(), map(or_, map(not_, fits), map(_contains, values, repeat("\\")))), len(values)]
         at = 0
-        for misfit in misfits:
+        for misfit in self._template.misfits(values):
             run = self._decode_run(values[at:misfit]) if misfit - at > 1 and self._template is not None else None
             if run is not None:
                 out += run
@@ -243,12 +231,8 @@ class JsonEventDecoder:
             if texts is None:
                 return None
         else:
-            prefix, suffix, start, stop = cut
-            texts = list(map(itemgetter(slice(start, stop)), values))
-            if "" in texts or "".join(values) != prefix + (suffix + prefix).join(texts) + suffix:
-                return None
-            joined = "".join(texts)
-            if '"' in joined or "\\" in joined or not joined.isprintable():
+            texts = slice_texts(values, *cut)
+            if texts is None:
                 return None
         self._templated += len(texts)
         return TextRun(self._kind, texts)

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from itertools import compress, count, repeat
-from operator import and_, contains, not_, or_
 from typing import Any, Unpack
 
 import orjson
@@ -179,8 +177,6 @@ _CONTENT = EventKind.CONTENT
 _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
 _PLAIN_TOKEN_TAIL = (None, None, None, None, None, None, 0)  # a token chunk's fields after its count: nothing attached
 _UNREAD_STRINGS = frozenset({"created_at"})  # read by no token line: a template hole (it changes every line)
-_startswith = str.startswith
-_endswith = str.endswith
 
 
 def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
@@ -293,10 +289,7 @@ class OllamaStreamDecoder:
                 texts = template.texts(lines) if len(lines) > 1 else None
                 if texts is not None:
                     return self._templated_run(texts, len(data))
-                pieces = template.pieces
-                fits = map(and_, map(_startswith, lines, repeat(pieces[0])), map(_endswith, lines, repeat(pieces[-1])))
-                misfits = compress(count(), map(or_, map(not_, fits), map(contains, lines, repeat("\\"))))
-                return self._feed_runs(data, lines, [*misfits, len(lines)])
+                return self._feed_runs(data, lines, template.misfits(lines))
         return self._feed_each(data.split(b"\n")[:-1])
 
     def _feed_runs(self, data: bytes, lines: list[str], misfits: list[int]) -> list[Chunk]:

@@ -29,7 +29,6 @@ import dataclasses
 from collections.abc import Iterator
 from functools import partial
 from itertools import count
-from operator import itemgetter
 from typing import Any, Unpack
 
 import orjson
@@ -56,6 +55,8 @@ from latscope.dialects.base import (
 from latscope.dialects.errors import api_error_from, api_error_from_text, decode_error_body
 from latscope.dialects.models import parse_models
 from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
+from latscope.dialects.templates import PROBE as _PROBE
+from latscope.dialects.templates import slice_texts
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.sse.parser import SSEEvent, SSEParser
 from latscope.timeline.model import EventKind, Usage
@@ -99,9 +100,6 @@ chunk depends on it.
 """
 
 _JSON_SPACE = " \t\n\r"  # insignificant whitespace (RFC 8259 §2)
-
-_PROBE = "latscope-template-probe-7Qx"
-"""The stand-in text used to confirm a template (printable, nothing to escape, unlikely in real data)."""
 
 _TEMPLATE_TRIES = 2
 """Templates tried at the start of a stream (each try costs one more parse). A stream whose chunks differ in more than
@@ -335,19 +333,8 @@ class OpenAIStreamDecoder:
         only: no bytecode per event."""
         template = self._template
         assert template is not None  # the caller checked
-        prefix, suffix, start, stop, kind, finish, choice = template
-        texts: list[str] = list(map(itemgetter(slice(start, stop)), values))
-        if "" in texts:
-            return None  # a value too short to hold the template, or an empty text (not a text chunk)
-        # Every value is prefix + its text + suffix exactly when the concatenations agree: the texts were cut from
-        # the values, so the two sides have their pieces at the same places. (Two joins and one compare cost less
-        # than a startswith and an endswith call per value.)
-        if "".join(values) != prefix + (suffix + prefix).join(texts) + suffix:
-            return None
-        joined = "".join(texts)
-        if '"' in joined or "\\" in joined or not joined.isprintable():
-            return None  # _decode_value's checks, on all the texts at once
-        return TextRun(kind, texts, finish, choice)
+        texts = slice_texts(values, *template[:4])  # _decode_value's checks, on all the values at once
+        return None if texts is None else TextRun(template[4], texts, template[5], template[6])
 
     def _learn_template(self, value: str, chunk: Chunk) -> None:
         """Make ``value`` (just decoded into ``chunk``, a text chunk with nothing else attached) the template, when

@@ -53,8 +53,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from itertools import chain
-from operator import itemgetter
+from itertools import chain, compress, count, repeat
+from operator import and_, contains, itemgetter, not_, or_
 
 import orjson
 
@@ -79,6 +79,8 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 
 _STRING, _NUMBER, _OTHER = 1, 2, 3
+_startswith = str.startswith
+_endswith = str.endswith
 
 
 def _compiled_fit() -> Callable[[list[str], tuple[str, ...], bytes, int], list[str] | None] | None:
@@ -93,6 +95,23 @@ def _compiled_fit() -> Callable[[list[str], tuple[str, ...], bytes, int], list[s
 
 
 _fit = _compiled_fit()
+
+
+def slice_texts(values: list[str], prefix: str, suffix: str, start: int, stop: int) -> list[str] | None:
+    """The text of each of ``values`` when every one is ``prefix`` + a text + ``suffix``, each text non-empty and
+    needing no escaping in JSON (no ``"``, no ``\\``, printable); else None. The fit of a template whose only hole
+    is the text (``start``, ``stop``: the text's slice), by C-level iteration only: no bytecode per event."""
+    texts: list[str] = list(map(itemgetter(slice(start, stop)), values))
+    if "" in texts:
+        return None  # a value too short to hold the template, or an empty text (not a text chunk)
+    # Every value is prefix + its text + suffix exactly when the concatenations agree: the texts were cut from the
+    # values, so the two sides have their pieces at the same places (two joins and one compare, no call per value).
+    if "".join(values) != prefix + (suffix + prefix).join(texts) + suffix:
+        return None
+    joined = "".join(texts)
+    if '"' in joined or "\\" in joined or not joined.isprintable():
+        return None
+    return texts
 
 
 def _lex(value: str) -> list[tuple[int, str, int, int]] | None:
@@ -220,6 +239,13 @@ class EventTemplate:
             fills[i] = "latscope-probe"
         fills[self.text_hole] = PROBE
         return "".join(chain.from_iterable(zip(self.pieces[:-1], fills, strict=True))) + self.pieces[-1]
+
+    def misfits(self, values: list[str]) -> list[int]:
+        """The indexes of the ``values`` that cannot fit (without the first or the last piece, or with an escape),
+        then ``len(values)``: the runs between them may fit."""
+        first, last = self.pieces[0], self.pieces[-1]
+        fits = map(and_, map(_startswith, values, repeat(first)), map(_endswith, values, repeat(last)))
+        return [*compress(count(), map(or_, map(not_, fits), map(contains, values, repeat("\\")))), len(values)]
 
     def texts(self, values: list[str]) -> list[str] | None:
         """The text of each of ``values`` when every one fits the template, else None (the steps: see the module

@@ -485,13 +485,7 @@ class SSEParser:
                     # No line ending left inside a value: each is the whole of one `data: ` line. (`in` is a memchr;
                     # counting the LFs of the text instead looks at every character.)
                     if "\n" not in "".join(values):
-                        pos = self._tail_offset
-                        eol = 2 if crlf else 1
-                        span = (len(batch), len(values), pos, eol, self.last_event_id, self.retry_ms, None, 6, None)
-                        self._spans.append(_new_event(_Span, span))
-                        batch.extend(values)
-                        self._tail_offset = pos + end
-                        self._pending_start = None
+                        self._take_run(batch, values, end, 2 if crlf else 1, 6, None)
                         if end == len(chunk):
                             return
                         chunk = chunk[end:]
@@ -523,15 +517,8 @@ class SSEParser:
             # Without a line ending left in a value, the run is that head and one data line per event, over and
             # over (the split joined back is the text).
             if "\n" not in "".join(values):
-                size = len(values)
-                pos = self._tail_offset
-                span = (len(batch), size, pos, 1, self.last_event_id, self.retry_ms, None, 14, [head[:-7]] * size)
-                self._spans.append(_new_event(_Span, span))
-                batch.extend(values)
                 self._typed = self._typed or head != "event: message\ndata: "
-                self._tail_offset = pos + end
-                self._pending_start = None
-                return end
+                return self._take_run(batch, values, end, 1, 14, [head[:-7]] * len(values))
         # Each block is two lines, and a blank line follows it: every third line is the blank one.
         lines = text[:-2].split("\n")
         size = (len(lines) + 1) // 3
@@ -545,14 +532,8 @@ class SSEParser:
         values = list(map(_after_data, data_lines))
         if "".join(data_lines) != "data: " + "data: ".join(values):
             return 0
-        pos = self._tail_offset
-        span = (len(batch), size, pos, 1, self.last_event_id, self.retry_ms, None, 14, type_lines)
-        self._spans.append(_new_event(_Span, span))
-        batch.extend(values)
         self._typed = self._typed or type_lines.count("event: message") != size
-        self._tail_offset = pos + end
-        self._pending_start = None
-        return end
+        return self._take_run(batch, values, end, 1, 14, type_lines)
 
     def _tight_run(self, chunk: bytes, batch: list[Any]) -> int:
         """Take the run of ``data:VALUE`` events (no space after the colon, as TGI writes them) at the start of
@@ -571,8 +552,16 @@ class SSEParser:
         # space, and only then is the text searched for one.
         if "\n" in "".join(values) or (min(values) < "!" and "\n\ndata: " in text):
             return 0
+        return self._take_run(batch, values, end, 1, 5, None)
+
+    def _take_run(
+        self, batch: list[Any], values: list[str], end: int, eol: int, head: int, type_lines: list[str] | None
+    ) -> int:
+        """Keep ``values``, the data of a clean run of events that fills the chunk's first ``end`` bytes, in
+        ``batch`` with a span that describes them (``eol``, ``head``, ``type_lines``: see :class:`_Span`); returns
+        ``end``."""
         pos = self._tail_offset
-        span = (len(batch), len(values), pos, 1, self.last_event_id, self.retry_ms, None, 5, None)
+        span = (len(batch), len(values), pos, eol, self.last_event_id, self.retry_ms, None, head, type_lines)
         self._spans.append(_new_event(_Span, span))
         batch.extend(values)
         self._tail_offset = pos + end

@@ -28,10 +28,9 @@ from typing import Any, ClassVar
 import orjson
 
 from latscope.dialects.base import Chunk, EventDecodeError, TextRun, excerpt, int_or_none
-from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
+from latscope.dialects.ssedecoder import SSEStreamDecoder
 from latscope.dialects.templates import PROBE, EventTemplate, slice_texts
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
-from latscope.sse.parser import SSEParser
 from latscope.timeline.model import EventKind
 
 TEMPLATE_TRIES = 2
@@ -52,7 +51,7 @@ class UnknownShape(Exception):
     """Raised by :meth:`JsonEventDecoder.decode_object` for an object it cannot read (the event becomes OTHER)."""
 
 
-class JsonEventDecoder:
+class JsonEventDecoder(SSEStreamDecoder):
     """A :class:`~latscope.dialects.base.StreamDecoder` for event streams of JSON objects, one chunk per event.
 
     ``name`` prefixes its warnings (``"anthropic"``). Subclasses implement :meth:`decode_object` and say, through
@@ -67,11 +66,8 @@ class JsonEventDecoder:
     template_strings: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, *, limits: StreamLimits = DEFAULT_LIMITS) -> None:
-        self._sse = SSEParser(limits)
-        self._warnings: list[str] = []
-        self._utf8_seen = 0
+        super().__init__(limits=limits)
         self._unknown_warned = False
-        self._closed = False
         self.ended = False  #: set by the subclass when the stream's terminal event arrived
         #: the stream's token events' template and their kind, when learnt
         self._template: EventTemplate | None = None
@@ -82,16 +78,6 @@ class JsonEventDecoder:
         self._templated = 0  # events decoded by the template
         self._typed_feed = False  # the current feed's events are not all of type `message`
         self._types: list[str] | None = None  # ... and their types, once asked for
-
-    @property
-    def warnings(self) -> list[str]:
-        """Non-fatal oddities: invalid UTF-8, unknown shapes, no terminal event, a truncated last event."""
-        return self._warnings
-
-    @property
-    def sse(self) -> SSEParser:
-        """The underlying SSE parser (event and comment counts, byte offsets)."""
-        return self._sse
 
     def decode_object(self, event_type: str, obj: dict[str, Any]) -> Chunk:
         """The chunk of one event: its SSE type (``"message"`` when it had none) and its data, a JSON object."""
@@ -167,18 +153,10 @@ class JsonEventDecoder:
             raise
         return out
 
-    def close(self) -> list[Chunk]:
-        """The body ended: add the end-of-stream warnings. Returns no chunk."""
-        if self._closed:
-            return []
-        self._closed = True
-        sse = self._sse
-        sse.close()
-        self._report_invalid_utf8()
-        self._warnings.extend(closing_warnings(sse))
-        if not self.ended:
-            self._warnings.append(f"{self.name}: the stream ended without {self.terminal} after {sse.events} events")
-        return []
+    def missing_end(self) -> str | None:
+        if self.ended:
+            return None
+        return f"{self.name}: the stream ended without {self.terminal} after {self._sse.events} events"
 
     def _decode(self, event_type: str, value: str, index: int, batch_size: int) -> Chunk:
         cut = self._slice
@@ -265,10 +243,6 @@ class JsonEventDecoder:
                 f"{self._sse.last_end_offset(index)}): {excerpt(value)}"
             )
         return _OTHER_CHUNK
-
-    def _report_invalid_utf8(self) -> None:
-        self._warnings.extend(utf8_warnings(self._sse, self._utf8_seen))
-        self._utf8_seen = len(self._sse.invalid_utf8_offsets)
 
 
 def token_chunk(kind: EventKind, text: Any, obj: dict[str, Any]) -> Chunk:

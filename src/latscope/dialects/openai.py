@@ -54,11 +54,11 @@ from latscope.dialects.base import (
 )
 from latscope.dialects.errors import api_error_from, api_error_from_text, decode_error_body
 from latscope.dialects.models import parse_models
-from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
+from latscope.dialects.ssedecoder import SSEStreamDecoder
 from latscope.dialects.templates import PROBE as _PROBE
 from latscope.dialects.templates import slice_texts
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
-from latscope.sse.parser import SSEEvent, SSEParser
+from latscope.sse.parser import SSEEvent
 from latscope.timeline.model import EventKind, Usage
 
 CHAT_NAME = "openai.chat"
@@ -166,7 +166,7 @@ def _request(
 # -- streams -----------------------------------------------------------------------------------------------------
 
 
-class OpenAIStreamDecoder:
+class OpenAIStreamDecoder(SSEStreamDecoder):
     """Decodes an OpenAI-style event stream into one :class:`Chunk` per SSE event (a :class:`StreamDecoder`).
 
     ``mode`` is ``"chat"`` (text in ``choices[0].delta.content``) or ``"completions"`` (``choices[0].text``).
@@ -195,16 +195,12 @@ class OpenAIStreamDecoder:
         "_after_done_warned",
         "_batch",
         "_chat",
-        "_closed",
         "_done",
         "_parsed",
         "_plain",
-        "_sse",
         "_template",
         "_template_builds",
         "_unknown_warned",
-        "_utf8_seen",
-        "_warnings",
         "mode",
     )
 
@@ -215,13 +211,10 @@ class OpenAIStreamDecoder:
         self._chat = mode == "chat"
         # the mode's hot path, kept as a plain function (a bound method stored on self would be a reference cycle)
         self._plain = _plain_chat if self._chat else _plain_completions
-        self._sse = SSEParser(limits)
-        self._warnings: list[str] = []
+        super().__init__(limits=limits)
         self._done = False
-        self._closed = False
         self._unknown_warned = False
         self._after_done_warned = False
-        self._utf8_seen = 0  # invalid UTF-8 offsets already looked at
         # the events of the current feed, to number them in messages; None until an event needs them (built lazily)
         self._batch: list[SSEEvent] | None = []
         self._template: _Template | None = None
@@ -229,19 +222,9 @@ class OpenAIStreamDecoder:
         self._parsed = 0  # text chunks whose JSON was parsed (the others were decoded by templates, mostly)
 
     @property
-    def warnings(self) -> list[str]:
-        """Non-fatal oddities seen so far: invalid UTF-8, unknown shapes, no ``[DONE]``, a truncated last event."""
-        return self._warnings
-
-    @property
     def saw_done(self) -> bool:
         """True once the ``[DONE]`` sentinel arrived."""
         return self._done
-
-    @property
-    def sse(self) -> SSEParser:
-        """The underlying SSE parser (event and comment counts, byte offsets)."""
-        return self._sse
 
     def feed(self, data: bytes) -> list[Chunk] | TextRun:
         """Consume the next body bytes; return one chunk per SSE event they completed."""
@@ -278,18 +261,8 @@ class OpenAIStreamDecoder:
             raise
         return out
 
-    def close(self) -> list[Chunk]:
-        """The body ended: add the end-of-stream warnings (no ``[DONE]``, a truncated event). Returns no chunk."""
-        if self._closed:
-            return []
-        self._closed = True
-        sse = self._sse
-        sse.close()
-        self._report_invalid_utf8()
-        self._warnings.extend(closing_warnings(sse))
-        if not self._done:
-            self._warnings.append(f"stream ended without [DONE] after {sse.events} events")
-        return []
+    def missing_end(self) -> str | None:
+        return None if self._done else f"stream ended without [DONE] after {self._sse.events} events"
 
     # -- the fast paths ------------------------------------------------------------------------------------------
     #
@@ -503,10 +476,6 @@ class OpenAIStreamDecoder:
             if candidate is event:
                 return self._sse.events - len(batch) + index + 1
         return self._sse.events
-
-    def _report_invalid_utf8(self) -> None:
-        self._warnings.extend(utf8_warnings(self._sse, self._utf8_seen))
-        self._utf8_seen = len(self._sse.invalid_utf8_offsets)
 
 
 def _tool_call_delta(calls: Any) -> tuple[EventKind | None, str]:

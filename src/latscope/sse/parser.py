@@ -500,14 +500,10 @@ class SSEParser:
         ``event:`` lines (C-level iteration, no bytecode per event). Returns how many bytes of ``chunk`` were taken:
         0 when the run is not that clean (or not valid UTF-8), and the chunk then goes the other ways.
         """
-        end = chunk.rfind(b"\n\n")
-        if end <= 0:
+        found = self._run_text(chunk)
+        if found is None:
             return 0
-        end += 2
-        try:
-            text = (chunk if end == len(chunk) else chunk[:end]).decode()
-        except UnicodeDecodeError:
-            return 0
+        end, text = found
         # Most often every event of the run has the same type (a run of token deltas): cut at each blank line and
         # the next event's two heads at once (one split on a separator that starts with the rare LF).
         cut = text.find("\ndata: ")
@@ -539,20 +535,29 @@ class SSEParser:
         """Take the run of ``data:VALUE`` events (no space after the colon, as TGI writes them) at the start of
         ``chunk`` (LF endings, no event under way): cut at every blank line like the ``data: `` run, with their end
         offsets in a span. Returns how many bytes were taken (0 when the run is not that clean)."""
-        end = chunk.rfind(b"\n\n")
-        if end <= 0 or chunk.startswith(_DATA_PREFIX):
+        found = None if chunk.startswith(_DATA_PREFIX) else self._run_text(chunk)
+        if found is None:
             return 0
-        end += 2
-        try:
-            text = (chunk if end == len(chunk) else chunk[:end]).decode()
-        except UnicodeDecodeError:
-            return 0
+        end, text = found
         values = text[5:-2].split("\n\ndata:")
         # Another field, or a value whose leading space goes: only a value that sorts before "!" may start with a
         # space, and only then is the text searched for one.
         if "\n" in "".join(values) or (min(values) < "!" and "\n\ndata: " in text):
             return 0
         return self._take_run(batch, values, end, 1, 5, None)
+
+    @staticmethod
+    def _run_text(chunk: bytes) -> tuple[int, str] | None:
+        """``(end, text)``: ``chunk`` up to the end of its last blank line (LF endings), ``end`` bytes, decoded;
+        None when no blank line ends past its start, or those bytes are not valid UTF-8."""
+        end = chunk.rfind(b"\n\n")
+        if end <= 0:
+            return None
+        end += 2
+        try:
+            return end, (chunk if end == len(chunk) else chunk[:end]).decode()
+        except UnicodeDecodeError:
+            return None
 
     def _take_run(
         self, batch: list[Any], values: list[str], end: int, eol: int, head: int, type_lines: list[str] | None

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Unpack
 
 from latscope.dialects.base import (
+    SSE_MEDIA_TYPE,
     ApiError,
     Chunk,
     DecodedResponse,
@@ -54,7 +55,6 @@ API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 """``max_tokens`` when the caller leaves the limit to the server: the Messages API requires one (no server default)."""
 
-SSE_MEDIA_TYPE = "text/event-stream"
 
 _CONTENT = EventKind.CONTENT
 _REASONING = EventKind.REASONING

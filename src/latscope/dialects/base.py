@@ -250,6 +250,10 @@ class RequestBuilder(Protocol):
     ) -> RequestSpec: ...
 
 
+SSE_MEDIA_TYPE = "text/event-stream"
+"""The Content-Type of a Server-Sent Events stream (WHATWG HTML §9.2)."""
+
+
 class Framing(StrEnum):
     """How a dialect's stream divides into events."""
 

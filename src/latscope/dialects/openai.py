@@ -34,6 +34,7 @@ from typing import Any, Unpack
 import orjson
 
 from latscope.dialects.base import (
+    SSE_MEDIA_TYPE,
     ApiError,
     Chunk,
     DecodedResponse,
@@ -594,8 +595,6 @@ def decode_response_body(body: bytes, mode: str = "chat") -> DecodedResponse:
         reasoning=reasoning,
     )
 
-
-SSE_MEDIA_TYPE = "text/event-stream"
 
 CHAT = Dialect(
     name=CHAT_NAME,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Unpack
 
 from latscope.dialects.base import (
+    SSE_MEDIA_TYPE,
     Chunk,
     DecodedResponse,
     Dialect,
@@ -45,7 +46,6 @@ from latscope.timeline.model import EventKind, Usage
 
 RESPONSES_NAME = "openai.responses"
 RESPONSES_PATH = "/responses"
-SSE_MEDIA_TYPE = "text/event-stream"
 
 _TOKEN_EVENTS: dict[str, EventKind] = {
     "response.output_text.delta": EventKind.CONTENT,

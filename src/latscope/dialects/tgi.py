@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Unpack
 
 from latscope.dialects.base import (
+    SSE_MEDIA_TYPE,
     Chunk,
     DecodedResponse,
     Dialect,
@@ -45,7 +46,6 @@ GENERATE_NAME = "tgi.generate"
 STREAM_PATH = "/generate_stream"
 GENERATE_PATH = "/generate"
 INFO_PATH = "/info"
-SSE_MEDIA_TYPE = "text/event-stream"
 
 _CONTENT = EventKind.CONTENT
 _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order

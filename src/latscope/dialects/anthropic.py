@@ -40,6 +40,7 @@ from latscope.dialects.base import (
     json_request,
     prompt_messages,
     refuse_ignore_eos,
+    summed_usage,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
 from latscope.dialects.jsonevents import JsonEventDecoder, UnknownShape, lab_stamp, token_chunk
@@ -114,8 +115,7 @@ def _usage(usage: Any, prompt: Usage | None) -> Usage | None:
         prompt_tokens = prompt_tokens if prompt_tokens is not None else prompt.prompt_tokens
         cached = cached if cached is not None else prompt.cached_tokens
     output = int_or_none(usage.get("output_tokens"))
-    total = prompt_tokens + output if prompt_tokens is not None and output is not None else None
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=output, total_tokens=total, cached_tokens=cached)
+    return summed_usage(prompt_tokens, output, cached)
 
 
 class AnthropicStreamDecoder(JsonEventDecoder):

@@ -330,6 +330,12 @@ def int_or_none(value: object) -> int | None:
     return value if value.__class__ is int else None
 
 
+def summed_usage(prompt: int | None, completion: int | None, cached: int | None = None) -> Usage:
+    """A Usage of these token counts, ``total_tokens`` their sum when both are known."""
+    total = prompt + completion if prompt is not None and completion is not None else None
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total, cached_tokens=cached)
+
+
 def token_usage(usage: Mapping[str, Any], inputs: str, outputs: str) -> Usage:
     """A Usage from an OpenAI-style ``usage`` object whose counts are ``<inputs>_tokens`` and ``<outputs>_tokens``
     (``prompt`` / ``completion`` in chat completions, ``input`` / ``output`` in Responses), cached and reasoning

@@ -43,6 +43,7 @@ from latscope.dialects.base import (
     prompt_messages,
     prompt_text,
     refuse_ignore_eos,
+    summed_usage,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
 from latscope.dialects.jsonevents import EVENTS_PER_TEMPLATE_TRY, TEMPLATE_TRIES
@@ -129,10 +130,7 @@ def _count(obj: Mapping[str, Any], key: str, warnings: list[str]) -> int | None:
 def _usage(obj: Mapping[str, Any], warnings: list[str]) -> Usage | None:
     prompt = _count(obj, "prompt_eval_count", warnings)
     completion = _count(obj, "eval_count", warnings)
-    if prompt is None and completion is None:
-        return None
-    total = prompt + completion if prompt is not None and completion is not None else None
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+    return None if prompt is None and completion is None else summed_usage(prompt, completion)
 
 
 def _tool_call_text(obj: Mapping[str, Any]) -> str | None:

@@ -36,6 +36,7 @@ from latscope.dialects.base import (
     json_request,
     prompt_text,
     refuse_ignore_eos,
+    summed_usage,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
 from latscope.dialects.jsonevents import JsonEventDecoder, UnknownShape, lab_stamp
@@ -85,10 +86,7 @@ def _details(details: Any) -> tuple[str | None, Usage | None]:
     reason = details.get("finish_reason")
     generated = int_or_none(details.get("generated_tokens"))
     prompt = int_or_none(details.get("input_length"))
-    usage = None
-    if generated is not None or prompt is not None:
-        total = generated + prompt if generated is not None and prompt is not None else None
-        usage = Usage(prompt_tokens=prompt, completion_tokens=generated, total_tokens=total)
+    usage = None if generated is None and prompt is None else summed_usage(prompt, generated)
     return (reason if reason.__class__ is str else None), usage
 
 

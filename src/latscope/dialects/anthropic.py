@@ -36,15 +36,14 @@ from latscope.dialects.base import (
     Prompt,
     RequestSpec,
     decode_json_object,
-    int_or_none,
     json_request,
     prompt_messages,
     refuse_ignore_eos,
-    summed_usage,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
 from latscope.dialects.jsonevents import JsonEventDecoder, UnknownShape, lab_stamp, token_chunk
 from latscope.dialects.models import parse_models
+from latscope.dialects.usage import int_or_none, summed_usage
 from latscope.timeline.model import EventKind, Usage
 
 MESSAGES_NAME = "anthropic.messages"

@@ -27,9 +27,10 @@ from typing import Any, ClassVar
 
 import orjson
 
-from latscope.dialects.base import Chunk, EventDecodeError, TextRun, excerpt, int_or_none
+from latscope.dialects.base import Chunk, EventDecodeError, TextRun, excerpt
 from latscope.dialects.ssedecoder import SSEStreamDecoder
 from latscope.dialects.templates import PROBE, EventTemplate, slice_texts
+from latscope.dialects.usage import int_or_none
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.timeline.model import EventKind
 

@@ -51,13 +51,13 @@ from latscope.dialects.base import (
     json_request,
     prompt_messages,
     prompt_text,
-    token_usage,
 )
 from latscope.dialects.errors import api_error_from, api_error_from_text, decode_error_body
 from latscope.dialects.models import parse_models
 from latscope.dialects.ssedecoder import SSEStreamDecoder
 from latscope.dialects.templates import PROBE as _PROBE
 from latscope.dialects.templates import slice_texts
+from latscope.dialects.usage import token_usage
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.sse.parser import SSEEvent
 from latscope.timeline.model import EventKind, Usage

@@ -29,15 +29,10 @@ import orjson
 
 from latscope.dialects.base import Chunk, EventDecodeError, TextRun, excerpt
 from latscope.dialects.ssedecoder import SSEStreamDecoder
-from latscope.dialects.templates import PROBE, EventTemplate, slice_texts
+from latscope.dialects.templates import EVENTS_PER_TEMPLATE_TRY, PROBE, TEMPLATE_TRIES, EventTemplate, slice_texts
 from latscope.dialects.usage import int_or_none
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.timeline.model import EventKind
-
-TEMPLATE_TRIES = 2
-"""Templates tried at the start of a stream (each try costs a probe decode); one more for every
-:data:`EVENTS_PER_TEMPLATE_TRY` events decoded without parsing JSON."""
-EVENTS_PER_TEMPLATE_TRY = 32
 
 _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
 _TOKEN_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL})

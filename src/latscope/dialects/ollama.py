@@ -45,9 +45,8 @@ from latscope.dialects.base import (
     refuse_ignore_eos,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
-from latscope.dialects.jsonevents import EVENTS_PER_TEMPLATE_TRY, TEMPLATE_TRIES
 from latscope.dialects.models import parse_models
-from latscope.dialects.templates import PROBE, EventTemplate
+from latscope.dialects.templates import EVENTS_PER_TEMPLATE_TRY, PROBE, TEMPLATE_TRIES, EventTemplate
 from latscope.dialects.usage import summed_usage
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimitError, StreamLimits
 from latscope.timeline.model import EventKind, Usage

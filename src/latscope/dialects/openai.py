@@ -55,8 +55,8 @@ from latscope.dialects.base import (
 from latscope.dialects.errors import api_error_from, api_error_from_text, decode_error_body
 from latscope.dialects.models import parse_models
 from latscope.dialects.ssedecoder import SSEStreamDecoder
+from latscope.dialects.templates import EVENTS_PER_TEMPLATE_TRY, TEMPLATE_TRIES, slice_texts
 from latscope.dialects.templates import PROBE as _PROBE
-from latscope.dialects.templates import slice_texts
 from latscope.dialects.usage import token_usage
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.sse.parser import SSEEvent
@@ -101,14 +101,6 @@ chunk depends on it.
 """
 
 _JSON_SPACE = " \t\n\r"  # insignificant whitespace (RFC 8259 §2)
-
-_TEMPLATE_TRIES = 2
-"""Templates tried at the start of a stream (each try costs one more parse). A stream whose chunks differ in more than
-their text (OpenAI's random ``obfuscation`` field) defeats them and stops trying after these."""
-
-_EVENTS_PER_TEMPLATE_TRY = 32
-"""One more try is allowed for every this many events decoded without parsing JSON: llama.cpp's ``created`` changes
-every second, so a stream it serves fast keeps earning new templates."""
 
 
 # -- requests ----------------------------------------------------------------------------------------------------
@@ -298,7 +290,7 @@ class OpenAIStreamDecoder(SSEStreamDecoder):
             # costs nothing on the events that follow. (A text that needs escaping fits and is only parsed.)
             self._template = None
             unparsed = self._sse.events - self._parsed  # about the events templates decoded (not counted there)
-            if self._template_builds < _TEMPLATE_TRIES + unparsed // _EVENTS_PER_TEMPLATE_TRY:
+            if self._template_builds < TEMPLATE_TRIES + unparsed // EVENTS_PER_TEMPLATE_TRY:
                 self._learn_template(value, chunk)
         return chunk
 

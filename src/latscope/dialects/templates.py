@@ -66,6 +66,15 @@ _MARKS = "".join(map(chr, (*range(1, 9), *range(14, 32))))
 """The inner pieces' marks: control characters that no valid JSON text holds raw; JSON's whitespace (tab, LF, CR),
 which a piece may hold, left out. A template has at most this many inner pieces."""
 
+TEMPLATE_TRIES = 2
+"""Templates a decoder tries at the start of a stream (each try costs one more parse). A stream whose events differ
+in more than their text and the holes (OpenAI's random ``obfuscation`` field) defeats them and stops trying after
+these."""
+
+EVENTS_PER_TEMPLATE_TRY = 32
+"""One more try is allowed for every this many events decoded without parsing JSON: llama.cpp's ``created`` changes
+every second, so a stream it serves fast keeps earning new templates."""
+
 PROBE = "latscope-template-probe-7Qx"
 """The stand-in text of a probe document (printable, nothing to escape, unlikely in real data)."""
 

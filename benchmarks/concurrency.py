@@ -50,6 +50,7 @@ from latscope.load.lengths import LengthDist
 from latscope.load.workers import raise_fd_limit
 from latscope.load.workload import Workload
 from latscope.wire.loop import run as run_uvloop
+from latscope.wire.target import Target
 
 LEVELS = (100, 1_000, 2_500, 5_000, 10_000)
 SOURCES = ("phased", "lab")
@@ -166,14 +167,13 @@ def run_level(source: str, streams: int, rate: float, measure_s: float, baseline
     server = phased_server(period_s) if source == "phased" else lab_server(period_s * 1000, streams)
     with server as (url, server_pid), tempfile.TemporaryDirectory(prefix="latscope-conc-") as tmp:
         config = BenchConfig(
-            url=url,
+            target=Target.resolve(url),
             model="lab-model",
             steps=(ClosedLoop(streams),),
             workload=Workload.single(LengthDist.fixed(8), LengthDist.fixed(tokens), ignore_eos=True),
             duration_s=measure_s,
             warmup_s=ramp_s,
             drain_s=0.0,  # streams are cut when the measurement ends: they would run on for nothing
-            read_timeout_s=120.0,
         )
         cpu0, wall0 = proc_cpu_s(server_pid), time.monotonic()
         result = run_bench(config, Path(tmp))

@@ -78,6 +78,7 @@ from latscope.load.lengths import LengthDist
 from latscope.load.workload import Workload
 from latscope.wire.loop import run as run_uvloop
 from latscope.wire.rawsock import READ_PATH
+from latscope.wire.target import Target
 
 #: (total events/s, streams, decode step ms). Steps of ≥ 1 ms: the lab's engine sleeps on a ms-granular timer.
 LEVELS: dict[int, tuple[int, float]] = {
@@ -304,7 +305,7 @@ def run_latscope(
     stamps: str = "user",
 ) -> ClientRun:
     config = BenchConfig(
-        url=url,
+        target=Target.resolve(url, stamps=stamps),
         model="lab-model",
         steps=(ClosedLoop(streams),),
         workload=Workload.single(LengthDist.fixed(PROMPT_TOKENS), LengthDist.fixed(max_tokens), ignore_eos=True),
@@ -313,7 +314,6 @@ def run_latscope(
         drain_s=1.0,
         workers=1,
         busy_poll=busy_poll,
-        stamps=stamps,
     )
     with tempfile.TemporaryDirectory(prefix="latscope-fidelity-") as tmp:
         run_dir = Path(tmp)

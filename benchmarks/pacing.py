@@ -42,6 +42,7 @@ from latscope.load.bench import run_bench
 from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
 from latscope.load.workload import Workload
+from latscope.wire.target import Target
 
 RATES = (100, 1_000, 5_000)
 WARMUP_S = 1.0
@@ -56,7 +57,7 @@ def seconds_for(rate: int, requested: float | None) -> float:
 
 def run_latscope(url: str, lab_pid: int, rate: int, process: InterArrival, seconds: float) -> dict[str, Any]:
     config = BenchConfig(
-        url=url,
+        target=Target.resolve(url),
         model="lab-model",
         steps=(OpenLoop(float(rate), process),),
         workload=Workload.single(LengthDist.fixed(8), LengthDist.fixed(1), seed=1),

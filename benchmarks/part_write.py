@@ -1,7 +1,7 @@
 """What does the part writer cost the measuring process, per request and per event?
 
 A load worker keeps every finished request and, a batch at a time, converts the batch into its two tables
-(:func:`~latscope.load.records.build_tables`, on the worker's event loop) and writes them to its part files (Parquet,
+(:func:`~latscope.runs.records.build_tables`, on the worker's event loop) and writes them to its part files (Parquet,
 in a background thread that releases the GIL). Both take CPU from the process that stamps reads, during the
 measurement. This benchmark times each on the same hand-built batches (streamed requests of ``--tokens`` tokens, one
 read per event, a lab-like Server-Timing header) and prints CPU per request and per event, best of ``--repeat``:
@@ -35,8 +35,8 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # writer_stall
 from writer_stall import make_batch
 
-from latscope.load.records import RequestContext, build_tables, prime_conversions
-from latscope.load.storage import COMPRESSION, PART_WRITE_OPTIONS, WRITER_REQUEST_ROWS
+from latscope.runs.records import RequestContext, build_tables, prime_conversions
+from latscope.runs.storage import COMPRESSION, PART_WRITE_OPTIONS, WRITER_REQUEST_ROWS
 from latscope.timeline.model import Read, Timeline
 
 

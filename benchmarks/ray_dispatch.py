@@ -50,6 +50,7 @@ from latscope.load.bench import run_bench
 from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
 from latscope.load.workload import Workload
+from latscope.wire.target import Target
 
 RATES = (100, 500)
 WARMUP_S = 0.5
@@ -72,7 +73,7 @@ def run_one(
     url: str, rate: int, seconds: float, workers: int, ray_address: str | None, cluster: RayCluster
 ) -> dict[str, Any]:
     config = BenchConfig(
-        url=url,
+        target=Target.resolve(url),
         model="lab-model",
         steps=(OpenLoop(float(rate), InterArrival.CONSTANT),),
         workload=Workload.single(LengthDist.fixed(8), LengthDist.fixed(1), seed=1),

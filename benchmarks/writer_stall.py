@@ -2,7 +2,7 @@
 
 A load worker's loop stamps every read and fires every open-loop arrival; whatever else holds the loop (or the GIL)
 makes those stamps and arrivals late. This benchmark hands a
-:class:`~latscope.load.storage.PartWriter` ``--requests`` finished streamed requests (hand-built timelines with a
+:class:`~latscope.runs.storage.PartWriter` ``--requests`` finished streamed requests (hand-built timelines with a
 lab-like Server-Timing header, so the server-signal join runs as it does in a run) while a probe on the same uvloop
 loop sleeps 1 ms at a time and records how late each wake-up came. Rows:
 
@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.lo
 
 from tests.support.load_timelines import MS, make_timeline
 
-from latscope.load.records import RequestContext, build_tables, prime_conversions
-from latscope.load.storage import PartWriter
+from latscope.runs.records import RequestContext, build_tables, prime_conversions
+from latscope.runs.storage import PartWriter
 from latscope.timeline.model import Timeline
 from latscope.wire.loop import run
 

@@ -16,25 +16,25 @@ lab's ``latscope`` object from the final chunk) is joined onto its timeline
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from latscope import callable_module
-from latscope.dialects import DEFAULT_DIALECT, get_dialect
-from latscope.dialects.base import Dialect, RequestSpec
+from latscope.dialects import get_dialect
+from latscope.dialects.base import RequestSpec
 from latscope.signals.altsvc import h3_advertised
-from latscope.signals.join import TtftSplit, join_server_signals, ttft_split
+from latscope.signals.join import TtftSide, TtftSplit, join_server_signals, ttft_split
 from latscope.signals.scrape import MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
 from latscope.timeline import metrics
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.serialize import timeline_to_dict
 from latscope.units import NS_PER_MS
 from latscope.wire import Client, ModelListError, Timeouts, WireError
-from latscope.wire.kstamps import DEFAULT_STAMPS
-from latscope.wire.models import OriginStats, normalise_base_url
-from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST, DEFAULT_MAX_CONNECTIONS_PER_ORIGIN
+from latscope.wire.models import OriginStats
+from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST
+from latscope.wire.target import Target
 
 SCHEMA = "latscope.probe/1"
 
@@ -48,10 +48,6 @@ UNREACHABLE_PHASES = frozenset({Phase.DNS, Phase.CONNECT, Phase.TLS})
 #: limits for the metrics scrapes, s: ``/metrics`` is a small local render, so a server that has not answered in a
 #: few seconds will not, and a black-holed metrics URL must not hold the probe for the request timeouts (minutes)
 METRICS_TIMEOUTS = Timeouts(connect_s=5.0, tls_s=5.0, send_s=5.0, headers_s=10.0, read_s=10.0, total_s=15.0)
-
-TtftSide = Literal["client", "server", "unattributed"]
-"""Who accounts for a TTFT term: the client's own marks (connection setup, sending), a phase the server reported,
-or neither (the network round trip and whatever nobody reported)."""
 
 #: TTFT terms measured by the client's marks (signals.join.TtftSplit)
 CLIENT_TTFT_TERMS = frozenset({"connection", "send", "connection_send"})
@@ -147,6 +143,8 @@ class ProbeResult:
     http3: bool = False
     #: with ``http3`` and ``compare_tcp``: the same requests sent again over TCP+TLS afterwards, for comparison
     tcp_timelines: list[Timeline] = field(default_factory=list)
+    #: the target the requests went to, as resolved (its settings are in ``to_dict()``'s ``target.settings``)
+    target: Target | None = None
     #: Ctrl-C (or a cancellation) stopped the probe: ``timelines`` holds the requests sent so far, the one in flight
     #: with a "cancelled" error
     interrupted: bool = False
@@ -207,7 +205,11 @@ class ProbeResult:
         (``url``, ``available``, ``why`` or the window's ``stats``; null when scraping was off)."""
         return {
             "schema": SCHEMA,
-            "target": {**self.facts(), "models": list(self.models)},
+            "target": {
+                **self.facts(),
+                "models": list(self.models),
+                "settings": None if self.target is None else self.target.to_dict(),
+            },
             "pool": {origin: asdict(stats) for origin, stats in self.pool.items()},
             "requests": [
                 {"timeline": timeline_to_dict(t), "metrics": metrics.summary(t), "ttft_split": _split_dict(split)}
@@ -245,124 +247,91 @@ def _metrics_dict(window: MetricsWindow | NotAvailable | None) -> dict[str, Any]
     }
 
 
-async def list_models(
-    base_url: str,
-    dialect: Dialect,
-    *,
-    verify: bool = True,
-    ca_file: str | None = None,
-    headers: Sequence[tuple[str, str]] = (),
-) -> tuple[list[str], Timeline]:
-    """The model ids the server lists (see :meth:`latscope.wire.Client.list_models`), and that request's timeline.
-    Raises :class:`~latscope.wire.WireError` when the server cannot be reached, :class:`ProbeError` for a bad answer."""
-    async with Client(verify=verify, ca_file=ca_file, headers=headers) as client:
+async def list_models(target: Target) -> tuple[list[str], Timeline]:
+    """The model ids ``target`` lists (see :meth:`latscope.wire.Client.list_models`), and that request's timeline,
+    fetched on a client of its own (it warms nothing the probe's requests use). Raises
+    :class:`~latscope.wire.WireError` when the server cannot be reached, :class:`ProbeError` for a bad answer."""
+    async with target.replace(http3=False).client() as client:
         try:
-            return await client.list_models(base_url, dialect)
+            return await client.list_models(target.base_url, target.dialect)
         except ModelListError as exc:
             raise ProbeError(f"{exc}; pass a model name", exc.timeline) from None
 
 
 async def probe(
-    base_url: str,
+    target: Target | str,
     *,
     model: str | None = None,
     prompt: str | None = None,
     prompt_tokens: int | None = None,
     max_tokens: int = 64,
     n: int = 3,
-    http2: bool = True,
-    verify: bool = True,
-    headers: Sequence[tuple[str, str]] = (),
-    api_key: str | None = None,
-    dialect: str = DEFAULT_DIALECT,
     quickack: bool = False,
-    stamps: str = DEFAULT_STAMPS,
-    ca_file: str | None = None,
-    timeouts: Timeouts = Timeouts(),  # noqa: B008 - frozen, so one shared default is safe
     metrics_url: str | None = None,
     scrape_metrics: bool = True,
-    trace_context: bool = True,
     on_request: RequestStarted | None = None,
     browser: bool = False,
-    http3: bool = False,
     compare_tcp: bool = False,
 ) -> ProbeResult:
-    """Send ``n`` streamed requests to ``base_url`` one after another on one client and return their timelines.
+    """Send ``n`` streamed requests to ``target`` one after another on one client and return their timelines.
 
-    ``dialect`` names the API spoken (:data:`latscope.dialects.DIALECTS`: ``openai.chat``, ``openai.completions``,
-    ``openai.responses``, ``anthropic.messages``, ``tgi.generate``, ``ollama.chat``, ``ollama.generate``); a base
-    URL without a path gets the dialect's (``/v1`` for OpenAI's and Anthropic's, none for TGI's and Ollama's).
-    ``model`` defaults to the first id the server's model list names. The prompt is ``prompt``, else a synthetic
-    prompt of about ``prompt_tokens`` tokens, else :data:`DEFAULT_PROMPT`. ``api_key`` is sent where the
-    dialect takes it (``Authorization: Bearer``, Anthropic's ``x-api-key``; never recorded: timelines keep headers
-    redacted). Failures of a request are in its timeline; a failure that shows the target is unreachable (dns,
-    connect, tls) stops the probe early. Raises
-    :class:`~latscope.wire.WireError` when the model list cannot be fetched and :class:`ProbeError` when there is
-    no model to use.
+    ``target`` is a resolved :class:`~latscope.wire.target.Target` (its URL, dialect, credential headers, TLS
+    settings, timeouts, stamps and protocols), or a base URL, resolved with every default (OpenAI chat, ``/v1``
+    added to a URL without a path). ``model`` defaults to the first id the server's model list names. The prompt is
+    ``prompt``, else a synthetic prompt of about ``prompt_tokens`` tokens, else :data:`DEFAULT_PROMPT`. Failures of a
+    request are in its timeline; a failure that shows the target is unreachable (dns, connect, tls) stops the probe
+    early. Raises :class:`~latscope.wire.WireError` when the model list cannot be fetched and :class:`ProbeError`
+    when there is no model to use.
 
     Each timeline gets the server's own report joined on (:func:`~latscope.signals.join.join_server_signals`).
     ``scrape_metrics`` scrapes ``metrics_url`` (default: the target's origin + ``/metrics``) before the first request
     and after the last, into ``ProbeResult.server_metrics``; a missing endpoint is a NotAvailable there, never a
-    failure. ``trace_context`` False sends no W3C ``traceparent`` (some gateways reject or log unknown trace headers).
-    ``on_request`` is told as each request starts (for progress). Cancelled (Ctrl-C), the probe returns what it
-    measured with ``interrupted`` set.
+    failure. ``quickack`` sets TCP_QUICKACK around every read and write. ``on_request`` is told as each request
+    starts (for progress). Cancelled (Ctrl-C), the probe returns what it measured with ``interrupted`` set.
 
     ``browser`` sends the ``n`` requests at once through a pool of
     :data:`~latscope.wire.pool.BROWSER_CONNECTIONS_PER_HOST` connections per host, as a web page's requests go: over
     HTTP/1.1 those beyond it wait for a connection (each timeline's ``pool`` phase), over HTTP/2 one connection
     carries them all.
 
-    ``http3`` sends the requests over HTTP/3 (QUIC over UDP, to the same host and port; needs an https URL and
-    aioquic): one QUIC connection carries them, and each timeline's ``tls`` phase is the QUIC handshake (``connect``
-    only opens the UDP socket; see :mod:`latscope.wire.h3`). ``compare_tcp`` then sends the same ``n`` requests over
-    TCP+TLS on a client of their own, into ``ProbeResult.tcp_timelines``. Whether the target announces HTTP/3
-    (``Alt-Svc``) is a fact of every probe that got a response over TCP (:meth:`ProbeResult.h3_advertised`).
+    A target with ``http3`` gets the requests over HTTP/3 (QUIC over UDP, to the same host and port; needs aioquic):
+    one QUIC connection carries them, and each timeline's ``tls`` phase is the QUIC handshake (``connect`` only opens
+    the UDP socket; see :mod:`latscope.wire.h3`). ``compare_tcp`` then sends the same ``n`` requests over TCP+TLS on
+    a client of their own, into ``ProbeResult.tcp_timelines``. Whether the target announces HTTP/3 (``Alt-Svc``) is
+    a fact of every probe that got a response over TCP (:meth:`ProbeResult.h3_advertised`).
     """
+    if isinstance(target, str):
+        target = Target.resolve(target)
     if n < 1:
         raise ValueError("n must be at least 1")
-    if compare_tcp and not http3:
+    if compare_tcp and not target.http3:
         raise ValueError("compare_tcp compares HTTP/3 with TCP: it needs http3")
-    client_class = _http3_client() if http3 else Client
-    speaks = get_dialect(dialect)
-    base_url = normalise_base_url(base_url, speaks.base_path)
-    all_headers = list(headers)
-    if api_key:
-        all_headers.extend(speaks.credential_headers(api_key))
+    if target.http3:
+        _require_http3()
     models: list[str] = []
     models_timeline: Timeline | None = None
     if model is None:
-        models, models_timeline = await list_models(
-            base_url, speaks, verify=verify, ca_file=ca_file, headers=all_headers
-        )
+        models, models_timeline = await list_models(target)
         model = models[0]
-    if prompt is None:
-        if prompt_tokens is not None:
-            from latscope.dialects.prompts import synthetic_prompt
-
-            prompt = synthetic_prompt(prompt_tokens, seed=0)
-        else:
-            prompt = DEFAULT_PROMPT
     # the streamed request a probe sends (usage asked for, so token counts come from the server when it can)
-    spec = speaks.build_request(model, prompt, max_tokens)
+    spec = target.dialect.build_request(model, _prompt(prompt, prompt_tokens), max_tokens)
     result = ProbeResult(
-        base_url=base_url,
+        base_url=target.base_url,
         model=model,
-        dialect=dialect,
+        dialect=target.dialect.name,
         models=models,
         models_timeline=models_timeline,
         browser=browser,
-        http3=http3,
+        http3=target.http3,
+        target=target,
     )
     scraper: MetricsScraper | None = None
     metrics_client: Client | None = None
     if scrape_metrics:
-        url = metrics_url if metrics_url is not None else metrics_url_for(base_url)
+        url = metrics_url if metrics_url is not None else metrics_url_for(target.base_url)
         # the probe's own headers (the API key among them) go only to the target's origin, never to another host
-        same_origin = _origin(url) == _origin(base_url)
-        metrics_client = Client(
-            verify=verify,
-            ca_file=ca_file,
-            headers=all_headers if same_origin else (),
+        metrics_client = target.replace(http3=False).client(
+            headers=target.headers if _origin(url) == _origin(target.base_url) else (),
             timeouts=METRICS_TIMEOUTS,
             trace_context=False,
         )
@@ -371,40 +340,21 @@ async def probe(
     try:
         if scraper is not None:
             await scraper.start()
-        async with client_class(
-            verify=verify,
-            ca_file=ca_file,
-            http2=http2,
-            quickack=quickack,
-            stamps=stamps,
-            headers=all_headers,
-            timeouts=timeouts,
-            trace_context=trace_context,
-            max_connections_per_origin=(
-                BROWSER_CONNECTIONS_PER_HOST if browser else DEFAULT_MAX_CONNECTIONS_PER_ORIGIN
-            ),
-        ) as client:
+        pool = BROWSER_CONNECTIONS_PER_HOST if browser else target.max_connections_per_origin
+        async with target.client(quickack=quickack, max_connections_per_origin=pool) as client:
             try:
                 if browser:
-                    await _all_at_once(client, spec, base_url, n, result.timelines, on_request)
+                    await _all_at_once(client, spec, target.base_url, n, result.timelines, on_request)
                 else:
-                    await _one_after_another(client, spec, base_url, n, result.timelines, on_request, "probe")
+                    await _one_after_another(client, spec, target.base_url, n, result.timelines, on_request, "probe")
             except asyncio.CancelledError:
                 result.interrupted = True  # the request in flight keeps its marks and a "cancelled" error
             result.pool = client.stats()
         if compare_tcp and not result.interrupted:
-            async with Client(
-                verify=verify,
-                ca_file=ca_file,
-                http2=http2,
-                quickack=quickack,
-                headers=all_headers,
-                timeouts=timeouts,
-                trace_context=trace_context,
-            ) as tcp_client:
+            async with target.replace(http3=False).client(quickack=quickack) as tcp_client:
                 try:
                     await _one_after_another(
-                        tcp_client, spec, base_url, n, result.tcp_timelines, on_request, "probe tcp"
+                        tcp_client, spec, target.base_url, n, result.tcp_timelines, on_request, "probe tcp"
                     )
                 except asyncio.CancelledError:
                     result.interrupted = True
@@ -414,6 +364,17 @@ async def probe(
         if metrics_client is not None:
             await metrics_client.aclose()
     return result
+
+
+def _prompt(prompt: str | None, prompt_tokens: int | None) -> str:
+    """``prompt``, else a synthetic prompt of about ``prompt_tokens`` tokens, else :data:`DEFAULT_PROMPT`."""
+    if prompt is not None:
+        return prompt
+    if prompt_tokens is not None:
+        from latscope.dialects.prompts import synthetic_prompt
+
+        return synthetic_prompt(prompt_tokens, seed=0)
+    return DEFAULT_PROMPT
 
 
 async def _one_after_another(
@@ -459,13 +420,12 @@ async def _all_at_once(
     await asyncio.gather(*(one(index, t) for index, t in enumerate(batch)))
 
 
-def _http3_client() -> type[Client]:
-    """:class:`~latscope.wire.h3.H3Client`, imported when a probe speaks HTTP/3 (aioquic is optional)."""
+def _require_http3() -> None:
+    """Raise :class:`ProbeError` when aioquic, which HTTP/3 needs, is not installed (it is optional)."""
     try:
-        from latscope.wire.h3 import H3Client
+        import latscope.wire.h3  # noqa: F401
     except ImportError as exc:
         raise ProbeError(f"HTTP/3 needs aioquic ({exc}): pip install 'latscope[http3]'") from None
-    return H3Client
 
 
 def _origin(url: str) -> tuple[str, str]:

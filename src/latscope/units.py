@@ -8,9 +8,6 @@ This module imports nothing, so every layer may use it — the lab too, which ot
 
 from __future__ import annotations
 
-NS_PER_US = 1_000
-"""Nanoseconds per microsecond."""
-
 NS_PER_MS = 1_000_000
 """Nanoseconds per millisecond: ``(end_ns - start_ns) / NS_PER_MS`` is a duration in ms."""
 

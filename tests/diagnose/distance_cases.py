@@ -10,8 +10,10 @@ from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from latscope.diagnose import Diagnosis, diagnose
+from latscope.diagnose.context import REQUEST_TIMEOUTS
 from latscope.findings import Finding, Severity
 from latscope.lab.app import Lab
+from latscope.wire.target import Target
 from tests.diagnose import truth
 from tests.support.distances import FULL, FULL_PATHS, Path
 from tests.support.netpath import NetworkPath
@@ -192,7 +194,9 @@ async def run_case(net: NetworkPath, case: Case, *, quick: bool = True) -> CaseR
     async with Lab(cost=TEST_COST, truth=True, host=net.server_host, **settings) as lab:
         ca = str(lab.cert_path) if lab.cert_path is not None else None
         started = time.monotonic()
-        result = await net.run(diagnose(lab.url, ca_file=ca, quick=quick, keep_timelines=True))
+        result = await net.run(
+            diagnose(Target.resolve(lab.url, ca_file=ca, timeouts=REQUEST_TIMEOUTS), quick=quick, keep_timelines=True)
+        )
         seconds = time.monotonic() - started
         real = None if case.truth is None else await case.truth(lab, result, net)
     return CaseRun(result, real, seconds)

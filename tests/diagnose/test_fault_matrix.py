@@ -14,9 +14,11 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from latscope.diagnose import Diagnosis, diagnose
+from latscope.diagnose.context import REQUEST_TIMEOUTS
 from latscope.findings import Finding, NotTested, Severity
 from latscope.lab.app import Lab
 from latscope.lab.faults import HEADER_SCAN_MS_PER_KB
+from latscope.wire.target import Target
 from tests.diagnose import truth
 
 TEST_COST = truth.TEST_COST
@@ -125,7 +127,9 @@ def _above_low(result: Diagnosis) -> dict[str, Finding]:
 
 async def _diagnose(lab: Lab) -> Diagnosis:
     ca = str(lab.cert_path) if lab.cert_path is not None else None
-    return await diagnose(lab.url, ca_file=ca, quick=True, keep_timelines=True)
+    return await diagnose(
+        Target.resolve(lab.url, ca_file=ca, timeouts=REQUEST_TIMEOUTS), quick=True, keep_timelines=True
+    )
 
 
 @pytest.mark.parametrize(("fault", "tls", "finding_id", "truth_of", "floor_ms"), CASES, ids=[c[0] for c in CASES])
@@ -188,7 +192,7 @@ BLOATED_TOKEN = "Bearer " + "t" * (12 * 1024)
 async def test_header_scan_is_named_alone_for_a_client_with_bloated_headers_with_its_cost() -> None:
     headers = [("Authorization", BLOATED_TOKEN)]
     async with Lab(profile="tuned", faults=["header-scan"], cost=TEST_COST) as lab:
-        result = await diagnose(lab.url, quick=True, headers=headers)
+        result = await diagnose(Target.resolve(lab.url, headers=headers, timeouts=REQUEST_TIMEOUTS), quick=True)
     assert list(_above_low(result)) == ["request-header-bloat"], result.to_dict()
     finding = _above_low(result)["request-header-bloat"]
     # the truth: what the lab's scan spends on the client's own header line, per request
@@ -239,7 +243,7 @@ async def test_nagle_is_found_even_when_the_server_never_reuses_a_connection() -
 async def test_the_naive_lab_shows_the_four_hidden_bottlenecks_through_another_dialect(dialect: str) -> None:
     # The same engine and faults behind the API's own path: diagnose needs nothing OpenAI-specific.
     async with Lab(profile="naive", cost=TEST_COST) as lab:
-        result = await diagnose(lab.origin, dialect=dialect, quick=True)
+        result = await diagnose(Target.resolve(lab.origin, dialect=dialect, timeouts=REQUEST_TIMEOUTS), quick=True)
     assert set(_above_low(result)) == {
         "no-connection-reuse",
         "slow-request-parsing",

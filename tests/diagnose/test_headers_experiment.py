@@ -4,9 +4,11 @@ byte, on every request; a refusal of a padded head ends the sweep."""
 from __future__ import annotations
 
 from latscope.diagnose import diagnose
+from latscope.diagnose.context import REQUEST_TIMEOUTS
 from latscope.diagnose.experiments.headers import PAD_CHUNK_BYTES, header_bytes, padding
 from latscope.findings import Clear, Finding
 from latscope.lab.app import Lab
+from latscope.wire.target import Target
 from tests.diagnose.truth import TEST_COST
 from tests.support.stream_server import Received, Reply, StreamServer, models_handler, paced_stream
 
@@ -26,10 +28,11 @@ def test_padding_headers_total_the_size_asked_for_in_chunks_a_proxy_accepts() ->
 async def test_the_credentials_on_the_wire_are_exactly_the_callers_on_every_request() -> None:
     async with StreamServer(models_handler(paced_stream(2))) as server:
         result = await diagnose(
-            server.base_url,
+            Target.resolve(
+                server.base_url, headers=[("Authorization", TOKEN), ("Cookie", COOKIE)], timeouts=REQUEST_TIMEOUTS
+            ),
             quick=True,
             only="request-header-bloat",
-            headers=[("Authorization", TOKEN), ("Cookie", COOKIE)],
         )
     posts = [r for r in server.requests if r.method == "POST"]
     sweep = posts[-6:]  # the experiment's, after the baseline's: each size on a new connection, then a reused one
@@ -77,7 +80,11 @@ async def test_a_server_that_refuses_big_heads_ends_the_sweep_with_the_size() ->
 
 async def test_the_header_scan_fault_is_found_for_a_bloated_client_and_not_for_a_lean_one() -> None:
     async with Lab(profile="tuned", faults=["header-scan"], cost=TEST_COST) as lab:
-        bloated = await diagnose(lab.url, quick=True, only="request-header-bloat", headers=[("Authorization", TOKEN)])
+        bloated = await diagnose(
+            Target.resolve(lab.url, headers=[("Authorization", TOKEN)], timeouts=REQUEST_TIMEOUTS),
+            quick=True,
+            only="request-header-bloat",
+        )
         lean = await diagnose(lab.url, quick=True, only="request-header-bloat")
     finding = bloated.outcome("request-header-bloat")
     assert isinstance(finding, Finding), finding

@@ -7,14 +7,14 @@ import pytest
 
 from latscope.checks.evidence import MultimodalEvidence
 from latscope.diagnose import diagnose
-from latscope.diagnose.context import Context
+from latscope.diagnose.context import REQUEST_TIMEOUTS, Context
 from latscope.diagnose.experiments import multimodal
 from latscope.diagnose.experiments.multimodal import planned_requests
 from latscope.diagnose.result import Diagnosis
-from latscope.dialects import get_dialect
 from latscope.findings import Clear, Finding, Inconclusive, NotTested, Outcome
 from latscope.lab.app import Lab
 from latscope.lab.faults import SLOW_IMAGE_MS_PER_MB
+from latscope.wire.target import Target
 from tests.diagnose import truth
 from tests.support.stream_server import Received, Reply, StreamServer, models_handler, paced_stream
 
@@ -120,7 +120,9 @@ async def test_a_server_that_refuses_images_leaves_the_check_not_tested_with_its
 
 async def test_other_dialects_send_no_image_and_are_not_tested() -> None:
     async with Lab(profile="tuned", cost=truth.TEST_COST) as lab:
-        result = await diagnose(lab.origin, dialect="ollama.chat", quick=True, only=ID)
+        result = await diagnose(
+            Target.resolve(lab.origin, dialect="ollama.chat", timeouts=REQUEST_TIMEOUTS), quick=True, only=ID
+        )
         images = [r for r in lab.records if r.image_bytes]
     outcome = result.outcome(ID)
     assert isinstance(outcome, NotTested) and "ollama.chat" in outcome.reason
@@ -128,6 +130,6 @@ async def test_other_dialects_send_no_image_and_are_not_tested() -> None:
 
 
 def test_the_quick_plan_stays_small() -> None:
-    quick = Context("http://x", "m", quick=True)
+    quick = Context(Target.resolve("http://x"), "m", quick=True)
     assert planned_requests(quick) == 21  # 3 probes, then 3 sizes × 3 repeats × (image, control)
-    assert planned_requests(Context("http://x", "m", dialect=get_dialect("anthropic.messages"))) == 0
+    assert planned_requests(Context(Target.resolve("http://x", dialect="anthropic.messages"), "m")) == 0

@@ -6,7 +6,8 @@ from typing import Any
 
 from rich.console import Console
 
-from latscope.report.diagnosis import diagnosis_report, fmt_ms
+from latscope.report.diagnosis import diagnosis_report
+from latscope.report.format import fmt_ms
 
 DATA: dict[str, Any] = {
     "schema": "latscope.diagnosis/1",

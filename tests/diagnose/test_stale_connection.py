@@ -9,7 +9,8 @@ servers here do that on purpose, on every second request of a connection.
 from __future__ import annotations
 
 from latscope.checks.evidence import RequestSample
-from latscope.diagnose.context import Context
+from latscope.diagnose.context import REQUEST_TIMEOUTS, Context
+from latscope.wire.target import Target
 from tests.support.stream_server import Handler, Received, Reply, StreamServer, paced_stream
 
 
@@ -37,7 +38,7 @@ def second_request_dies(how: str) -> Handler:
 
 
 async def _two_requests(server: StreamServer) -> tuple[RequestSample, RequestSample, int]:
-    ctx = Context(base_url=server.base_url, model="test-model")
+    ctx = Context(Target.resolve(server.base_url, timeouts=REQUEST_TIMEOUTS), model="test-model")
     async with ctx.client() as client:
         first = await ctx.send(client, ctx.spec(16, 3), label="first")
         second = await ctx.send(client, ctx.spec(16, 3), label="second")
@@ -77,7 +78,7 @@ async def test_a_failure_on_a_new_connection_is_not_retried() -> None:
         reply.close()
 
     async with StreamServer(refuse) as server:
-        ctx = Context(base_url=server.base_url, model="test-model")
+        ctx = Context(Target.resolve(server.base_url, timeouts=REQUEST_TIMEOUTS), model="test-model")
         async with ctx.client() as client:
             sample = await ctx.send(client, ctx.spec(16, 3), label="only")
     assert not sample.ok and not sample.stale_retry and ctx.requests_sent == 1

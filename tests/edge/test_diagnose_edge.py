@@ -13,9 +13,11 @@ from __future__ import annotations
 import pytest
 
 from latscope.diagnose import Diagnosis, diagnose
+from latscope.diagnose.context import REQUEST_TIMEOUTS
 from latscope.findings import Severity
 from latscope.lab.edge.config import EdgeConfig
 from latscope.lab.edge.lab import EdgeLab
+from latscope.wire.target import Target
 from tests.diagnose.truth import TEST_COST
 from tests.edge.support import needs_nginx
 from tests.support.diagnosis import explain
@@ -29,7 +31,9 @@ STREAMING_IDS = ("stream-coalescing-nagle", "stream-proxy-buffering")
 async def _diagnose(*faults: str, only: tuple[str, ...] | None = None) -> tuple[Diagnosis, str]:
     """A quick diagnosis of the lab behind nginx with ``faults``; also nginx's error log for failure messages."""
     async with EdgeLab(faults=faults, cost=TEST_COST) as lab:
-        result = await diagnose(lab.url, ca_file=str(lab.cert_path), quick=True, only=only)
+        result = await diagnose(
+            Target.resolve(lab.url, ca_file=str(lab.cert_path), timeouts=REQUEST_TIMEOUTS), quick=True, only=only
+        )
         log = lab.edge.error_log_tail() if lab.edge is not None else ""
     return result, log
 
@@ -126,7 +130,9 @@ def _held_by_nginx_ms(access_log: str, request_ids: list[str]) -> float:
 async def test_nginx_limit_req_refusing_is_named_rate_limited_with_its_retry_after() -> None:
     async with EdgeLab(faults=["rate-limit"], cost=TEST_COST) as lab:
         result = await diagnose(
-            lab.url, ca_file=str(lab.cert_path), quick=True, only=("rate-limited", "gateway-queueing")
+            Target.resolve(lab.url, ca_file=str(lab.cert_path), timeouts=REQUEST_TIMEOUTS),
+            quick=True,
+            only=("rate-limited", "gateway-queueing"),
         )
         log = lab.edge.error_log_tail() if lab.edge is not None else ""
     finding = result.finding("rate-limited")
@@ -141,7 +147,9 @@ async def test_nginx_limit_req_refusing_is_named_rate_limited_with_its_retry_aft
 async def test_nginx_limit_req_queueing_is_named_gateway_queueing_with_the_time_nginx_held_requests() -> None:
     async with EdgeLab(faults=["gateway-queue"], cost=TEST_COST) as lab:
         result = await diagnose(
-            lab.url, ca_file=str(lab.cert_path), quick=True, only=("rate-limited", "gateway-queueing")
+            Target.resolve(lab.url, ca_file=str(lab.cert_path), timeouts=REQUEST_TIMEOUTS),
+            quick=True,
+            only=("rate-limited", "gateway-queueing"),
         )
         log = lab.edge.error_log_tail() if lab.edge is not None else ""
         access_path = lab.edge.access_log_path if lab.edge is not None else None

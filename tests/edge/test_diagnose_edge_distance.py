@@ -13,8 +13,10 @@ from __future__ import annotations
 import pytest
 
 from latscope.diagnose import Diagnosis, diagnose
+from latscope.diagnose.context import REQUEST_TIMEOUTS
 from latscope.findings import Severity
 from latscope.lab.edge.lab import EdgeLab
+from latscope.wire.target import Target
 from tests.diagnose.truth import TEST_COST
 from tests.edge.support import needs_nginx
 from tests.support.diagnosis import explain
@@ -32,7 +34,13 @@ async def _diagnose(path: Path, *faults: str, only: tuple[str, ...] | None = Non
     """A quick diagnosis, from the far end of ``path``, of the lab behind nginx with ``faults``."""
     with network_path(delay_ms=path.one_way_ms, rate_mbit=path.rate_mbit) as net:
         async with EdgeLab(faults=faults, cost=TEST_COST, host=net.server_host) as lab:
-            result = await net.run(diagnose(lab.url, ca_file=str(lab.cert_path), quick=True, only=only))
+            result = await net.run(
+                diagnose(
+                    Target.resolve(lab.url, ca_file=str(lab.cert_path), timeouts=REQUEST_TIMEOUTS),
+                    quick=True,
+                    only=only,
+                )
+            )
     rtt = result.target["rtt_ms"]
     assert rtt is not None and rtt >= 2 * path.one_way_ms, result.target  # it was diagnosed at the distance it was put
     assert all(e.status == "ok" for e in result.experiments), explain(result)

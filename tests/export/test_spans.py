@@ -7,7 +7,7 @@ import time
 
 from latscope.export.otlp import measure_clock_offset
 from latscope.export.spans import Span, request_context, row_spans, timeline_spans
-from latscope.load.records import RequestContext, build_tables
+from latscope.runs.records import RequestContext, build_tables
 from latscope.timeline.model import (
     ConnectionInfo,
     ErrorKind,
@@ -29,7 +29,7 @@ SPAN = "00f067aa0ba902b7"
 
 def _streamed(*, started: int = 1_000_000) -> Timeline:
     """A new connection's streamed request with uneven gaps between its marks (ns)."""
-    t = Timeline(url="http://llm.example:8000/v1/chat/completions", dialect="openai.chat", model="m")
+    t = Timeline(url="http://llm.example:8000/v1/chat/completions", dialect="openai.chat", model="m", max_tokens=3)
     t.trace_id, t.span_id = TRACE, SPAN
     t.request_headers = {"traceparent": f"00-{TRACE}-{SPAN}-01", "authorization": "[redacted]"}
     t.started_ns = started
@@ -61,7 +61,7 @@ def _children(spans: list[Span]) -> list[Span]:
 
 def test_the_request_span_is_the_traceparent_sent_and_its_phases_partition_it_exactly() -> None:
     t = _streamed()
-    spans = timeline_spans(t, clock_offset_ns=OFFSET, max_tokens=3)
+    spans = timeline_spans(t, clock_offset_ns=OFFSET)
     root, children = spans[0], _children(spans)
     assert (root.trace_id, root.span_id, root.parent_span_id, root.kind) == (TRACE, SPAN, None, "client")
     assert (root.start_ns, root.end_ns) == (t.started_ns + OFFSET, t.ended_ns + OFFSET)  # type: ignore[operator]
@@ -75,7 +75,7 @@ def test_the_request_span_is_the_traceparent_sent_and_its_phases_partition_it_ex
 
 
 def test_the_request_span_carries_genai_and_latscope_attributes() -> None:
-    a = timeline_spans(_streamed(), clock_offset_ns=0, max_tokens=3)[0].attributes
+    a = timeline_spans(_streamed(), clock_offset_ns=0)[0].attributes
     assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.provider.name"] == "openai"
     assert a["gen_ai.request.model"] == "m" and a["gen_ai.request.max_tokens"] == 3
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (12, 3)
@@ -131,8 +131,7 @@ def test_a_stale_connection_retry_is_an_event_on_the_request_span() -> None:
 
 def test_a_bench_row_gives_the_same_request_and_phase_durations_as_its_timeline() -> None:
     t = _streamed(started=123_456_789_012_345)
-    ctx = RequestContext(step=0, request_id=7, worker=0, class_name="default", warmup=False, step_start_ns=0,
-                         max_tokens=3)  # fmt: skip
+    ctx = RequestContext(step=0, request_id=7, worker=0, class_name="default", warmup=False, step_start_ns=0)
     requests, _ = build_tables([(t, ctx)])
     row = requests.to_pylist()[0]
     from_row = row_spans(row, url=t.url, model="m", dialect="openai.chat", clock_offset_ns=OFFSET)

@@ -13,8 +13,10 @@ from latscope.load.bench import bench_async, load_summaries, summarize_dir
 from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
 from latscope.load.slo import parse_slo
-from latscope.load.storage import read_run_json
 from latscope.load.workload import Workload, parse_class
+from latscope.runs.storage import read_run_json
+from latscope.wire import Timeouts
+from latscope.wire.target import Target
 from tests.support.load_sse_server import Script, ScriptedServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -22,11 +24,10 @@ pytestmark = pytest.mark.timeout(60)
 
 def config(url: str, **kw: object) -> BenchConfig:
     base: dict[str, object] = {
-        "url": url,
+        "target": Target.resolve(url, timeouts=Timeouts(headers_s=10.0, read_s=10.0)),
         "steps": (ClosedLoop(4),),
         "workload": Workload.single(LengthDist.fixed(8), LengthDist.fixed(6)),
         "requests": 12,
-        "read_timeout_s": 10.0,
         # these servers count every request they see (a slow first few, a failure after N); the metrics sampler's
         # GET would be one of them (tests/load/test_server_gauges.py tests it)
         "server_metrics": False,

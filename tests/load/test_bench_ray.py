@@ -18,8 +18,10 @@ from latscope.load.bench import run_bench
 from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
 from latscope.load.onray import RayUnavailable
-from latscope.load.storage import read_run_json
 from latscope.load.workload import Workload
+from latscope.runs.storage import read_run_json
+from latscope.wire import Timeouts
+from latscope.wire.target import Target
 from tests.support.otlp_receiver import LabThread
 from tests.support.raycluster import RayCluster, free_port, require_ray
 
@@ -46,13 +48,12 @@ def lab() -> Iterator[Lab]:
 
 def config(url: str, **kw: Any) -> BenchConfig:
     base: dict[str, Any] = {
-        "url": url,
+        "target": Target.resolve(url, timeouts=Timeouts(headers_s=10.0, read_s=10.0)),
         "steps": (OpenLoop(RATE, InterArrival.CONSTANT),),
         "workload": Workload.single(LengthDist.fixed(8), LengthDist.fixed(4)),
         "model": "lab-model",
         "duration_s": DURATION_S,
         "workers": 2,
-        "read_timeout_s": 10.0,
         "server_metrics": False,
     }
     base.update(kw)

@@ -16,6 +16,8 @@ from latscope.load.bench import run_bench
 from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
 from latscope.load.workload import Workload
+from latscope.wire import Timeouts
+from latscope.wire.target import Target
 from tests.support.load_sse_server import Script, ThreadedServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -92,13 +94,12 @@ def test_report_of_something_else_is_a_clear_error(tmp_path: Path) -> None:
 def test_worker_processes_share_the_schedule_and_the_run_merges(tmp_path: Path) -> None:
     with ThreadedServer(Script(gap_s=0.0005)) as server:
         config = BenchConfig(
-            url=server.url,
+            target=Target.resolve(server.url, timeouts=Timeouts(headers_s=10.0, read_s=10.0)),
             steps=(ClosedLoop(4), OpenLoop(200.0)),
             workload=Workload.single(LengthDist.fixed(8), LengthDist.fixed(3)),
             requests=20,
             warmup_requests=2,
             workers=2,
-            read_timeout_s=10.0,
         )
         result = run_bench(config, tmp_path)
     requests = pd.read_parquet(tmp_path / "requests.parquet")

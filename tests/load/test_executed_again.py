@@ -6,8 +6,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from latscope.load.records import ATTEMPT_TYPE
 from latscope.load.summary import executed_again
+from latscope.runs.records import ATTEMPT_TYPE
 
 
 def _attempt(response_id: str | None, tokens: int) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from latscope.load.records import _group_percentiles
+from latscope.runs.records import _group_percentiles
 
 groups_of_values = st.lists(
     st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), max_size=40), min_size=1, max_size=12

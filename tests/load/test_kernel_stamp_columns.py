@@ -10,17 +10,19 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from latscope.load import records
 from latscope.load.arrivals import ClosedLoop
 from latscope.load.bench import bench_async
-from latscope.load.config import BenchConfig, BenchConfigError
+from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
-from latscope.load.records import RequestContext, build_tables
 from latscope.load.stamps import describe, stamps_summary
-from latscope.load.storage import read_run_json
 from latscope.load.workload import Workload
+from latscope.runs import records
+from latscope.runs.records import RequestContext, build_tables
+from latscope.runs.storage import read_run_json
 from latscope.timeline.model import Read
+from latscope.wire import Timeouts
 from latscope.wire.kstamps import kernel_stamps_supported
+from latscope.wire.target import Target, TargetError
 from tests.support.load_sse_server import Script, ScriptedServer
 from tests.support.load_timelines import MS, make_timeline
 
@@ -87,14 +89,15 @@ def test_a_kernel_stamped_request_s_unstamped_read_has_no_delay_and_stays_out_of
 
 def test_the_stamp_source_is_part_of_the_bench_config() -> None:
     workload = Workload.single(LengthDist.fixed(4), LengthDist.fixed(4))
-    config = BenchConfig(url="http://127.0.0.1:1/v1", steps=(ClosedLoop(1),), workload=workload, stamps="kernel")
+    target = Target.resolve("http://127.0.0.1:1/v1", stamps="kernel")
+    config = BenchConfig(target=target, steps=(ClosedLoop(1),), workload=workload)
     data = config.to_dict()
-    assert data["stamps"] == "kernel"
-    assert BenchConfig.from_dict(data).stamps == "kernel"
-    del data["stamps"]  # a run saved before kernel stamps
-    assert BenchConfig.from_dict(data).stamps == "user"
-    with pytest.raises(BenchConfigError, match="--stamps"):
-        BenchConfig(url="http://127.0.0.1:1/v1", steps=(ClosedLoop(1),), workload=workload, stamps="tsc")
+    assert data["target"]["stamps"] == "kernel"
+    assert BenchConfig.from_dict(data).target.stamps == "kernel"
+    del data["target"]  # a run saved before kernel stamps (and before the target was one object)
+    assert BenchConfig.from_dict(data).target.stamps == "user"
+    with pytest.raises(TargetError, match="--stamps"):
+        Target.resolve("http://127.0.0.1:1/v1", stamps="tsc")
 
 
 @pytest.mark.timeout(60)
@@ -103,13 +106,11 @@ async def test_a_kernel_stamped_bench_run_says_so_in_run_json_and_its_tables(tmp
     workload = Workload.single(LengthDist.fixed(8), LengthDist.fixed(6))
     async with ScriptedServer(Script(gap_s=0.001)) as server:
         config = BenchConfig(
-            url=server.url,
+            target=Target.resolve(server.url, timeouts=Timeouts(headers_s=10.0, read_s=10.0), stamps="kernel"),
             steps=(ClosedLoop(2),),
             workload=workload,
             requests=6,
-            read_timeout_s=10.0,
             server_metrics=False,
-            stamps="kernel",
         )
         await bench_async(config, tmp_path)
     data = read_run_json(tmp_path)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from latscope.load.onray import decode_table, encode_table
-from latscope.load.records import RequestContext, build_tables
+from latscope.runs.records import RequestContext, build_tables
 from tests.support.load_timelines import MS, make_timeline
 
 

@@ -16,6 +16,8 @@ from latscope.load.bench import bench_async
 from latscope.load.config import BenchConfig
 from latscope.load.lengths import LengthDist
 from latscope.load.workload import Workload
+from latscope.wire import Timeouts
+from latscope.wire.target import Target
 from tests.support.load_sse_server import Script, ScriptedServer
 
 pytestmark = pytest.mark.timeout(90)
@@ -28,11 +30,10 @@ REQUESTS = 10
 
 def config(url: str, **kw: object) -> BenchConfig:
     base: dict[str, object] = {
-        "url": url,
+        "target": Target.resolve(url, timeouts=Timeouts(headers_s=10.0, read_s=10.0)),
         "steps": (ClosedLoop(1),),
         "workload": Workload.single(LengthDist.fixed(8), LengthDist.fixed(4)),
         "requests": REQUESTS,
-        "read_timeout_s": 10.0,
         "server_metrics": False,  # the metrics sampler's GET would spend the limiter's quota too
     }
     base.update(kw)
@@ -160,7 +161,7 @@ def _cut_config(url: str) -> BenchConfig:
         retries=6,
         retry_backoff_s=0.05,
         idempotency_keys=True,
-        total_timeout_s=CUT_AFTER_S,
+        target=Target.resolve(url, timeouts=Timeouts(headers_s=10.0, read_s=10.0, total_s=CUT_AFTER_S)),
     )
 
 

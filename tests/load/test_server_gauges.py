@@ -16,6 +16,8 @@ from latscope.load.lengths import LengthDist
 from latscope.load.servermetrics import GaugeSampler
 from latscope.load.workload import Workload
 from latscope.report.run import render_run
+from latscope.wire import Timeouts
+from latscope.wire.target import Target
 from tests.support.stream_server import Received, Reply, ServerThread
 
 #: 4 ms a token: a 40-token stream lasts long enough for several scrapes.
@@ -24,11 +26,10 @@ PACED = CostModel.default().with_overrides(decode_base_ms=4.0, decode_per_seq_ms
 
 def _config(url: str, concurrency: int) -> BenchConfig:
     return BenchConfig(
-        url=url,
+        target=Target.resolve(url, timeouts=Timeouts(headers_s=10.0, read_s=10.0)),
         steps=(ClosedLoop(1), ClosedLoop(concurrency)),
         workload=Workload.single(LengthDist.fixed(8), LengthDist.fixed(40)),
         requests=5 * concurrency,
-        read_timeout_s=10.0,
     )
 
 

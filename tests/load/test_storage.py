@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from latscope.load.records import EVENT_SCHEMA, REQUEST_SCHEMA, RequestContext
-from latscope.load.storage import (
+from latscope.runs.records import EVENT_SCHEMA, REQUEST_SCHEMA, RequestContext
+from latscope.runs.storage import (
     COMPRESSION,
     EVENTS_FILE,
     PART_WRITE_OPTIONS,

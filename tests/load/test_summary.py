@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from latscope.load.health import ClientHealth, WorkerHealth
-from latscope.load.records import RequestContext
 from latscope.load.slo import parse_slo
-from latscope.load.storage import PartWriter, iter_event_batches, merge_parts, read_requests
 from latscope.load.summary import StepSummary, summarize_run
+from latscope.runs.records import RequestContext
+from latscope.runs.storage import PartWriter, iter_event_batches, merge_parts, read_requests
 from latscope.timeline.model import Phase, Timeline
 from tests.support.load_timelines import MS, make_timeline
 

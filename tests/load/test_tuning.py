@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from latscope.load.health import ClientHealth, HealthMonitor
-from latscope.load.records import REQUEST_SCHEMA
 from latscope.load.summary import summarize_step
 from latscope.load.tuning import SWITCH_INTERVAL_S, StepTuning
+from latscope.runs.records import REQUEST_SCHEMA
 
 MB = 1 << 20
 

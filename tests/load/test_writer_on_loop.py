@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import latscope.load.storage as storage
-from latscope.load.records import RequestContext, Steps, build_steps, build_tables
-from latscope.load.storage import PartWriter
+import latscope.runs.storage as storage
+from latscope.runs.records import RequestContext, Steps, build_steps, build_tables
+from latscope.runs.storage import PartWriter
 from tests.support.load_timelines import MS, make_timeline
 
 START = 5_000 * MS

@@ -12,6 +12,7 @@ from latscope.probe import ProbeError, probe
 from latscope.timeline import Phase, loads
 from latscope.wire import WireError
 from latscope.wire.models import normalise_base_url
+from latscope.wire.target import Target
 from tests.support.stream_server import Received, Reply, StreamServer, models_handler, paced_stream
 
 
@@ -38,7 +39,9 @@ async def test_probe_uses_the_first_listed_model_and_reuses_one_connection() -> 
 
 async def test_probe_with_a_model_skips_the_lookup_and_sends_the_key_as_bearer() -> None:
     async with StreamServer(paced_stream(2)) as server:
-        result = await probe(server.base_url, model="m", n=1, api_key="sk-test-secret", dialect="openai.completions")
+        result = await probe(
+            Target.resolve(server.base_url, api_key="sk-test-secret", dialect="openai.completions"), model="m", n=1
+        )
     assert result.ok and result.models == [] and result.models_timeline is None
     posts = [r for r in server.requests if r.method == "POST"]  # the others are the /metrics scrapes
     assert [r.target for r in posts] == ["/v1/completions"]

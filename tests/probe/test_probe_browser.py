@@ -8,6 +8,7 @@ from latscope.lab.app import Lab
 from latscope.probe import probe
 from latscope.timeline.metrics import e2e_ms, pool_ms
 from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST
+from latscope.wire.target import Target
 from tests.diagnose.truth import TEST_COST
 
 
@@ -28,7 +29,7 @@ async def test_over_http2_one_connection_carries_them_all() -> None:
     async with Lab(profile="tuned", tls=True, cost=TEST_COST) as lab:
         assert lab.cert_path is not None
         result = await probe(
-            lab.url, n=12, max_tokens=8, browser=True, scrape_metrics=False, ca_file=str(lab.cert_path)
+            Target.resolve(lab.url, ca_file=str(lab.cert_path)), n=12, max_tokens=8, browser=True, scrape_metrics=False
         )
     assert result.ok
     (stats,) = result.pool.values()

@@ -13,6 +13,7 @@ from latscope.signals.join import TtftPart, TtftSplit, join_server_signals, ttft
 from latscope.signals.scrape import MetricsWindow, NotAvailable
 from latscope.timeline.model import Read, Timeline
 from latscope.wire.exchange import Exchange
+from latscope.wire.target import Target
 from tests.support.httpfile import load_capture
 from tests.support.stream_server import Handler, Received, Reply, StreamServer, paced_stream
 
@@ -141,7 +142,7 @@ async def test_a_metrics_url_on_another_origin_never_gets_the_api_key() -> None:
     metrics = _metrics_and_stream("/custom", (200, VLLM_AFTER))
     async with StreamServer(paced_stream(1)) as target, StreamServer(metrics) as exporter:
         url = exporter.base_url.removesuffix("/v1") + "/custom"
-        result = await probe(target.base_url, model="m", n=1, api_key="sk-secret", metrics_url=url)
+        result = await probe(Target.resolve(target.base_url, api_key="sk-secret"), model="m", n=1, metrics_url=url)
     assert isinstance(result.server_metrics, MetricsWindow) and result.server_metrics.url == url
     assert [r.target for r in exporter.requests] == ["/custom", "/custom"]
     assert all(r.header("authorization") is None for r in exporter.requests)
@@ -151,7 +152,7 @@ async def test_a_metrics_url_on_another_origin_never_gets_the_api_key() -> None:
 async def test_trace_context_is_sent_unless_turned_off() -> None:
     async with StreamServer(paced_stream(1)) as server:
         on = await probe(server.base_url, model="m", n=1, scrape_metrics=False)
-        off = await probe(server.base_url, model="m", n=1, scrape_metrics=False, trace_context=False)
+        off = await probe(Target.resolve(server.base_url, trace_context=False), model="m", n=1, scrape_metrics=False)
     sent = [r.header("traceparent") for r in server.requests]
     assert sent[0] is not None and on.timelines[0].trace_id is not None and on.timelines[0].trace_id in sent[0]
     assert sent[1] is None and off.timelines[0].trace_id is None

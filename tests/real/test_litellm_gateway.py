@@ -27,9 +27,11 @@ from pathlib import Path
 import pytest
 
 from latscope.diagnose import Diagnosis, diagnose
+from latscope.diagnose.context import REQUEST_TIMEOUTS
 from latscope.diagnose.experiments import overhead
 from latscope.findings import Clear, Finding
 from latscope.lab.app import Lab
+from latscope.wire.target import Target
 from tests.diagnose.truth import TEST_COST
 from tests.real.litellm_proxy import LiteLLMProxy, litellm_executable, running_litellm
 from tests.support.diagnosis import explain
@@ -73,8 +75,7 @@ def diagnosis(proxy: LiteLLMProxy, lab: Lab) -> Diagnosis:
     then carries a traceparent of its own), shared by the tests below (a few seconds)."""
     return asyncio.run(
         diagnose(
-            proxy.base_url,
-            api_key=proxy.api_key,
+            Target.resolve(proxy.base_url, api_key=proxy.api_key, timeouts=REQUEST_TIMEOUTS),
             quick=True,
             only=CHECKED,
             direct_url=lab.url,
@@ -146,7 +147,13 @@ def test_litellms_router_rpm_refusal_is_named_rate_limited_with_its_quota(
         executable, tmp_path, upstream_url=lab.url, upstream_model=lab.settings.model, rpm=RPM
     ) as limited:
         refused_by_lab = sum(1 for r in lab.records if r.status == 429)
-        result = asyncio.run(diagnose(limited.base_url, api_key=limited.api_key, quick=True, only=("rate-limited",)))
+        result = asyncio.run(
+            diagnose(
+                Target.resolve(limited.base_url, api_key=limited.api_key, timeouts=REQUEST_TIMEOUTS),
+                quick=True,
+                only=("rate-limited",),
+            )
+        )
         log = limited.log_tail()
     finding = result.finding("rate-limited")
     assert finding is not None, explain(result) + "\n" + log
@@ -166,7 +173,13 @@ def test_streams_litellm_holds_all_at_once_are_not_named_kv_cache_pressure(proxy
     # the KV-cache burst through LiteLLM, whose event loop holds every stream in flight while it sets up new ones:
     # with no KV metrics through it, only a stream stalling while the others go on would be a preemption
     preempted_before = sum(r.preemptions for r in lab.records)
-    result = asyncio.run(diagnose(proxy.base_url, api_key=proxy.api_key, quick=True, only=("kv-cache-pressure",)))
+    result = asyncio.run(
+        diagnose(
+            Target.resolve(proxy.base_url, api_key=proxy.api_key, timeouts=REQUEST_TIMEOUTS),
+            quick=True,
+            only=("kv-cache-pressure",),
+        )
+    )
     outcome = result.outcome("kv-cache-pressure")
     assert sum(r.preemptions for r in lab.records) == preempted_before  # the lab preempted nothing …
     assert outcome is not None and not isinstance(outcome, Finding), explain(result)  # … and nothing is named

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from latscope.diagnose import diagnose
+from latscope.diagnose.context import REQUEST_TIMEOUTS
 from latscope.dialects import get_dialect
 from latscope.findings import Finding
 from latscope.timeline.model import TOKEN_KINDS
 from latscope.wire import Client
+from latscope.wire.target import Target
 from tests.real.native_server import llama_server_binary, running_native_server
 from tests.support.diagnosis import explain
 
@@ -48,7 +50,10 @@ async def test_the_diagnosis_runs_through_the_anthropic_dialect_against_a_real_s
     # two slots: a third and fourth request at once wait, as through OpenAI's route (test_llama_server_engine.py)
     with running_native_server(llama_server_binary(), tmp_path, parallel=2) as server:
         result = await diagnose(
-            server.base_url, dialect="anthropic.messages", model="tiny-llama", quick=True, only="capacity-saturation"
+            Target.resolve(server.base_url, dialect="anthropic.messages", timeouts=REQUEST_TIMEOUTS),
+            model="tiny-llama",
+            quick=True,
+            only="capacity-saturation",
         )
         log = server.log_tail()
     outcome = result.outcome("capacity-saturation")

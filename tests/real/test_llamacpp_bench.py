@@ -7,12 +7,13 @@ from pathlib import Path
 import pandas as pd
 
 from latscope.load import BenchConfig, ClosedLoop, Workload, bench_async, parse_length
+from latscope.wire.target import Target
 from tests.real.conftest import LlamaServer
 
 
 async def test_short_bench_against_llama_cpp_saves_complete_results(llama_server: LlamaServer, tmp_path: Path) -> None:
     config = BenchConfig(
-        url=llama_server.base_url,
+        target=Target.resolve(llama_server.base_url),
         steps=(ClosedLoop(2),),
         workload=Workload.single(parse_length("32"), parse_length("16")),
         requests=8,

@@ -25,10 +25,11 @@ import pytest
 
 from latscope.checks.evidence import RequestSample
 from latscope.diagnose import Diagnosis, diagnose
-from latscope.diagnose.context import Context
+from latscope.diagnose.context import REQUEST_TIMEOUTS, Context
 from latscope.diagnose.experiments import baseline, parsing
 from latscope.findings import Clear, Finding, Inconclusive, NotTested, Severity
 from latscope.timeline.model import ErrorKind
+from latscope.wire.target import Target
 from tests.real.conftest import LlamaServer, require_llama_python, running_llama_server
 from tests.support.diagnosis import explain
 
@@ -145,7 +146,7 @@ async def test_request_parsing_is_measured_and_only_reported_when_real(
 async def _server_ms_per_mb(server: LlamaServer) -> float:
     """Time to the first response byte per MB of padding beyond an empty padding, best of five, timed from the start
     of the upload (a separate measurement from the diagnosis's)."""
-    ctx = Context(base_url=server.base_url, model=server.model)
+    ctx = Context(Target.resolve(server.base_url, timeouts=REQUEST_TIMEOUTS), model=server.model)
     best: dict[int, float] = {}
     async with ctx.client(quickack=True) as client:
         for _ in range(5):
@@ -160,7 +161,7 @@ async def _server_ms_per_mb(server: LlamaServer) -> float:
 async def test_an_over_long_streamed_prompt_is_a_refusal_and_the_next_request_still_completes(
     llama_server: LlamaServer,
 ) -> None:
-    ctx = Context(base_url=llama_server.base_url, model=llama_server.model)
+    ctx = Context(Target.resolve(llama_server.base_url, timeouts=REQUEST_TIMEOUTS), model=llama_server.model)
     async with ctx.client() as client:
         before = await ctx.send(client, ctx.spec(16, 1), label="before")
         over = await ctx.send(client, ctx.spec(4096, 1), label="over the context")

@@ -19,6 +19,8 @@ from latscope.load.lengths import LengthDist
 from latscope.load.workload import Workload
 from latscope.report.compare.result import compare_runs
 from latscope.report.compare.samples import read_samples
+from latscope.wire import Timeouts
+from latscope.wire.target import Target
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,13 +35,12 @@ def _bench(profile: str, out: Path) -> Path:
     async def run() -> None:
         async with Lab(profile=profile) as lab:
             config = BenchConfig(
-                url=lab.url,
+                target=Target.resolve(lab.url, timeouts=Timeouts(headers_s=10.0, read_s=10.0)),
                 steps=(ClosedLoop(2),),
                 workload=Workload.single(LengthDist.fixed(1000), LengthDist.fixed(8)),
                 requests=30,
                 warmup_requests=2,
-                read_timeout_s=10.0,
-                server_metrics=False,
+                    server_metrics=False,
             )
             await bench_async(config, out)
 

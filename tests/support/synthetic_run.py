@@ -16,15 +16,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from latscope.load.records import EVENT_KINDS, EVENT_SCHEMA, REQUEST_SCHEMA
-from latscope.load.storage import (
+from latscope.load.summary import summarize_run
+from latscope.runs.records import EVENT_KINDS, EVENT_SCHEMA, REQUEST_SCHEMA
+from latscope.runs.storage import (
     EVENTS_FILE,
     REQUESTS_FILE,
     iter_event_batches,
     read_requests,
     write_run_json,
 )
-from latscope.load.summary import summarize_run
 from latscope.timeline.model import EventKind
 
 WARMUP_SHARE = 0.02

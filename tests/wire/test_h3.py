@@ -35,6 +35,7 @@ from latscope.timeline import EventKind, Phase, metrics
 from latscope.timeline.model import ErrorKind
 from latscope.wire import Timeouts
 from latscope.wire.h3 import HTTP3, H3Client
+from latscope.wire.target import Target
 
 SPEC = get_dialect("openai.chat").build_request("lab-model", "Count to ten.", 12)
 
@@ -96,7 +97,11 @@ async def test_the_tls_no_tickets_fault_stops_resumption_over_http3_too() -> Non
 async def test_requests_sent_at_once_share_the_one_connection_being_opened() -> None:
     async with Lab(tls=True, http3=True) as lab:
         result = await probe(
-            lab.url, n=4, max_tokens=4, ca_file=str(lab.cert_path), http3=True, browser=True, scrape_metrics=False
+            Target.resolve(lab.url, ca_file=str(lab.cert_path), http3=True),
+            n=4,
+            max_tokens=4,
+            browser=True,
+            scrape_metrics=False,
         )
         accepted = lab.http3_connections_accepted
     assert result.ok, [t.error for t in result.timelines]
@@ -108,11 +113,9 @@ async def test_requests_sent_at_once_share_the_one_connection_being_opened() -> 
 async def test_the_probe_over_http3_reports_handshake_ttft_and_the_alt_svc_fact() -> None:
     async with Lab(tls=True, http3=True) as lab:
         result = await probe(
-            lab.url,
+            Target.resolve(lab.url, ca_file=str(lab.cert_path), http3=True),
             n=2,
             max_tokens=8,
-            ca_file=str(lab.cert_path),
-            http3=True,
             compare_tcp=True,
             scrape_metrics=False,
         )
@@ -131,9 +134,13 @@ async def test_the_probe_over_http3_reports_handshake_ttft_and_the_alt_svc_fact(
 
 async def test_alt_svc_is_detected_over_tcp_and_only_with_http3_on() -> None:
     async with Lab(tls=True, http3=True) as lab:
-        with_h3 = await probe(lab.url, n=1, max_tokens=4, ca_file=str(lab.cert_path), scrape_metrics=False)
+        with_h3 = await probe(
+            Target.resolve(lab.url, ca_file=str(lab.cert_path)), n=1, max_tokens=4, scrape_metrics=False
+        )
     async with Lab(tls=True) as lab:
-        without = await probe(lab.url, n=1, max_tokens=4, ca_file=str(lab.cert_path), scrape_metrics=False)
+        without = await probe(
+            Target.resolve(lab.url, ca_file=str(lab.cert_path)), n=1, max_tokens=4, scrape_metrics=False
+        )
     assert with_h3.timelines[0].response_headers["alt-svc"] == f'h3=":{with_h3.facts()["remote_port"]}"; ma=86400'
     assert with_h3.facts()["h3_advertised"]["max_age_s"] == 86400
     assert without.facts()["h3_advertised"] is None

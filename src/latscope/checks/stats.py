@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from latscope.timeline.percentile import percentile as percentile
+
 #: Scales a median absolute deviation to the standard deviation of a normal distribution (1 / Φ⁻¹(3/4)).
 MAD_TO_SD = 1.4826
 
@@ -25,21 +27,6 @@ def median(values: Sequence[float]) -> float | None:
     if len(ordered) % 2:
         return float(ordered[mid])
     return (ordered[mid - 1] + ordered[mid]) / 2.0
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The ``q``-th percentile (0–100) with linear interpolation between order statistics, or None for no values."""
-    if not values:
-        return None
-    if not 0.0 <= q <= 100.0:
-        raise ValueError(f"percentile must be within 0..100, got {q}")
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100.0
-    low = math.floor(position)
-    high = math.ceil(position)
-    if low == high:
-        return float(ordered[low])
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def robust_sd(values: Sequence[float]) -> float | None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +12,9 @@ import orjson
 from rich.console import Console
 
 from latscope.cli.html import require_html, write_html
-from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
+from latscope.cli.options import TargetOptions, dialect_option, pick_dialect, target_options
 from latscope.cli.otlp import export_spans, otlp_options, otlp_target
-from latscope.dialects import get_dialect
+from latscope.dialects import DEFAULT_DIALECT
 from latscope.export.spans import Span
 from latscope.load.arrivals import ArrivalSpecError, ClosedLoop, InterArrival, OpenLoop, parse_numbers
 from latscope.load.config import (
@@ -28,8 +28,9 @@ from latscope.load.slo import SloSpecError, parse_slo
 from latscope.load.stamps import describe as describe_stamps
 from latscope.load.workload import Workload, WorkloadSpecError, parse_class
 from latscope.timeline.redact import scrub_data
-from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES
+from latscope.wire import Timeouts
 from latscope.wire.retry import DEFAULT_BACKOFF_S, DEFAULT_MAX_WAIT_S
+from latscope.wire.target import Target
 
 #: every measured request failed
 EXIT_ALL_FAILED = 2
@@ -37,109 +38,101 @@ EXIT_ALL_FAILED = 2
 _SPEC_ERRORS = (ArrivalSpecError, BenchConfigError, LengthSpecError, SloSpecError, WorkloadSpecError)
 
 
-def _headers(values: tuple[str, ...], api_key: str | None, dialect: str) -> tuple[tuple[str, str], ...]:
-    """The ``--header`` values, and the key where ``dialect`` takes it (``Authorization: Bearer``, ``x-api-key``)."""
-    out = parse_headers(values)
-    if api_key:
-        out.extend(get_dialect(dialect).credential_headers(api_key))
-    return tuple(out)
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    """The bench command's own options as given (the target's are a :class:`~latscope.cli.options.TargetOptions`);
+    :func:`build_config` reads them."""
+
+    model: str | None = None
+    dialect: str = DEFAULT_DIALECT
+    api: str | None = None
+    concurrency: str | None = None
+    rate: str | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    requests: int | None = None
+    duration: str | None = None
+    warmup: str | None = None
+    prompt_tokens: str = "256"
+    output_tokens: str = "128"
+    ignore_eos: bool = False
+    classes: tuple[str, ...] = ()
+    prompts: str | None = None
+    seed: int = 0
+    slo: str | None = None
+    workers: str = "auto"
+    http2: bool = True
+    no_reuse: bool = False
+    temperature: float | None = None
+    drain: str | None = None
+    spin_us: int = 1500
+    busy_poll: bool = False
+    server_metrics: bool = True
+    retries: int = 0
+    idempotency_keys: bool = False
+    retry_backoff: str | None = None
+    retry_max_wait: str | None = None
+
+    @property
+    def dialect_name(self) -> str:
+        """``--dialect``, or the OpenAI dialect ``--api`` names."""
+        return pick_dialect(self.dialect, None if self.api is None else f"openai.{self.api}", "--api")
 
 
-def build_config(
-    url: str,
-    *,
-    model: str | None,
-    dialect: str,
-    api: str | None,
-    concurrency: str | None,
-    rate: str | None,
-    arrival: str,
-    burstiness: float,
-    max_concurrency: int | None,
-    requests: int | None,
-    duration: str | None,
-    warmup: str | None,
-    prompt_tokens: str,
-    output_tokens: str,
-    ignore_eos: bool,
-    classes: tuple[str, ...],
-    prompts: str | None,
-    seed: int,
-    slo: str | None,
-    workers: str,
-    headers: tuple[tuple[str, str], ...],
-    insecure: bool,
-    ca_file: str | None,
-    http2: bool,
-    no_reuse: bool,
-    temperature: float | None,
-    drain: str | None,
-    timeout: str,
-    spin_us: int,
-    busy_poll: bool = False,
-    server_metrics: bool = True,
-    max_time: str | None = None,
-    retries: int = 0,
-    idempotency_keys: bool = False,
-    retry_backoff: str | None = None,
-    retry_max_wait: str | None = None,
-    stamps: str = DEFAULT_STAMPS,
-) -> BenchConfig:
-    """The :class:`BenchConfig` the command-line options describe (raises the spec errors on bad input)."""
-    if concurrency and rate:
+def _steps(opts: BenchOptions) -> tuple[ClosedLoop | OpenLoop, ...]:
+    """The sweep ``--concurrency`` or ``--rate`` describes."""
+    if opts.concurrency and opts.rate:
         raise BenchConfigError("give --concurrency or --rate, not both")
-    steps: tuple[ClosedLoop | OpenLoop, ...]
-    if rate:
-        process = InterArrival(arrival)
-        steps = tuple(OpenLoop(r, process, burstiness, max_concurrency) for r in parse_numbers(rate))
-    else:
-        values = parse_numbers(concurrency or "1")
-        if any(v != int(v) for v in values):
-            raise BenchConfigError(f"--concurrency takes whole numbers, got {concurrency!r}")
-        steps = tuple(ClosedLoop(int(v)) for v in values)
-    if classes:
-        if prompts:
+    if opts.rate:
+        process = InterArrival(opts.arrival)
+        return tuple(OpenLoop(r, process, opts.burstiness, opts.max_concurrency) for r in parse_numbers(opts.rate))
+    values = parse_numbers(opts.concurrency or "1")
+    if any(v != int(v) for v in values):
+        raise BenchConfigError(f"--concurrency takes whole numbers, got {opts.concurrency!r}")
+    return tuple(ClosedLoop(int(v)) for v in values)
+
+
+def _workload(opts: BenchOptions) -> Workload:
+    """The workload ``--class`` (a mix) or the single-class options describe."""
+    if opts.classes:
+        if opts.prompts:
             raise BenchConfigError("--prompts applies to a single-class workload; use file=PATH inside --class")
-        workload = Workload(tuple(parse_class(c) for c in classes), seed=seed)
-    else:
-        workload = Workload.single(
-            parse_length(prompt_tokens),
-            parse_length(output_tokens),
-            ignore_eos=ignore_eos,
-            prompt_file=prompts,
-            seed=seed,
-            name=Path(prompts).stem if prompts else "default",
-        )
-    warmup_requests, warmup_s = parse_warmup(warmup) if warmup else (0, 0.0)
+        return Workload(tuple(parse_class(c) for c in opts.classes), seed=opts.seed)
+    return Workload.single(
+        parse_length(opts.prompt_tokens),
+        parse_length(opts.output_tokens),
+        ignore_eos=opts.ignore_eos,
+        prompt_file=opts.prompts,
+        seed=opts.seed,
+        name=Path(opts.prompts).stem if opts.prompts else "default",
+    )
+
+
+def build_config(target: Target, opts: BenchOptions) -> BenchConfig:
+    """The :class:`BenchConfig` the command-line options describe (raises the spec errors on bad input)."""
+    warmup_requests, warmup_s = parse_warmup(opts.warmup) if opts.warmup else (0, 0.0)
     return BenchConfig(
-        url=url,
-        steps=steps,
-        workload=workload,
-        model=model,
-        dialect=pick_dialect(dialect, None if api is None else f"openai.{api}", "--api"),
-        requests=requests,
-        duration_s=parse_duration_s(duration) if duration else None,
+        target=target,
+        steps=_steps(opts),
+        workload=_workload(opts),
+        model=opts.model,
+        requests=opts.requests,
+        duration_s=parse_duration_s(opts.duration) if opts.duration else None,
         warmup_requests=warmup_requests,
         warmup_s=warmup_s,
-        drain_s=parse_duration_s(drain) if drain else None,
-        workers=None if workers == "auto" else int(workers),
-        slo=parse_slo(slo) if slo else None,
-        temperature=temperature,
-        headers=headers,
-        verify=not insecure,
-        ca_file=ca_file,
-        http2=http2,
-        new_connection_per_request=no_reuse,
-        read_timeout_s=parse_duration_s(timeout),
-        total_timeout_s=parse_duration_s(max_time) if max_time else None,
-        spin_us=spin_us,
-        busy_poll=busy_poll,
-        server_metrics=server_metrics,
-        retries=retries,
-        idempotency_keys=idempotency_keys,
-        retry_backoff_s=parse_duration_s(retry_backoff) if retry_backoff else DEFAULT_BACKOFF_S,
-        retry_max_wait_s=parse_duration_s(retry_max_wait) if retry_max_wait else DEFAULT_MAX_WAIT_S,
-        stamps=stamps,
+        drain_s=parse_duration_s(opts.drain) if opts.drain else None,
+        workers=None if opts.workers == "auto" else int(opts.workers),
+        slo=parse_slo(opts.slo) if opts.slo else None,
+        temperature=opts.temperature,
+        new_connection_per_request=opts.no_reuse,
+        spin_us=opts.spin_us,
+        busy_poll=opts.busy_poll,
+        server_metrics=opts.server_metrics,
+        retries=opts.retries,
+        idempotency_keys=opts.idempotency_keys,
+        retry_backoff_s=parse_duration_s(opts.retry_backoff) if opts.retry_backoff else DEFAULT_BACKOFF_S,
+        retry_max_wait_s=parse_duration_s(opts.retry_max_wait) if opts.retry_max_wait else DEFAULT_MAX_WAIT_S,
     )
 
 
@@ -201,13 +194,13 @@ def build_config(
     "after URL, or write --ray=ADDRESS.",
 )
 @click.option("--out", "-o", type=click.Path(file_okay=False), help="Run directory (default runs/bench-<time>).")
-@target_options
+@target_options(
+    timeout_help=f"{Timeouts().connect_s:g} s to connect, {Timeouts().headers_s:g} s for the head and between reads"
+)
 @click.option("--http2/--no-http2", default=True, show_default=True, help="Offer HTTP/2 over TLS.")
 @click.option("--no-reuse", is_flag=True, help="Open a new connection for every request.")
 @click.option("--temperature", type=float)
 @click.option("--drain", help="After a step's last dispatch, wait at most this long for in-flight requests.")
-@click.option("--timeout", default="120s", show_default=True, help="Longest wait for the head or between reads.")
-@click.option("--max-time", help="The longest one request may take (as curl's --max-time), e.g. 60s; default: none.")
 @click.option("--spin-us", type=int, default=1500, show_default=True, help="Pacing spin before each arrival (µs).")
 @click.option(
     "--busy-poll",
@@ -215,15 +208,6 @@ def build_config(
     help="Keep each worker's loop polling instead of sleeping (one core each): reads are stamped without waiting "
     "for the process to wake (event delay p99 ~0.5 ms instead of ~1.5 ms on a 2-core VM), and moments the machine "
     "took the CPU away are recorded.",
-)
-@click.option(
-    "--stamps",
-    type=click.Choice(STAMP_CHOICES),
-    default=DEFAULT_STAMPS,
-    show_default=True,
-    help="What stamps each read: 'kernel' uses the kernel's receive stamps (Linux SO_TIMESTAMPNS; each read keeps "
-    "its user-space stamp too, and their difference, the client's own scheduling delay, is recorded), 'user' stamps "
-    "a read when the event loop hands it over.",
 )
 @click.option(
     "--server-metrics/--no-server-metrics",
@@ -270,10 +254,8 @@ def build_config(
 @otlp_options
 def command(
     url: str,
-    workers: str,
+    target: TargetOptions,
     out: str | None,
-    header: tuple[str, ...],
-    api_key: str | None,
     inline: bool,
     ray_address: str | None,
     no_progress: bool,
@@ -318,6 +300,8 @@ def command(
 
     require_html(html_path)
     otlp = otlp_target(otlp_url, otlp_file)
+    opts = BenchOptions(**options)
+    workers = opts.workers
     if workers != "auto" and not workers.isdigit():
         raise click.BadParameter("a number or 'auto'", param_hint="--workers")
     if inline and workers not in ("auto", "1"):
@@ -325,13 +309,11 @@ def command(
     if inline and ray_address is not None:
         raise click.UsageError("--inline runs in this process and --ray on a cluster; give one of them")
     try:
-        api = options.get("api")
-        speaks = pick_dialect(options["dialect"], None if api is None else f"openai.{api}", "--api")
-        config = build_config(url, workers=workers, headers=_headers(header, api_key, speaks), **options)
+        # a traceparent per request costs CPU and only an OpenTelemetry export reads it
+        resolved = target.resolve(url, opts.dialect_name, http2=opts.http2, trace_context=otlp.wanted)
+        config = build_config(resolved, opts)
     except _SPEC_ERRORS as exc:
         raise click.UsageError(str(exc)) from None
-    if otlp.wanted:
-        config = dataclasses.replace(config, trace_context=True)
 
     run_dir = Path(out) if out else default_run_dir()
     console = Console(stderr=as_json)

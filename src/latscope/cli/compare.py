@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,9 @@ from rich.text import Text
 
 from latscope.cli.html import require_html, write_html
 from latscope.load.slo import Slo, SloSpecError, parse_slo
-from latscope.load.storage import RUN_JSON, RunFormatError
 from latscope.report.compare.result import DEFAULT_MIN_CHANGE_SHARE
 from latscope.report.compare.stats import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
+from latscope.runs.storage import RUN_JSON, RunFormatError
 
 DIAGNOSIS_SCHEMA = "latscope.diagnosis/1"
 
@@ -110,68 +111,11 @@ def command(
         raise click.UsageError(f"A is a {kind_a}, B a {kind_b}: compare two bench runs or two diagnoses")
     to_stdout = json_path == "-"
     console = Console(stderr=to_stdout)
-    data: dict[str, Any]
     if kind_a == "bench":
-        from latscope.report.compare.result import compare_runs
-        from latscope.report.compare.samples import read_samples, reports_server_phases_dir
-        from latscope.report.compare.terminal import run_comparison_renderable
-        from latscope.report.compare.workload import run_workload_differences
-
-        try:
-            objective = parse_slo(slo) if slo else None
-            dirs = [p.parent if p.is_file() else p for p in (path_a, path_b)]
-            split = reports_server_phases_dir(dirs[0]) and reports_server_phases_dir(dirs[1])
-            run_a = read_samples(dirs[0], objective, server_reported=split)
-            run_b = read_samples(dirs[1], objective or _run_slo(run_a.slo), server_reported=split)
-        except SloSpecError as exc:
-            raise click.BadParameter(str(exc), param_hint="--slo") from None
-        except (RunFormatError, OSError) as exc:
-            raise click.ClickException(str(exc)) from None
-        differences = run_workload_differences(run_a.data, run_b.data)
-        if differences and not force:
-            _refuse(differences)
-        result = compare_runs(
-            run_a,
-            run_b,
-            workload_differences=differences,
-            forced=force,
-            seed=seed,
-            resamples=resamples,
-            confidence=confidence,
-            min_change_share=min_change / 100,
-        )
-        console.print(run_comparison_renderable(result))
-        data = result.to_dict()
-        if html_path is not None:
-
-            def build_runs() -> str:
-                from latscope.report.html.compare import compare_runs_html
-
-                return compare_runs_html(result, run_a, run_b)
-
-            write_html(console, html_path, build_runs)
+        settings = _RunSettings(slo, force, seed, resamples, confidence, min_change / 100)
+        data = _compare_runs(console, path_a, path_b, settings, html_path)
     else:
-        from latscope.report.compare.result import compare_diagnoses
-        from latscope.report.compare.terminal import diagnosis_comparison_renderable
-        from latscope.report.compare.workload import diagnosis_workload_differences
-
-        diag_a, diag_b = orjson.loads(path_a.read_bytes()), orjson.loads(path_b.read_bytes())
-        differences = diagnosis_workload_differences(diag_a, diag_b)
-        if differences and not force:
-            _refuse(differences)
-        diag_result = compare_diagnoses(
-            diag_a, diag_b, path_a=a, path_b=b, workload_differences=differences, forced=force
-        )
-        console.print(diagnosis_comparison_renderable(diag_result))
-        data = diag_result.to_dict()
-        if html_path is not None:
-
-            def build_diagnoses() -> str:
-                from latscope.report.html.compare import compare_diagnoses_html
-
-                return compare_diagnoses_html(diag_result, diag_a, diag_b)
-
-            write_html(console, html_path, build_diagnoses)
+        data = _compare_diagnoses(console, a, b, force, html_path)
     if json_path is not None:
         payload = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
         if to_stdout:
@@ -180,6 +124,86 @@ def command(
         else:
             Path(json_path).write_bytes(payload)
             console.print(Text(f"wrote {json_path}", style="dim"))
+
+
+@dataclass(frozen=True, slots=True)
+class _RunSettings:
+    """How two bench runs are compared: the options of ``latscope compare`` that only runs use."""
+
+    slo: str | None
+    force: bool
+    seed: int
+    resamples: int
+    confidence: float
+    min_change_share: float  #: 0…1 of A's value
+
+
+def _compare_runs(
+    console: Console, path_a: Path, path_b: Path, settings: _RunSettings, html_path: str | None
+) -> dict[str, Any]:
+    """Compare two bench runs: print the comparison, write the HTML page when asked; the ``--json`` object."""
+    from latscope.report.compare.result import compare_runs
+    from latscope.report.compare.samples import read_samples, reports_server_phases_dir
+    from latscope.report.compare.terminal import run_comparison_renderable
+    from latscope.report.compare.workload import run_workload_differences
+
+    try:
+        objective = parse_slo(settings.slo) if settings.slo else None
+        dirs = [p.parent if p.is_file() else p for p in (path_a, path_b)]
+        split = reports_server_phases_dir(dirs[0]) and reports_server_phases_dir(dirs[1])
+        run_a = read_samples(dirs[0], objective, server_reported=split)
+        run_b = read_samples(dirs[1], objective or _run_slo(run_a.slo), server_reported=split)
+    except SloSpecError as exc:
+        raise click.BadParameter(str(exc), param_hint="--slo") from None
+    except (RunFormatError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    differences = run_workload_differences(run_a.data, run_b.data)
+    if differences and not settings.force:
+        _refuse(differences)
+    result = compare_runs(
+        run_a,
+        run_b,
+        workload_differences=differences,
+        forced=settings.force,
+        seed=settings.seed,
+        resamples=settings.resamples,
+        confidence=settings.confidence,
+        min_change_share=settings.min_change_share,
+    )
+    console.print(run_comparison_renderable(result))
+    if html_path is not None:
+
+        def build_runs() -> str:
+            from latscope.report.html.compare import compare_runs_html
+
+            return compare_runs_html(result, run_a, run_b)
+
+        write_html(console, html_path, build_runs)
+    return result.to_dict()
+
+
+def _compare_diagnoses(console: Console, a: str, b: str, force: bool, html_path: str | None) -> dict[str, Any]:
+    """Compare the diagnose JSON files ``a`` and ``b``: print the comparison, write the HTML page when asked; the
+    ``--json`` object."""
+    from latscope.report.compare.result import compare_diagnoses
+    from latscope.report.compare.terminal import diagnosis_comparison_renderable
+    from latscope.report.compare.workload import diagnosis_workload_differences
+
+    diag_a, diag_b = orjson.loads(Path(a).read_bytes()), orjson.loads(Path(b).read_bytes())
+    differences = diagnosis_workload_differences(diag_a, diag_b)
+    if differences and not force:
+        _refuse(differences)
+    diag_result = compare_diagnoses(diag_a, diag_b, path_a=a, path_b=b, workload_differences=differences, forced=force)
+    console.print(diagnosis_comparison_renderable(diag_result))
+    if html_path is not None:
+
+        def build_diagnoses() -> str:
+            from latscope.report.html.compare import compare_diagnoses_html
+
+            return compare_diagnoses_html(diag_result, diag_a, diag_b)
+
+        write_html(console, html_path, build_diagnoses)
+    return diag_result.to_dict()
 
 
 def _run_slo(slo: dict[str, float] | None) -> Slo | None:

@@ -11,9 +11,9 @@ was measured.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import click
 import orjson
@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.text import Text
 
 from latscope.cli.html import require_html, write_html
-from latscope.cli.options import dialect_option, parse_headers, target_options
+from latscope.cli.options import TargetOptions, dialect_option, target_options
 from latscope.cli.otlp import export_spans, otlp_options, otlp_target
 from latscope.diagnose import DiagnoseError, Diagnosis, ProgressEvent, UnknownFindingError, diagnose
 from latscope.diagnose.context import REQUEST_TIMEOUTS
@@ -31,8 +31,8 @@ from latscope.dialects import get_dialect
 from latscope.export.spans import Span, spans_of
 from latscope.report.diagnosis import diagnosis_report
 from latscope.timeline.redact import scrub_data
-from latscope.wire import Timeouts
 from latscope.wire.loop import run
+from latscope.wire.target import Target
 
 EXIT_USAGE = 2
 #: no check reached a verdict: nothing could be measured
@@ -59,20 +59,12 @@ class _ProgressView:
             self.progress.update(task, completed=event.total, total=event.total, description=event.experiment)
 
 
-def _timeouts(timeout: float | None, max_time: float | None) -> Timeouts:
-    """The per-request limits from ``--timeout`` (every phase) and ``--max-time`` (the whole request)."""
-    base = REQUEST_TIMEOUTS
-    if timeout is not None:
-        base = Timeouts(connect_s=timeout, tls_s=timeout, send_s=timeout, headers_s=timeout, read_s=timeout)
-    return dataclasses.replace(base, total_s=max_time)
-
-
-def _fail(console: Console, message: str) -> None:
+def _fail(console: Console, message: str) -> NoReturn:
     console.print(Text("error: ", style="bold red") + Text(message))
     sys.exit(EXIT_USAGE)
 
 
-def _run(console: Console, url: str, options: dict[str, Any]) -> Diagnosis:
+def _run(console: Console, target: Target, opts: _DiagnoseOptions, *, keep_timelines: bool) -> Diagnosis:
     with Progress(
         TextColumn("[bold]{task.description:<11}"),
         BarColumn(bar_width=30),
@@ -81,7 +73,63 @@ def _run(console: Console, url: str, options: dict[str, Any]) -> Diagnosis:
         console=console,
         transient=True,
     ) as progress:
-        return run(diagnose(url, progress=_ProgressView(progress), **options))
+        return run(
+            diagnose(
+                target,
+                model=opts.model,
+                only=opts.only,
+                quick=opts.quick,
+                progress=_ProgressView(progress),
+                budget_s=opts.budget,
+                keep_timelines=keep_timelines,
+                direct_url=opts.direct_url,
+            )
+        )
+
+
+def _diagnose(
+    console: Console, url: str | None, target: TargetOptions, opts: _DiagnoseOptions, *, keep_timelines: bool
+) -> Diagnosis:
+    """Diagnose ``url``, or the embedded lab without one; a usage error or a target that cannot be diagnosed exits
+    2, Ctrl-C before the first experiment 130."""
+    try:
+        if url is not None:
+            resolved = target.resolve(url, opts.dialect, default_timeouts=REQUEST_TIMEOUTS)
+            return _run(console, resolved, opts, keep_timelines=keep_timelines)
+        from latscope.lab.process import LabProcess, LabStartError
+
+        console.print(Text(f"Starting the embedded lab (profile {opts.lab_profile}) …", style="dim"))
+        try:
+            with LabProcess(profile=opts.lab_profile) as lab:
+                assert lab.url is not None
+                # the lab serves every dialect on its usual path: its origin plus the dialect's base path
+                lab_url = lab.url.removesuffix("/v1") + get_dialect(opts.dialect).base_path
+                resolved = target.resolve(lab_url, opts.dialect, default_timeouts=REQUEST_TIMEOUTS)
+                return _run(console, resolved, opts, keep_timelines=keep_timelines)
+        except LabStartError as exc:
+            _fail(console, f"the embedded lab did not start: {exc}")
+    except DiagnoseError as exc:
+        _fail(console, str(exc))
+    except KeyboardInterrupt:
+        console.print(Text("interrupted before the first experiment: nothing was measured", style="yellow"))
+        sys.exit(EXIT_INTERRUPTED)
+
+
+@dataclass(frozen=True, slots=True)
+class _DiagnoseOptions:
+    """The diagnosis's own options (the target's are a :class:`~latscope.cli.options.TargetOptions`)."""
+
+    model: str | None
+    dialect: str
+    only: str | None
+    direct_url: str | None
+    quick: bool
+    json_path: str | None
+    html_path: str | None
+    lab_profile: str
+    budget: float | None
+    otlp_url: str | None
+    otlp_file: str | None
 
 
 def _compare_hint(console: Console, profile: str) -> None:
@@ -103,7 +151,11 @@ def _compare_hint(console: Console, profile: str) -> None:
 @click.argument("url", required=False)
 @click.option("--model", "-m", help="Model name (default: the first one the server lists at /models).")
 @dialect_option
-@target_options
+@target_options(
+    timeout_help=f"{REQUEST_TIMEOUTS.connect_s:g} s to connect, {REQUEST_TIMEOUTS.headers_s:g} s for the head, "
+    f"{REQUEST_TIMEOUTS.read_s:g} s between reads",
+    stamps=False,
+)
 @click.option(
     "--only",
     metavar="IDS",
@@ -139,20 +191,6 @@ def _compare_hint(console: Console, profile: str) -> None:
     help="Without URL: the profile of the embedded lab to diagnose.",
 )
 @click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=None,
-    help="Seconds per phase of a request: connect, TLS, send, the wait for the head, each gap between reads "
-    f"(default: {REQUEST_TIMEOUTS.connect_s:g} s to connect, {REQUEST_TIMEOUTS.headers_s:g} s for the head, "
-    f"{REQUEST_TIMEOUTS.read_s:g} s between reads).",
-)
-@click.option(
-    "--max-time",
-    type=click.FloatRange(min=0.1),
-    default=None,
-    help="The longest one request may take, seconds (as curl's --max-time; default: no limit beyond --timeout).",
-)
-@click.option(
     "--budget",
     type=click.FloatRange(min=1.0),
     default=None,
@@ -160,26 +198,7 @@ def _compare_hint(console: Console, profile: str) -> None:
     "not tested (default: each experiment has its own bound).",
 )
 @otlp_options
-def command(
-    url: str | None,
-    model: str | None,
-    dialect: str,
-    api_key: str | None,
-    insecure: bool,
-    ca_file: str | None,
-    header: tuple[str, ...],
-    only: str | None,
-    direct_url: str | None,
-    quick: bool,
-    json_path: str | None,
-    html_path: str | None,
-    lab_profile: str,
-    timeout: float | None,
-    max_time: float | None,
-    budget: float | None,
-    otlp_url: str | None,
-    otlp_file: str | None,
-) -> None:
+def command(url: str | None, target: TargetOptions, **options: Any) -> None:
     """Run the experiment battery against URL and name the bottlenecks, with their cost and the fix.
 
     URL is an OpenAI-style base URL (http://host:port/v1; a URL without a path gets /v1, as for
@@ -199,56 +218,21 @@ def command(
     Findings are ranked by measured cost; what could not be tested or decided is listed with the reason.
     --otlp URL / --otlp-file FILE export every experiment request as OpenTelemetry spans.
     """
-    require_html(html_path)
-    otlp = otlp_target(otlp_url, otlp_file)
-    to_stdout = json_path == "-"
+    opts = _DiagnoseOptions(**options)
+    require_html(opts.html_path)
+    otlp = otlp_target(opts.otlp_url, opts.otlp_file)
+    to_stdout = opts.json_path == "-"
     console = Console(stderr=to_stdout)
-    headers = parse_headers(header)
     try:
-        select(only)
+        select(opts.only)
     except UnknownFindingError as exc:
         raise click.BadParameter(str(exc), param_hint="--only") from None
-    options: dict[str, Any] = {
-        "model": model,
-        "dialect": dialect,
-        "api_key": api_key,
-        "verify": not insecure,
-        "ca_file": ca_file,
-        "headers": headers,
-        "only": only,
-        "quick": quick,
-        "timeouts": _timeouts(timeout, max_time),
-        "budget_s": budget,
-        "keep_timelines": otlp.wanted,
-        "direct_url": direct_url,
-    }
-    embedded = url is None
-    try:
-        if embedded:
-            from latscope.lab.process import LabProcess, LabStartError
-
-            console.print(Text(f"Starting the embedded lab (profile {lab_profile}) …", style="dim"))
-            try:
-                with LabProcess(profile=lab_profile) as lab:
-                    assert lab.url is not None
-                    # the lab serves every dialect on its usual path: its origin plus the dialect's base path
-                    result = _run(console, lab.url.removesuffix("/v1") + get_dialect(dialect).base_path, options)
-            except LabStartError as exc:
-                _fail(console, f"the embedded lab did not start: {exc}")
-                return
-        else:
-            assert url is not None
-            result = _run(console, url, options)
-    except DiagnoseError as exc:
-        _fail(console, str(exc))
-        return
-    except KeyboardInterrupt:
-        console.print(Text("interrupted before the first experiment: nothing was measured", style="yellow"))
-        sys.exit(EXIT_INTERRUPTED)
+    result = _diagnose(console, url, target, opts, keep_timelines=otlp.wanted)
     data = scrub_data(result.to_dict())
     console.print(diagnosis_report(data))
-    if embedded:
-        _compare_hint(console, lab_profile)
+    if url is None:
+        _compare_hint(console, opts.lab_profile)
+    json_path, html_path = opts.json_path, opts.html_path
     if json_path is not None:
         payload = orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS) + b"\n"
         if to_stdout:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import click
 
 from latscope.dialects import DEFAULT_DIALECT, DIALECTS
+from latscope.load.config import BenchConfigError, parse_duration_s
 from latscope.timeline.redact import control_character, register_secret, register_secret_headers
+from latscope.wire import Timeouts
+from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES
+from latscope.wire.target import Target, TargetError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,27 +87,133 @@ def pick_dialect(dialect: str, alias: str | None, alias_option: str) -> str:
     return alias
 
 
-def target_options(func: F) -> F:
+@dataclass(frozen=True, slots=True)
+class TargetOptions:
+    """What the target options said, checked but not yet resolved: :meth:`resolve` makes the
+    :class:`~latscope.wire.target.Target` once the URL (and the dialect) is known. ``timeout_s`` bounds every phase
+    of a request (connect, TLS, send, the wait for the head, each gap between reads), ``max_time_s`` the whole
+    request, both s; None leaves the command's defaults."""
+
+    api_key: str | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    verify: bool = True
+    ca_file: str | None = None
+    timeout_s: float | None = None
+    max_time_s: float | None = None
+    stamps: str = DEFAULT_STAMPS
+
+    def timeouts(self, default: Timeouts) -> Timeouts:
+        """``default`` with ``--timeout`` on every phase and ``--max-time`` on the whole request, where given."""
+        out = default
+        if self.timeout_s is not None:
+            s = self.timeout_s
+            out = dataclasses.replace(out, connect_s=s, tls_s=s, send_s=s, headers_s=s, read_s=s)
+        if self.max_time_s is not None:
+            out = dataclasses.replace(out, total_s=self.max_time_s)
+        return out
+
+    def resolve(self, url: str, dialect: str, *, default_timeouts: Timeouts = Timeouts(), **settings: Any) -> Target:  # noqa: B008 - frozen
+        """The :class:`~latscope.wire.target.Target` at ``url`` in ``dialect``; ``settings`` are its other fields
+        (``http2``, ``http3``, ``trace_context`` …). A URL that is not http(s) is a :class:`click.BadParameter`."""
+        try:
+            return Target.resolve(
+                url,
+                dialect=dialect,
+                api_key=self.api_key,
+                headers=self.headers,
+                verify=self.verify,
+                ca_file=self.ca_file,
+                timeouts=self.timeouts(default_timeouts),
+                stamps=self.stamps,
+                **settings,
+            )
+        except TargetError as exc:
+            raise click.BadParameter(str(exc), param_hint="URL") from None
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """A duration option: ``30``, ``30s``, ``500ms``, ``2m`` (bare numbers are seconds) → s."""
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration_s(value)
+    except BenchConfigError:
+        raise click.BadParameter(f"cannot read {value!r}; write e.g. 30, 30s, 2m or 500ms", ctx, param) from None
+    if seconds < 0.1:
+        raise click.BadParameter(f"{value!r} is under the least, 0.1 s", ctx, param)
+    return seconds
+
+
+_TARGET_PARAMS = ("api_key", "insecure", "ca_file", "header", "timeout", "max_time", "stamps")
+
+
+def target_options(*, timeout_help: str, stamps: bool = True) -> Callable[[F], F]:
     """How to reach the target, the same on every command: ``--api-key`` (or ``OPENAI_API_KEY``), ``--insecure``,
-    ``--ca-file`` and ``--header`` (parameters ``api_key``, ``insecure``, ``ca_file``, ``header``)."""
-    for option in reversed(
-        (
+    ``--ca-file``, ``--header``, ``--timeout``, ``--max-time`` and (with ``stamps``) ``--stamps``. The command
+    receives them as one :class:`TargetOptions` in its ``target`` parameter. ``timeout_help`` names the command's
+    default limits."""
+    options = [
+        click.option(
+            "--api-key",
+            envvar="OPENAI_API_KEY",
+            show_envvar=True,
+            callback=_checked_api_key,
+            help="Sent as 'Authorization: Bearer KEY' (with --dialect anthropic.messages as 'x-api-key: KEY'); "
+            "never printed or saved.",
+        ),
+        click.option("--insecure", "-k", is_flag=True, help="Do not verify the server's TLS certificate."),
+        click.option(
+            "--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra CA certificates (PEM) to trust."
+        ),
+        click.option(
+            "--header", "-H", "header", multiple=True, metavar="'NAME: VALUE'", help="Extra request header; repeat."
+        ),
+        click.option(
+            "--timeout",
+            callback=_duration,
+            metavar="DURATION",
+            help="The longest each phase of a request may take: connect, TLS, send, the wait for the head, each gap "
+            f"between reads (30, 30s, 500ms, 2m; default: {timeout_help}).",
+        ),
+        click.option(
+            "--max-time",
+            callback=_duration,
+            metavar="DURATION",
+            help="The longest one request may take, as curl's --max-time (60, 60s, 2m; default: no limit beyond "
+            "--timeout).",
+        ),
+    ]
+    if stamps:
+        options.append(
             click.option(
-                "--api-key",
-                envvar="OPENAI_API_KEY",
-                show_envvar=True,
-                callback=_checked_api_key,
-                help="Sent as 'Authorization: Bearer KEY' (with --dialect anthropic.messages as 'x-api-key: KEY'); "
-                "never printed or saved.",
-            ),
-            click.option("--insecure", "-k", is_flag=True, help="Do not verify the server's TLS certificate."),
-            click.option(
-                "--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra CA certificates (PEM) to trust."
-            ),
-            click.option(
-                "--header", "-H", "header", multiple=True, metavar="'NAME: VALUE'", help="Extra request header; repeat."
-            ),
+                "--stamps",
+                type=click.Choice(STAMP_CHOICES),
+                default=DEFAULT_STAMPS,
+                show_default=True,
+                help="What stamps each read: 'kernel' uses the kernel's receive stamps (Linux SO_TIMESTAMPNS; each "
+                "read keeps its user-space stamp too, and their difference, the client's own scheduling delay, is "
+                "recorded), 'user' stamps a read when the event loop hands it over.",
+            )
         )
-    ):
-        func = option(func)
-    return func
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def gather(*args: Any, **kwargs: Any) -> Any:
+            values = {name: kwargs.pop(name, None) for name in _TARGET_PARAMS}
+            kwargs["target"] = TargetOptions(
+                api_key=values["api_key"],
+                headers=tuple(parse_headers(values["header"] or ())),
+                verify=not values["insecure"],
+                ca_file=values["ca_file"],
+                timeout_s=values["timeout"],
+                max_time_s=values["max_time"],
+                stamps=values["stamps"] or DEFAULT_STAMPS,
+            )
+            return func(*args, **kwargs)
+
+        wrapped: Any = gather
+        for option in reversed(options):
+            wrapped = option(wrapped)
+        return cast(F, wrapped)
+
+    return decorate

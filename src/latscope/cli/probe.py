@@ -6,7 +6,8 @@ import asyncio
 import sys
 import time
 from collections.abc import Coroutine
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import click
 import orjson
@@ -15,25 +16,19 @@ from rich.status import Status
 from rich.text import Text
 
 from latscope.cli.html import require_html, write_html
-from latscope.cli.options import dialect_option, parse_headers, pick_dialect, target_options
+from latscope.cli.options import TargetOptions, dialect_option, pick_dialect, target_options
 from latscope.cli.otlp import export_spans, otlp_options, otlp_target
-from latscope.dialects import get_dialect
 from latscope.export.spans import Span, spans_of
 from latscope.probe import SCHEMA as PROBE_SCHEMA
-from latscope.probe import ProbeError, ProbeResult, probe, ttft_side
-from latscope.report.server import server_window
-from latscope.report.waterfall import POOL_ROW_MIN_MS, TtftSegment, requests_table, waterfall
-from latscope.signals.altsvc import describe_h3
-from latscope.signals.join import TtftSplit
-from latscope.timeline.metrics import connect_ms, e2e_ms, pool_ms, tls_ms, ttft_ms
+from latscope.probe import ProbeError, ProbeResult, probe
+from latscope.report.probe import probe_view
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.redact import scrub_data
 from latscope.timeline.serialize import timeline_to_dict
 from latscope.wire import Timeouts, WireError
-from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES
 from latscope.wire.loop import run
-from latscope.wire.models import normalise_base_url
 from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST
+from latscope.wire.target import Target
 
 #: exit statuses: 0 every request completed; 1 some failed; 2 none completed (or the target could not be probed);
 #: 130 interrupted (Ctrl-C), after showing and writing what was measured
@@ -46,6 +41,12 @@ PROGRESS_TICK_S = 0.25
 #: per host, so that half of them wait over HTTP/1.1)
 DEFAULT_REQUESTS = 3
 BROWSER_REQUESTS = 2 * BROWSER_CONNECTIONS_PER_HOST
+#: the probe's limit on every phase of a request, s (``--timeout``): a slow model's first token may take minutes
+PROBE_TIMEOUT_S = 120.0
+PROBE_TIMEOUTS = Timeouts(
+    connect_s=PROBE_TIMEOUT_S, tls_s=PROBE_TIMEOUT_S, send_s=PROBE_TIMEOUT_S, headers_s=PROBE_TIMEOUT_S,
+    read_s=PROBE_TIMEOUT_S,
+)
 
 
 class _Waiting:
@@ -96,7 +97,7 @@ async def _with_progress(work: Coroutine[Any, Any, ProbeResult], view: _Waiting)
         task.cancel()
 
 
-def _fail(console: Console, message: str) -> None:
+def _fail(console: Console, message: str) -> NoReturn:
     console.print(Text("error: ", style="bold red") + Text(message))
     sys.exit(EXIT_UNREACHABLE)
 
@@ -124,112 +125,6 @@ def _write_json(console: Console, json_path: str | None, data: dict[str, Any]) -
     with open(json_path, "wb") as fh:
         fh.write(payload)
     console.print(Text(f"written to {json_path}", style="dim"))
-
-
-def ttft_segments(split: TtftSplit | None) -> list[TtftSegment] | None:
-    """A TTFT split's terms as the waterfall draws them, each with its side (client, server, unattributed)."""
-    if split is None:
-        return None
-    return [TtftSegment(part.name, part.ns, part.source, ttft_side(part.name)) for part in split.parts]
-
-
-def _browser_line(timelines: list[Timeline]) -> Text:
-    """How many of a ``--browser`` probe's requests waited for a connection, and how long.
-
-    A request that waited for an HTTP/1.1 connection waited for another request to finish on it: at least half the
-    shortest time any request of the batch held its connection (its end-to-end time less its own pool time). Less
-    than that, and never less than :data:`POOL_ROW_MIN_MS`, is the client starting a dozen requests at once.
-    """
-    held = [e2e - (pool_ms(t) or 0.0) for t in timelines if (e2e := e2e_ms(t)) is not None]
-    floor = max(POOL_ROW_MIN_MS, 0.5 * min(held)) if held else POOL_ROW_MIN_MS
-    waits = sorted(w for w in (pool_ms(t) for t in timelines) if w is not None and w >= floor)
-    line = Text(
-        f"browser pool: {len(timelines)} requests at once, at most {BROWSER_CONNECTIONS_PER_HOST} connections per "
-        "host: ",
-        style="bold",
-    )
-    if not waits:
-        line.append("none waited for a connection", style="green")
-    else:
-        middle = waits[len(waits) // 2]
-        line.append(
-            f"{len(waits)} waited for a connection (median {middle:.1f} ms, longest {waits[-1]:.1f} ms)",
-            style="yellow",
-        )
-    return line
-
-
-def _first_new(timelines: list[Timeline]) -> Timeline | None:
-    """The first request that opened a connection and completed its handshake."""
-    return next((t for t in timelines if t.tls_end_ns is not None and t.tls_start_ns is not None), None)
-
-
-def _ms_text(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f} ms"
-
-
-def h3_lines(result: ProbeResult) -> list[Text]:
-    """What a probe says about HTTP/3: whether the target announces it (Alt-Svc), and with ``--http3`` the QUIC
-    handshake and TTFT beside TCP+TLS's (``--compare``)."""
-    lines: list[Text] = []
-    advertised = result.h3_advertised()
-    if advertised:
-        lines.append(Text(f"Alt-Svc: {describe_h3(advertised)}", style="dim"))
-    if not result.http3:
-        return lines  # no h3 announced is the common case: the JSON's h3_advertised (null) says it
-    if advertised is None:
-        lines.append(Text("Alt-Svc: no h3 advertised on the TCP responses", style="dim"))
-    h3 = _first_new(result.timelines)
-    tcp = _first_new(result.tcp_timelines)
-    line = Text("HTTP/3: ", style="bold")
-    if h3 is None:
-        line.append("no QUIC handshake completed", style="red")
-        lines.append(line)
-        return lines
-    line.append(f"QUIC handshake {_ms_text(tls_ms(h3))} (TLS 1.3 inside QUIC; connect is the UDP socket)")
-    if tcp is not None:
-        connect, tls = connect_ms(tcp), tls_ms(tcp)
-        both = None if connect is None or tls is None else connect + tls
-        line.append(f" · TCP+TLS {_ms_text(both)} (connect {_ms_text(connect)} + TLS {_ms_text(tls)})")
-    lines.append(line)
-    ttft = Text("first request's TTFT: ", style="bold")
-    ttft.append(f"HTTP/3 {_ms_text(ttft_ms(result.timelines[0]))}")
-    if result.tcp_timelines:
-        ttft.append(f" · TCP+TLS {_ms_text(ttft_ms(result.tcp_timelines[0]))}")
-    lines.append(ttft)
-    return lines
-
-
-def _print_result(console: Console, result: ProbeResult) -> None:
-    n = len(result.timelines)
-    head = Text("latscope probe ", style="bold")
-    head.append(result.base_url)
-    mode = get_dialect(result.dialect).mode
-    head.append(f" · model {result.model} · {mode} · {n} request{'s' if n != 1 else ''}", style="dim")
-    console.print(head)
-    for index, (t, split) in enumerate(zip(result.timelines, result.ttft_splits(), strict=True), start=1):
-        title = f"request {index}/{n} · {t.method} {t.url}"
-        console.print(waterfall(t, title=title, ttft_split=ttft_segments(split)))
-    if n > 1:
-        console.print(requests_table(result.timelines))
-    if result.browser:
-        console.print(_browser_line(result.timelines))
-    if result.tcp_timelines:
-        console.print(Text("TCP+TLS, for comparison:", style="bold"))
-        console.print(requests_table(result.tcp_timelines))
-    for h3_line in h3_lines(result):
-        console.print(h3_line)
-    over = " over HTTP/3 (QUIC)" if result.http3 else ""
-    for origin, stats in result.pool.items():
-        line = (
-            f"{origin}{over}: {stats.connections_opened} connection(s) opened for {stats.requests} request(s), "
-            f"{stats.reuses} reused"
-        )
-        if stats.tls_sessions_offered:
-            line += f"; TLS sessions resumed {stats.tls_sessions_resumed}/{stats.tls_sessions_offered}"
-        console.print(Text(line, style="dim"))
-    if result.server_metrics is not None:
-        console.print(server_window(result.server_metrics))
 
 
 @click.command("probe", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -273,29 +168,8 @@ def _print_result(console: Console, result: ProbeResult) -> None:
     is_flag=True,
     help="Use /completions instead of /chat/completions (= --dialect openai.completions).",
 )
-@target_options
+@target_options(timeout_help=f"{PROBE_TIMEOUT_S:g} s")
 @click.option("--quickack", is_flag=True, help="Set TCP_QUICKACK before every read (tells Nagle from proxy buffering).")
-@click.option(
-    "--stamps",
-    type=click.Choice(STAMP_CHOICES),
-    default=DEFAULT_STAMPS,
-    show_default=True,
-    help="What stamps each read: 'kernel' receive stamps (Linux; each read keeps its user-space stamp too) or "
-    "'user'-space stamps when the event loop hands a read over.",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0.1),
-    default=120.0,
-    show_default=True,
-    help="Seconds per phase: connect, TLS, send, the wait for the head, each gap between reads.",
-)
-@click.option(
-    "--max-time",
-    type=click.FloatRange(min=0.1),
-    default=None,
-    help="The longest one request may take, seconds (as curl's --max-time; default: no limit beyond --timeout).",
-)
 @click.option(
     "--metrics-url",
     metavar="URL",
@@ -318,35 +192,7 @@ def _print_result(console: Console, result: ProbeResult) -> None:
     help="Write a self-contained HTML report (waterfalls, token arrivals, CDFs) to FILE; it opens offline.",
 )
 @otlp_options
-def command(
-    url: str,
-    model: str | None,
-    prompt: str | None,
-    prompt_tokens: int | None,
-    max_tokens: int,
-    count: int | None,
-    browser: bool,
-    http1: bool,
-    http3: bool,
-    compare_tcp: bool,
-    dialect: str,
-    completions: bool,
-    insecure: bool,
-    ca_file: str | None,
-    header: tuple[str, ...],
-    api_key: str | None,
-    quickack: bool,
-    stamps: str,
-    timeout: float,
-    max_time: float | None,
-    metrics_url: str | None,
-    no_metrics: bool,
-    no_trace_context: bool,
-    json_path: str | None,
-    html_path: str | None,
-    otlp_url: str | None,
-    otlp_file: str | None,
-) -> None:
+def command(url: str, target: TargetOptions, **options: Any) -> None:
     """Send a few streamed requests to URL and draw each one's timeline as a waterfall.
 
     URL is an OpenAI-style base URL (http://host:port/v1; a URL without a path gets /v1, as for
@@ -380,89 +226,116 @@ def command(
     Exit status: 0 when every request completed, 1 when some failed, 2 when none did (or the model list could not
     be read), 130 when interrupted (Ctrl-C; what was measured is still shown and written).
     """
-    if prompt is not None and prompt_tokens is not None:
+    opts = _ProbeOptions(**options)
+    if opts.prompt is not None and opts.prompt_tokens is not None:
         raise click.UsageError("give --prompt or --prompt-tokens, not both")
-    if metrics_url is not None and no_metrics:
+    if opts.metrics_url is not None and opts.no_metrics:
         raise click.UsageError("give --metrics-url or --no-metrics, not both")
-    if compare_tcp and not http3:
+    if opts.compare_tcp and not opts.http3:
         raise click.UsageError("--compare compares HTTP/3 with TCP+TLS: give --http3 too")
-    require_html(html_path)
-    otlp = otlp_target(otlp_url, otlp_file)
-    headers = parse_headers(header)
-    to_stdout = json_path == "-"
+    require_html(opts.html_path)
+    otlp = otlp_target(opts.otlp_url, opts.otlp_file)
+    to_stdout = opts.json_path == "-"
     console = Console(stderr=to_stdout, highlight=False)
-    dialect = pick_dialect(dialect, "openai.completions" if completions else None, "--completions")
-    base_url = normalise_base_url(url, get_dialect(dialect).base_path)
-    if http3 and not base_url.lower().startswith("https://"):
+    dialect = pick_dialect(opts.dialect, "openai.completions" if opts.completions else None, "--completions")
+    if opts.http3 and not url.lower().startswith("https://"):
         raise click.UsageError("--http3 needs an https:// URL: QUIC always encrypts")
-    timeouts = Timeouts(
-        connect_s=timeout, tls_s=timeout, send_s=timeout, headers_s=timeout, read_s=timeout, total_s=max_time
+    resolved = target.resolve(
+        url,
+        dialect,
+        default_timeouts=PROBE_TIMEOUTS,
+        http2=not opts.http1,
+        http3=opts.http3,
+        trace_context=not opts.no_trace_context,
     )
-    status = console.status("starting", spinner="dots")
-    view = _Waiting(status)
-    try:
-        with status:
-            result = run(
-                _with_progress(
-                    probe(
-                        base_url,
-                        model=model,
-                        prompt=prompt,
-                        prompt_tokens=prompt_tokens,
-                        max_tokens=max_tokens,
-                        n=count if count is not None else BROWSER_REQUESTS if browser else DEFAULT_REQUESTS,
-                        browser=browser,
-                        http2=not http1,
-                        http3=http3,
-                        compare_tcp=compare_tcp,
-                        verify=not insecure,
-                        ca_file=ca_file,
-                        headers=headers,
-                        api_key=api_key,
-                        dialect=dialect,
-                        quickack=quickack,
-                        stamps=stamps,
-                        timeouts=timeouts,
-                        metrics_url=metrics_url,
-                        scrape_metrics=not no_metrics,
-                        trace_context=not no_trace_context,
-                        on_request=view,
-                    ),
-                    view,
-                )
-            )
-    except WireError as exc:
-        where = base_url + get_dialect(dialect).models_path
-        message = f"could not list the models at {where}: {exc.phase} failed: {exc}"
-        _write_json(console, json_path, _failed_dict(base_url, dialect, message, exc.timeline))
-        _fail(console, message)
-        return
-    except ProbeError as exc:
-        _write_json(console, json_path, _failed_dict(base_url, dialect, str(exc), exc.timeline))
-        _fail(console, str(exc))
-        return
-    except KeyboardInterrupt:
-        console.print(Text("interrupted before the first request: nothing was measured", style="yellow"))
-        sys.exit(EXIT_INTERRUPTED)
-    _print_result(console, result)
-    _write_json(console, json_path, result.to_dict())
-    if html_path is not None and result.timelines:
+    result = _probe(console, resolved, opts)
+    console.print(probe_view(result))
+    _write_json(console, opts.json_path, result.to_dict())
+    if opts.html_path is not None and result.timelines:
 
         def build() -> str:
             from latscope.report.html import probe_html
 
             return probe_html(result.timelines, target=result.base_url, model=result.model, dialect=result.dialect)
 
-        write_html(console, html_path, build)
+        write_html(console, opts.html_path, build)
     if result.timelines:
 
         def spans() -> list[Span]:
             from latscope.export.otlp import clock_offset
 
-            offset = clock_offset().offset_ns
-            return spans_of(result.timelines, clock_offset_ns=offset, max_tokens=max_tokens)
+            return spans_of(result.timelines, clock_offset_ns=clock_offset().offset_ns)
 
         export_spans(console, otlp, spans, "probe")
+    _exit(console, result)
+
+
+@dataclass(frozen=True, slots=True)
+class _ProbeOptions:
+    """The probe's own options (the target's are a :class:`~latscope.cli.options.TargetOptions`)."""
+
+    model: str | None
+    prompt: str | None
+    prompt_tokens: int | None
+    max_tokens: int
+    count: int | None
+    browser: bool
+    http1: bool
+    http3: bool
+    compare_tcp: bool
+    dialect: str
+    completions: bool
+    quickack: bool
+    metrics_url: str | None
+    no_metrics: bool
+    no_trace_context: bool
+    json_path: str | None
+    html_path: str | None
+    otlp_url: str | None
+    otlp_file: str | None
+
+
+def _probe(console: Console, target: Target, opts: _ProbeOptions) -> ProbeResult:
+    """Run the probe with a progress line; a probe that could not start writes its ``--json`` and exits 2."""
+    status = console.status("starting", spinner="dots")
+    view = _Waiting(status)
+    n = opts.count if opts.count is not None else BROWSER_REQUESTS if opts.browser else DEFAULT_REQUESTS
+    try:
+        with status:
+            return run(
+                _with_progress(
+                    probe(
+                        target,
+                        model=opts.model,
+                        prompt=opts.prompt,
+                        prompt_tokens=opts.prompt_tokens,
+                        max_tokens=opts.max_tokens,
+                        n=n,
+                        browser=opts.browser,
+                        compare_tcp=opts.compare_tcp,
+                        quickack=opts.quickack,
+                        metrics_url=opts.metrics_url,
+                        scrape_metrics=not opts.no_metrics,
+                        on_request=view,
+                    ),
+                    view,
+                )
+            )
+    except WireError as exc:
+        where = target.base_url + target.dialect.models_path
+        message = f"could not list the models at {where}: {exc.phase} failed: {exc}"
+        _write_json(console, opts.json_path, _failed_dict(target.base_url, target.dialect.name, message, exc.timeline))
+        _fail(console, message)
+    except ProbeError as exc:
+        _write_json(console, opts.json_path, _failed_dict(target.base_url, target.dialect.name, str(exc), exc.timeline))
+        _fail(console, str(exc))
+    except KeyboardInterrupt:
+        console.print(Text("interrupted before the first request: nothing was measured", style="yellow"))
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _exit(console: Console, result: ProbeResult) -> None:
+    """Exit with the probe's status: 130 interrupted, 2 none completed, 1 some failed, else return (0)."""
     if result.interrupted:
         console.print(Text(f"interrupted after {len(result.timelines)} request(s)", style="yellow"))
         sys.exit(EXIT_INTERRUPTED)

@@ -12,7 +12,7 @@ from rich.console import Console
 from latscope.cli.html import require_html, write_html
 from latscope.load.bench import load_summaries, summarize_dir
 from latscope.load.slo import SloSpecError, parse_slo
-from latscope.load.storage import RunFormatError, read_run_json
+from latscope.runs.storage import RunFormatError, read_run_json
 
 
 @click.command("report")

@@ -8,17 +8,17 @@ Usage::
         print(finding.id, finding.severity, finding.cost_ms)
 
 Modules: :mod:`~latscope.diagnose.runner` (:func:`diagnose`), :mod:`~latscope.diagnose.context` (what experiments
-share), :mod:`~latscope.diagnose.target` (model discovery, first contact), :mod:`~latscope.diagnose.plan` (ids →
+share), :mod:`~latscope.diagnose.discovery` (model discovery, first contact), :mod:`~latscope.diagnose.plan` (ids →
 experiments), :mod:`~latscope.diagnose.experiments` (one module per family), :mod:`~latscope.diagnose.summary`
 (the typical request), :mod:`~latscope.diagnose.result` (:class:`Diagnosis` and its JSON contract).
 """
 
 from latscope import callable_module
 from latscope.diagnose.context import ProgressEvent
+from latscope.diagnose.discovery import DiagnoseError, TargetUnreachable
 from latscope.diagnose.plan import UnknownFindingError, diagnosed_ids
 from latscope.diagnose.result import SCHEMA, Diagnosis, ExperimentRun
 from latscope.diagnose.runner import diagnose
-from latscope.diagnose.target import DiagnoseError, TargetUnreachable
 
 callable_module(__name__, diagnose)
 

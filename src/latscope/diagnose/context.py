@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from latscope.checks.evidence import RateLimitAnswer, RequestSample
-from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.dialects.base import Dialect, RequestSpec
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.signals.join import join_server_signals
@@ -24,6 +23,7 @@ from latscope.signals.ratelimit import rate_limit_state
 from latscope.timeline.model import Phase, Timeline
 from latscope.wire import Client, Timeouts
 from latscope.wire.client import CLOSED_KINDS
+from latscope.wire.target import Headers, Target
 
 #: Limits of one diagnose request, s: generous for a slow target, bounded so a stalled one cannot hang the run. No
 #: total limit: every phase has its own, and each experiment has a wall-clock bound (the runner's); a total limit
@@ -56,22 +56,18 @@ ProgressCallback = Callable[[ProgressEvent], None]
 
 @dataclass
 class Context:
-    """One diagnose run's shared state. ``dialect`` is the API every request speaks; ``headers`` include the
-    Authorization header (never recorded: timelines keep headers redacted); ``quick`` asks every experiment for its
-    smaller plan; ``direct_url`` is the target's upstream reached directly (``--direct``: what the gateway-overhead
-    experiment compares the target with), None when not given; ``timelines``, when a list, receives every timeline
-    :meth:`send` records (for ``--otlp``), and then the requests carry a W3C ``traceparent``."""
+    """One diagnose run's shared state. ``target`` is where every request goes and how (its headers carry the
+    credential, never recorded: timelines keep headers redacted); ``model`` the model every request names; ``quick``
+    asks every experiment for its smaller plan; ``direct_url`` is the target's upstream reached directly
+    (``--direct``: what the gateway-overhead experiment compares the target with), None when not given;
+    ``timelines``, when a list, receives every timeline :meth:`send` records (for ``--otlp``), and then the requests
+    carry a W3C ``traceparent``."""
 
-    base_url: str
+    target: Target
     model: str
-    dialect: Dialect = field(default_factory=lambda: get_dialect(DEFAULT_DIALECT))
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    verify: bool = True
-    ca_file: str | None = None
     quick: bool = False
     direct_url: str | None = None
     progress: ProgressCallback | None = None
-    timeouts: Timeouts = REQUEST_TIMEOUTS
     experiment: str = ""
     requests_sent: int = 0
     timelines: list[Timeline] | None = None
@@ -86,26 +82,30 @@ class Context:
     )
 
     @property
+    def base_url(self) -> str:
+        """The target's base URL, normalised for its dialect."""
+        return self.target.base_url
+
+    @property
+    def dialect(self) -> Dialect:
+        """The API every request speaks."""
+        return self.target.dialect
+
+    @property
+    def headers(self) -> Headers:
+        """The headers every request carries (the credential among them)."""
+        return self.target.headers
+
+    @property
     def tls(self) -> bool:
         """True for an https target."""
-        return self.base_url.lower().startswith("https://")
+        return self.target.tls
 
     # -- clients and requests --------------------------------------------------------------------------------------
 
-    def client_options(self, **options: Any) -> dict[str, Any]:
-        """Constructor arguments of a measuring client for this target, with ``options`` added."""
-        return {
-            "verify": self.verify,
-            "ca_file": self.ca_file,
-            "headers": self.headers,
-            "timeouts": self.timeouts,
-            "trace_context": self.timelines is not None,
-            **options,
-        }
-
     def client(self, **options: Any) -> Client:
         """A fresh measuring client for this target; ``options`` go to :class:`~latscope.wire.Client`."""
-        return Client(**self.client_options(**options))
+        return self.target.client(**{"trace_context": self.timelines is not None, **options})
 
     def next_seed(self) -> int:
         """A seed no other request of this run used (prompts differ from their first word)."""

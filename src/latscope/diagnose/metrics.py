@@ -15,7 +15,6 @@ from contextlib import asynccontextmanager
 from latscope.diagnose.context import Context
 from latscope.signals import MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
 from latscope.signals.scrape import MIN_INTERVAL_S
-from latscope.wire import Client
 
 #: Time between scrapes while an experiment runs, s: the scraper's shortest. A burst of short requests lasts a few
 #: hundred ms, and the queue behind a fast engine's slots only tens of ms; the scrapes last seconds in all.
@@ -37,7 +36,7 @@ async def scraping(ctx: Context, *, interval_s: float = INTERVAL_S) -> AsyncIter
     """Scrape the target's metrics before the block, every ``interval_s`` during it and after it."""
     url = metrics_url_for(ctx.base_url)
     slot = Scrape(url)
-    async with Client(**ctx.client_options()) as client:
+    async with ctx.client() as client:
         scraper = MetricsScraper(client.fetch, url, interval_s=interval_s, max_during=MAX_DURING)
         await scraper.start()
         try:

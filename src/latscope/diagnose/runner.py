@@ -4,7 +4,7 @@ Order: target discovery (model, first contact) → baseline → the experiments 
 registry (:data:`~latscope.diagnose.experiments.EXPERIMENTS`: connection, parsing, queueing, streaming) → checks.
 Each experiment is bounded in requests (its plan) and in time (:data:`EXPERIMENT_TIMEOUT_S`); one that fails or runs
 out of time marks its checks "not tested" with the reason and the run goes on. Only an unreachable target (or one
-that refuses the request as such) ends the diagnosis early, with :class:`~latscope.diagnose.target.DiagnoseError`.
+that refuses the request as such) ends the diagnosis early, with :class:`~latscope.diagnose.discovery.DiagnoseError`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from typing import Any
 
 from latscope.checks import CHECKS
 from latscope.checks.evidence import BaselineEvidence, ParsingEvidence, Reference
-from latscope.diagnose import plan, summary, target
+from latscope.diagnose import discovery, plan, summary
 from latscope.diagnose.context import REQUEST_TIMEOUTS, Context, ProgressCallback
 from latscope.diagnose.experiments import EXPERIMENTS, Prior
 from latscope.diagnose.experiments import baseline as baseline_experiment
 from latscope.diagnose.result import Diagnosis, ExperimentRun
-from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.findings import NotTested, Outcome
-from latscope.wire.models import Timeouts, normalise_base_url
+from latscope.wire.target import Target
 
 #: Wall-clock bound of one experiment, s (quick mode: half). Generous for a slow target; a stalled one cannot hold
 #: the run for longer.
@@ -99,67 +98,52 @@ def _decide(ids: Sequence[str], evidence: dict[str, Any], reference: Reference |
 
 
 async def diagnose(
-    base_url: str,
+    target: Target | str,
     *,
     model: str | None = None,
-    dialect: str = DEFAULT_DIALECT,
-    api_key: str | None = None,
-    verify: bool = True,
-    ca_file: str | None = None,
-    headers: Iterable[tuple[str, str]] = (),
     only: str | Iterable[str] | None = None,
     quick: bool = False,
     progress: ProgressCallback | None = None,
-    timeouts: Timeouts | None = None,
     budget_s: float | None = None,
     keep_timelines: bool = False,
     direct_url: str | None = None,
 ) -> Diagnosis:
-    """Diagnose the endpoint at ``base_url`` (``http[s]://host:port[/v1]`` for an OpenAI-compatible one).
+    """Diagnose the endpoint ``target``: a resolved :class:`~latscope.wire.target.Target` (URL, dialect, credential
+    headers, TLS settings, timeouts), or a base URL (``http[s]://host:port[/v1]``) resolved with every default and
+    :data:`~latscope.diagnose.context.REQUEST_TIMEOUTS`.
 
-    ``dialect`` is the API to speak (:data:`latscope.dialects.DIALECTS`; a base URL without a path gets the
-    dialect's, ``/v1`` for OpenAI's); ``model`` defaults to the first one the server's model list names; ``api_key``
-    is sent where the dialect takes it (a Bearer token, Anthropic's ``x-api-key``) and never recorded; ``headers``
-    go on every request; ``only`` (ids, or a comma-separated string) limits the checks and so the experiments;
-    ``quick`` runs smaller experiments;
-    ``progress`` is called with :class:`~latscope.diagnose.context.ProgressEvent` objects; ``timeouts`` replace
-    the per-request limits (:data:`~latscope.diagnose.context.REQUEST_TIMEOUTS`; ``total_s`` is ``--max-time``);
-    ``budget_s`` bounds the whole diagnosis, s (the experiment running when it ends is cut off, the later ones are
-    not tested); ``keep_timelines`` keeps every experiment request's timeline in :attr:`Diagnosis.timelines` and
-    sends each with a W3C ``traceparent`` (for ``--otlp``); ``direct_url`` is the target's upstream reached directly
-    (``--direct``, normalised as ``base_url``): the gateway-overhead check compares the target with it, and is not
-    tested without it. Cancelled (Ctrl-C) during an experiment, it returns what
-    was measured with ``interrupted`` set.
+    ``model`` defaults to the first one the server's model list names; ``only`` (ids, or a comma-separated string)
+    limits the checks and so the experiments; ``quick`` runs smaller experiments; ``progress`` is called with
+    :class:`~latscope.diagnose.context.ProgressEvent` objects; ``budget_s`` bounds the whole diagnosis, s (the
+    experiment running when it ends is cut off, the later ones are not tested); ``keep_timelines`` keeps every
+    experiment request's timeline in :attr:`Diagnosis.timelines` and sends each with a W3C ``traceparent`` (for
+    ``--otlp``); ``direct_url`` is the target's upstream reached directly (``--direct``, normalised as the target's
+    URL): the gateway-overhead check compares the target with it, and is not tested without it. Cancelled (Ctrl-C)
+    during an experiment, it returns what was measured with ``interrupted`` set.
+
     Raises
     :class:`~latscope.diagnose.plan.UnknownFindingError` for an unknown id and
-    :class:`~latscope.diagnose.target.DiagnoseError` (its subclass ``TargetUnreachable`` when nothing reached the
+    :class:`~latscope.diagnose.discovery.DiagnoseError` (its subclass ``TargetUnreachable`` when nothing reached the
     target) when the diagnosis cannot start; misbehaviour during the experiments only marks the affected checks
     "not tested".
     """
     ids = plan.select(only)
-    speaks = get_dialect(dialect)
+    if isinstance(target, str):
+        target = Target.resolve(target, timeouts=REQUEST_TIMEOUTS)
     started = time.monotonic()
-    all_headers = list(headers)
-    if api_key:
-        all_headers.extend(speaks.credential_headers(api_key))
     ctx = Context(
-        base_url=normalise_base_url(base_url, speaks.base_path),
+        target=target,
         model=model or "",
-        dialect=speaks,
-        headers=all_headers,
-        verify=verify,
-        ca_file=ca_file,
         quick=quick,
-        direct_url=None if direct_url is None else normalise_base_url(direct_url, speaks.base_path),
+        direct_url=None if direct_url is None else target.at(direct_url).base_url,
         progress=progress,
-        timeouts=timeouts if timeouts is not None else REQUEST_TIMEOUTS,
         timelines=[] if keep_timelines else None,
     )
     models: list[str] = []
     if not model:
-        models = await target.discover_model(ctx)
+        models = await discovery.discover_model(ctx)
         ctx.model = models[0]
-    first = await target.first_contact(ctx)
+    first = await discovery.first_contact(ctx)
     families = plan.families_for(ids)
     runs: list[ExperimentRun] = []
     evidence: dict[str, Any] = {}
@@ -183,7 +167,7 @@ async def diagnose(
         prior = Prior(baseline, max_tokens)
         stopped: _Failed | None = None
         for family in families:
-            if stopped is None and runs[-1].status == "timeout" and not await target.still_answering(ctx):
+            if stopped is None and runs[-1].status == "timeout" and not await discovery.still_answering(ctx):
                 # a target that stopped answering would make every later experiment wait out its own time bound
                 stopped = _Failed(f"the target stopped answering during the {runs[-1].name} experiment")
             left = _left(deadline)
@@ -205,7 +189,7 @@ async def diagnose(
     parsed = evidence.get("parsing")
     upload = parsed.upload_rate_bps if isinstance(parsed, ParsingEvidence) else None
     return Diagnosis(
-        target=target.facts(ctx, first, models, upload_rate_bps=upload),
+        target=discovery.facts(ctx, first, models, upload_rate_bps=upload),
         timeline_summary=summary.timeline_summary(baseline),
         baseline=summary.baseline_summary(baseline),
         outcomes=outcomes,

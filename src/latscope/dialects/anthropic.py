@@ -96,6 +96,7 @@ def messages_request(
         body,
         dialect=MESSAGES_NAME,
         model=model,
+        max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
         stream=body.get("stream") is True,
         headers=[("anthropic-version", API_VERSION)],
     )

@@ -135,8 +135,9 @@ class StreamDecoder(Protocol):
 class RequestSpec:
     """What to send: method, path (relative to the base URL, e.g. ``/chat/completions``), headers and JSON body.
 
-    ``stream`` says whether the response will be a stream, as the builder that made the request knows; None for a
-    spec built by hand, whose body the client then reads for ``"stream": true``.
+    ``model``, ``max_tokens`` and ``stream`` are the request's intent as the builder that made it knows it (the
+    client records them on the request's timeline); ``stream`` None for a spec built by hand, whose body the client
+    then reads for ``"stream": true``.
     """
 
     method: str
@@ -145,6 +146,7 @@ class RequestSpec:
     headers: list[tuple[str, str]] = field(default_factory=list)
     dialect: str = ""  #: e.g. "openai.chat"
     model: str | None = None
+    max_tokens: int | None = None  #: the generation limit the body asks for, None when it leaves it to the server
     stream: bool | None = None
 
 
@@ -177,6 +179,7 @@ def json_request(
     *,
     dialect: str,
     model: str,
+    max_tokens: int | None,
     stream: bool,
     headers: Sequence[tuple[str, str]] = (),
 ) -> RequestSpec:
@@ -188,6 +191,7 @@ def json_request(
         headers=[("content-type", "application/json"), *headers],
         dialect=dialect,
         model=model,
+        max_tokens=max_tokens,
         stream=stream,
     )
 

@@ -90,7 +90,13 @@ def _request(
         body["options"] = settings
     body.update(extra)
     return json_request(
-        path, body, dialect=dialect, model=model, stream=body.get("stream") is True, headers=[_ACCEPT_NDJSON]
+        path,
+        body,
+        dialect=dialect,
+        model=model,
+        max_tokens=max_tokens,
+        stream=body.get("stream") is True,
+        headers=[_ACCEPT_NDJSON],
     )
 
 

@@ -153,7 +153,9 @@ def _request(
         body["ignore_eos"] = True
     body.update(options.get("extra") or {})
     # `extra` may have set `stream`
-    return json_request(path, body, dialect=dialect, model=model, stream=body.get("stream") is True)
+    return json_request(
+        path, body, dialect=dialect, model=model, max_tokens=max_tokens, stream=body.get("stream") is True
+    )
 
 
 # -- streams -----------------------------------------------------------------------------------------------------

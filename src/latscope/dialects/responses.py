@@ -79,7 +79,14 @@ def responses_request(
     if options.get("temperature") is not None:
         body["temperature"] = options["temperature"]
     body.update(options.get("extra") or {})
-    return json_request(RESPONSES_PATH, body, dialect=RESPONSES_NAME, model=model, stream=body.get("stream") is True)
+    return json_request(
+        RESPONSES_PATH,
+        body,
+        dialect=RESPONSES_NAME,
+        model=model,
+        max_tokens=max_tokens,
+        stream=body.get("stream") is True,
+    )
 
 
 def _usage(usage: Any) -> Usage | None:

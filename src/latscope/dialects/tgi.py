@@ -74,7 +74,12 @@ def generate_request(
         parameters.update(more)
     body: dict[str, object] = {"inputs": prompt_text(prompt, GENERATE_NAME), "parameters": parameters, **extra}
     return json_request(
-        STREAM_PATH if stream else GENERATE_PATH, body, dialect=GENERATE_NAME, model=model, stream=stream
+        STREAM_PATH if stream else GENERATE_PATH,
+        body,
+        dialect=GENERATE_NAME,
+        model=model,
+        max_tokens=max_tokens,
+        stream=stream,
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from latscope.dialects import get_dialect
 from latscope.export.spans import Span, row_spans
-from latscope.load.storage import read_requests, read_run_json
+from latscope.runs.storage import read_requests, read_run_json
 
 
 def run_spans(run_dir: Path, *, clock_offset_ns: int) -> list[Span]:

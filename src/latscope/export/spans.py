@@ -224,8 +224,9 @@ def _usage_attributes(attributes: dict[str, AttributeValue], t: Timeline, usage:
         attributes["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
 
 
-def request_attributes(t: Timeline, *, max_tokens: int | None = None) -> dict[str, AttributeValue]:
-    """The request span's attributes (``max_tokens``: what the request asked for, when the caller knows it)."""
+def request_attributes(t: Timeline) -> dict[str, AttributeValue]:
+    """The request span's attributes (``gen_ai.request.max_tokens`` is the timeline's ``max_tokens``, what the
+    request asked for)."""
     dialect = t.dialect or ""
     family = dialect.split(".")[0]
     attributes: dict[str, AttributeValue] = {}
@@ -234,7 +235,7 @@ def request_attributes(t: Timeline, *, max_tokens: int | None = None) -> dict[st
     _put(attributes, "gen_ai.provider.name", provider)
     _put(attributes, "gen_ai.system", provider)
     _put(attributes, "gen_ai.request.model", t.model)
-    _put(attributes, "gen_ai.request.max_tokens", max_tokens)
+    _put(attributes, "gen_ai.request.max_tokens", t.max_tokens)
     if t.finish_reason is not None:
         attributes["gen_ai.response.finish_reasons"] = (t.finish_reason,)
     _usage_attributes(attributes, t, t.usage)
@@ -311,7 +312,7 @@ def _failed_phase(err: RequestError | None, names: list[str]) -> str | None:
 _OWN_DURATION = {"dns": metrics.dns_ms, "connect": metrics.connect_ms, "tls": metrics.tls_ms, "send": metrics.send_ms}
 
 
-def timeline_spans(t: Timeline, *, clock_offset_ns: int, max_tokens: int | None = None) -> list[Span]:
+def timeline_spans(t: Timeline, *, clock_offset_ns: int) -> list[Span]:
     """The request span of ``t`` (first) and its phase spans, in order. ``clock_offset_ns`` is added to every
     monotonic mark to place it on the wall clock (ns since the Unix epoch)."""
     trace_id, span_id, parent = request_context(t)
@@ -342,7 +343,7 @@ def timeline_spans(t: Timeline, *, clock_offset_ns: int, max_tokens: int | None 
             start_ns=t.logical_started_ns + clock_offset_ns,
             end_ns=end + clock_offset_ns,
             kind="client",
-            attributes=request_attributes(t, max_tokens=max_tokens),
+            attributes=request_attributes(t),
             error=error,
             events=tuple(events),
         )
@@ -370,11 +371,11 @@ def timeline_spans(t: Timeline, *, clock_offset_ns: int, max_tokens: int | None 
     return spans
 
 
-def spans_of(timelines: Iterable[Timeline], *, clock_offset_ns: int, max_tokens: int | None = None) -> list[Span]:
+def spans_of(timelines: Iterable[Timeline], *, clock_offset_ns: int) -> list[Span]:
     """:func:`timeline_spans` of every timeline, in order."""
     out: list[Span] = []
     for t in timelines:
-        out += timeline_spans(t, clock_offset_ns=clock_offset_ns, max_tokens=max_tokens)
+        out += timeline_spans(t, clock_offset_ns=clock_offset_ns)
     return out
 
 
@@ -419,7 +420,7 @@ def _attempts_from_row(row: Mapping[str, Any], start_ns: int) -> list[Attempt]:
 
 def timeline_from_request_row(row: Mapping[str, Any], *, url: str, model: str | None, dialect: str | None) -> Timeline:
     """A :class:`Timeline` with the marks a bench run's ``requests.parquet`` row keeps (see
-    :data:`latscope.load.records.REQUEST_SCHEMA`): ``started_ns`` as stored, the others placed from it by the stored
+    :data:`latscope.runs.records.REQUEST_SCHEMA`): ``started_ns`` as stored, the others placed from it by the stored
     durations. The setup phases (pool, dns, connect, tls) are laid end to end from the start, since the row keeps
     their durations, not their starts; the later marks come from the TTFB, wait, send, TTFT and E2E columns. No
     reads or events: :func:`row_spans` takes the counts and ITL statistics from the row's columns."""
@@ -432,6 +433,7 @@ def timeline_from_request_row(row: Mapping[str, Any], *, url: str, model: str | 
     t.idempotency_key = row.get("idempotency_key")
     t.trace_id = row.get("trace_id")
     t.span_id = row.get("span_id")
+    t.max_tokens = row.get("max_tokens")
     at = t.started_ns + (_ns(row, "pool_ms") or 0)
     for phase in ("dns", "connect", "tls"):
         took = _ns(row, f"{phase}_ms")
@@ -487,8 +489,7 @@ def row_spans(
     """The spans of one ``requests.parquet`` row: :func:`timeline_spans` of :func:`timeline_from_request_row`, with
     the row's own token counts, TPOT and ITL statistics (the row keeps no events to count them from)."""
     t = timeline_from_request_row(row, url=url, model=model, dialect=dialect)
-    max_tokens = row.get("max_tokens")
-    spans = timeline_spans(t, clock_offset_ns=clock_offset_ns, max_tokens=max_tokens)
+    spans = timeline_spans(t, clock_offset_ns=clock_offset_ns)
     head = spans[0]
     attributes = dict(head.attributes)
     for key in ("latscope.events", "latscope.reads"):

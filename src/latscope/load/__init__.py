@@ -1,4 +1,5 @@
-"""Load generation: workloads, arrival processes, the runner, run storage and summaries (``latscope bench``).
+"""Load generation: workloads, arrival processes, the runner and summaries (``latscope bench``); the run directory it
+writes is :mod:`latscope.runs`.
 
 Modules, one concept each:
 
@@ -9,8 +10,6 @@ Modules, one concept each:
 ``pacing``     waking on absolute deadlines with sub-millisecond lateness
 ``runner``     one worker's share of a step on one event loop
 ``workers``    worker processes with a common start
-``records``    timelines → rows of the ``requests`` and ``events`` tables
-``storage``    the run directory: Parquet part files, merge, ``run.json``
 ``stats``      percentile summaries
 ``slo``        service-level objectives and goodput
 ``summary``    per-step, per-class aggregates and warnings
@@ -23,8 +22,8 @@ the live display).
 
 Typical use from Python::
 
-    config = BenchConfig(url="http://127.0.0.1:8000/v1", steps=(ClosedLoop(8),), workload=Workload.single(),
-                         requests=200)
+    target = Target.resolve("http://127.0.0.1:8000/v1")
+    config = BenchConfig(target, steps=(ClosedLoop(8),), workload=Workload.single(), requests=200)
     result = run_bench(config, Path("runs/my-run"))
     result.steps[0].overall.metrics["ttft_ms"].p99
 """

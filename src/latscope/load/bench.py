@@ -7,7 +7,7 @@ directory, return the summaries.
 * :func:`bench_async` — from a running event loop (pytest, notebooks): every step in this loop, one worker.
 
 Either way the run directory holds ``run.json``, ``requests.parquet`` and ``events.parquet``
-(:mod:`latscope.load.storage`), and :func:`summarize_dir` recomputes the summaries from the tables (another SLO,
+(:mod:`latscope.runs.storage`), and :func:`summarize_dir` recomputes the summaries from the tables (another SLO,
 say) without re-running anything. Each step's entry in ``run.json`` also carries the checks a bench run decides on
 its own (``checks``: ``retry-amplification``, from the step's retries; :mod:`latscope.checks.retries`).
 """
@@ -27,22 +27,21 @@ from typing import Any
 
 from latscope import __version__
 from latscope.checks.retries import RetryEvidence, check_retry_amplification
-from latscope.dialects import get_dialect
 from latscope.load.config import BenchConfig, BenchConfigError, auto_workers
 from latscope.load.health import ClientHealth, available_cores
 from latscope.load.runner import Assignment, StepWorker, WorkerCounters, WorkerResult
 from latscope.load.servermetrics import GaugeSampler
 from latscope.load.slo import Slo
 from latscope.load.stamps import stamps_summary
-from latscope.load.storage import (
+from latscope.load.summary import GroupSummary, StepSummary, summarize_run
+from latscope.load.workload import Plan
+from latscope.runs.storage import (
     iter_event_batches,
     merge_parts,
     read_requests,
     read_run_json,
     write_run_json,
 )
-from latscope.load.summary import GroupSummary, StepSummary, summarize_run
-from latscope.load.workload import Plan
 
 #: Seconds between "ready" and the start of an in-process step (lets the loop settle after setup).
 INLINE_START_DELAY_S = 0.05
@@ -126,14 +125,14 @@ async def resolve_model(config: BenchConfig) -> str:
     """``config.model``, or the first model the server's model list names."""
     if config.model:
         return config.model
-    from latscope.wire import Client, ModelListError, WireError
+    from latscope.wire import ModelListError, WireError
 
-    dialect = get_dialect(config.dialect)
-    async with Client(verify=config.verify, ca_file=config.ca_file, headers=config.headers) as client:
+    target = config.target
+    async with target.client() as client:
         try:
-            models, _ = await client.list_models(config.url, dialect)
+            models, _ = await client.list_models(target.base_url, target.dialect)
         except WireError as exc:
-            where = config.url + dialect.models_path
+            where = target.base_url + target.dialect.models_path
             raise ModelDiscoveryError(f"could not list models at {where}: {exc}; pass --model") from None
         except ModelListError as exc:
             raise ModelDiscoveryError(f"{exc}; pass --model") from None
@@ -145,7 +144,7 @@ def validate(config: BenchConfig) -> Plan:
     every class's requests suit the dialect (a 'messages' line for an API that takes a prompt, ignore_eos for one
     without it). Returns the plan, ready to use."""
     plan = Plan(config.workload)
-    dialect = get_dialect(config.dialect)
+    dialect = config.target.dialect
     for cls in config.workload.classes:
         records = plan.prompt_records(cls.name) if cls.prompt_file else []
         messages = next((r.messages for r in records if r.messages is not None), None)
@@ -158,7 +157,7 @@ def validate(config: BenchConfig) -> Plan:
 
 
 def _step_workers(config: BenchConfig, step: int) -> int:
-    return config.workers or auto_workers(config.steps[step], config.url)
+    return config.workers or auto_workers(config.steps[step], config.target.base_url)
 
 
 async def bench_async(
@@ -277,7 +276,7 @@ def _run_on_ray(
         cpus = onray.cluster_cpus()
         for step, arrival in enumerate(config.steps):
             gauges.mark(arrival.label)
-            workers = config.workers or auto_workers(arrival, config.url, cores=cpus)
+            workers = config.workers or auto_workers(arrival, config.target.base_url, cores=cpus)
             if workers > cpus:  # the extra actors would wait for a CPU until READY_TIMEOUT_S
                 raise BenchConfigError(f"--workers {workers}: the Ray cluster has {cpus} CPUs, one per actor")
             if on_step is not None:
@@ -306,7 +305,7 @@ def _sampler(config: BenchConfig) -> GaugeSampler | _NoSampler:
     """The target's gauges, scraped from now until the run ends (unless ``config.server_metrics`` is off)."""
     if not config.server_metrics:
         return _NoSampler()
-    sampler = GaugeSampler(config.url, headers=config.headers, verify=config.verify, ca_file=config.ca_file)
+    sampler = GaugeSampler(config.target)
     sampler.start()
     return sampler
 
@@ -369,7 +368,8 @@ def finish_run(
     if server_gauges is not None:
         data["server_gauges"] = server_gauges
     clocks = [{"step": res.step, "worker": res.worker, **res.clock} for r in records for res in r.results if res.clock]
-    data["stamps"] = stamps_summary(config.stamps, requests, iter_event_batches(run_dir, ["read_delay_ms"]), clocks)
+    delays = iter_event_batches(run_dir, ["read_delay_ms"])
+    data["stamps"] = stamps_summary(config.target.stamps, requests, delays, clocks)
     write_run_json(run_dir, data)
     return RunResult(run_dir=run_dir, model=model, steps=summaries, interrupted=interrupted, data=data)
 

@@ -10,18 +10,18 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from latscope.dialects import DEFAULT_DIALECT, DIALECTS, get_dialect
 from latscope.load.arrivals import Arrival, ClosedLoop, OpenLoop, arrival_from_dict
 from latscope.load.health import available_cores
 from latscope.load.slo import Slo
 from latscope.load.workload import Workload
-from latscope.timeline.redact import redact_headers, redact_url
-from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES
+from latscope.timeline.redact import redact_url
+from latscope.wire.models import Timeouts
 from latscope.wire.retry import DEFAULT_BACKOFF_S, DEFAULT_MAX_WAIT_S, RetryPolicy
+from latscope.wire.target import Target
 
 #: Without any bound a step stops after this many measured requests.
 DEFAULT_REQUESTS = 100
@@ -49,11 +49,10 @@ class BenchConfig:
     recorded as errors of kind "cancelled". ``workers`` None picks a count from the load and the cores.
     """
 
-    url: str
+    target: Target  #: where the requests go and how (URL, dialect, headers, TLS, timeouts, stamps, protocols)
     steps: tuple[Arrival, ...]
     workload: Workload
     model: str | None = None
-    dialect: str = DEFAULT_DIALECT  #: the API spoken (:data:`latscope.dialects.DIALECTS`)
     requests: int | None = None
     duration_s: float | None = None
     warmup_requests: int = 0
@@ -63,34 +62,22 @@ class BenchConfig:
     slo: Slo | None = None
     temperature: float | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
-    headers: tuple[tuple[str, str], ...] = ()
-    verify: bool = True
-    ca_file: str | None = None
-    http2: bool = True
     new_connection_per_request: bool = False
-    read_timeout_s: float = 120.0
-    total_timeout_s: float | None = None
     spin_us: int = 1500  #: the pacing spin before each arrival (latscope.load.pacing), µs; 0 disables it
     busy_poll: bool = False  #: keep the event loop polling instead of sleeping (one core per worker, lower latency)
     server_metrics: bool = True  #: scrape the target's /metrics gauges every second during the run
-    #: send a W3C ``traceparent`` with every request and keep its ids in ``requests.parquet`` (``trace_id``,
-    #: ``span_id``): what ``--otlp`` exports the requests' spans under
-    trace_context: bool = False
     #: send a logical request again up to this many times after a refusal or a lost connection
     #: (:mod:`latscope.wire.retry`); 0 never retries
     retries: int = 0
     retry_backoff_s: float = DEFAULT_BACKOFF_S  #: the first retry's backoff ceiling (full jitter below it), s
     retry_max_wait_s: float = DEFAULT_MAX_WAIT_S  #: a longer Retry-After ends the logical request instead, s
     idempotency_keys: bool = False  #: one ``Idempotency-Key`` (a fresh UUID4) per logical request, on every attempt
-    #: what stamps each read (:mod:`latscope.wire.kstamps`): ``kernel`` receive stamps where the platform gives them,
-    #: or ``user``-space stamps when the loop hands a read over
-    stamps: str = DEFAULT_STAMPS
 
     def __post_init__(self) -> None:
         if not self.steps:
             raise BenchConfigError("at least one step (a concurrency or a rate) is needed")
-        if self.dialect not in DIALECTS:
-            raise BenchConfigError(f"--dialect: unknown dialect {self.dialect!r}; known: {', '.join(DIALECTS)}")
+        if self.target.http3:
+            raise BenchConfigError("bench speaks HTTP/1.1 and HTTP/2; HTTP/3 is for probe")
         if self.requests is not None and self.requests < 1:
             raise BenchConfigError(f"--requests must be >= 1, got {self.requests}")
         if self.duration_s is not None and not self.duration_s > 0:
@@ -103,15 +90,10 @@ class BenchConfig:
             raise BenchConfigError("--spin-us must be >= 0")
         if self.drain_s is not None and self.drain_s < 0:
             raise BenchConfigError("--drain must be >= 0 s")
-        if self.stamps not in STAMP_CHOICES:
-            raise BenchConfigError(f"--stamps must be one of {', '.join(STAMP_CHOICES)}, got {self.stamps!r}")
         if self.retries < 0:
             raise BenchConfigError(f"--retries must be >= 0, got {self.retries}")
         if not self.retry_backoff_s >= 0 or not self.retry_max_wait_s >= 0:
             raise BenchConfigError("--retry-backoff and --retry-max-wait must be >= 0 s")
-        scheme = urlsplit(self.url).scheme
-        if scheme not in ("http", "https"):
-            raise BenchConfigError(f"URL must start with http:// or https://, got {redact_url(self.url)!r}")
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -131,12 +113,15 @@ class BenchConfig:
         return self.requests
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form without secrets (headers redacted)."""
+        """JSON-ready form without secrets: ``target`` is :meth:`~latscope.wire.target.Target.to_dict` (headers
+        redacted); ``url``, ``dialect`` and ``api`` (the older key: ``chat`` or ``completions`` for the OpenAI
+        dialects) repeat what a reader of a run asks first."""
         return {
-            "url": redact_url(self.url),
+            "url": redact_url(self.target.base_url),
             "model": self.model,
-            "dialect": self.dialect,
-            "api": get_dialect(self.dialect).mode,  # the older key: "chat" or "completions" for the OpenAI dialects
+            "dialect": self.target.dialect.name,
+            "api": self.target.dialect.mode,
+            "target": self.target.to_dict(),
             "steps": [a.to_dict() for a in self.steps],
             "workload": self.workload.to_dict(),
             "requests": self.requests,
@@ -148,34 +133,27 @@ class BenchConfig:
             "slo": None if self.slo is None else self.slo.to_dict(),
             "temperature": self.temperature,
             "extra_body": self.extra_body,
-            "headers": redact_headers(self.headers),
-            "verify": self.verify,
-            "ca_file": self.ca_file,
-            "http2": self.http2,
             "new_connection_per_request": self.new_connection_per_request,
-            "read_timeout_s": self.read_timeout_s,
-            "total_timeout_s": self.total_timeout_s,
             "spin_us": self.spin_us,
             "busy_poll": self.busy_poll,
             "server_metrics": self.server_metrics,
-            "trace_context": self.trace_context,
             "retries": self.retries,
             "retry_backoff_s": self.retry_backoff_s,
             "retry_max_wait_s": self.retry_max_wait_s,
             "idempotency_keys": self.idempotency_keys,
-            "stamps": self.stamps,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], headers: tuple[tuple[str, str], ...] = ()) -> BenchConfig:
-        """Inverse of :meth:`to_dict`; ``headers`` replaces the redacted ones (workers get the real ones)."""
+        """Inverse of :meth:`to_dict`: the target at ``data["url"]`` (stored redacted; a worker is handed the real
+        one there) with ``headers`` in place of the redacted ones. Runs saved before the target was one object keep
+        its settings as flat keys, read here too."""
         slo = data.get("slo")
         return cls(
-            url=data["url"],
+            target=Target.from_dict(data.get("target") or _flat_target(data), url=data["url"], headers=headers),
             steps=tuple(arrival_from_dict(a) for a in data["steps"]),
             workload=Workload.from_dict(data["workload"]),
             model=data.get("model"),
-            dialect=data.get("dialect") or f"openai.{data.get('api', 'chat')}",  # older run.json files: "api" only
             requests=data.get("requests"),
             duration_s=data.get("duration_s"),
             warmup_requests=int(data.get("warmup_requests", 0)),
@@ -185,23 +163,30 @@ class BenchConfig:
             slo=None if slo is None else Slo.from_dict(slo),
             temperature=data.get("temperature"),
             extra_body=dict(data.get("extra_body") or {}),
-            headers=headers,
-            verify=bool(data.get("verify", True)),
-            ca_file=data.get("ca_file"),
-            http2=bool(data.get("http2", True)),
             new_connection_per_request=bool(data.get("new_connection_per_request", False)),
-            read_timeout_s=float(data.get("read_timeout_s", 120.0)),
-            total_timeout_s=data.get("total_timeout_s"),
             spin_us=int(data.get("spin_us", 1500)),
             busy_poll=bool(data.get("busy_poll", False)),
             server_metrics=bool(data.get("server_metrics", True)),
-            trace_context=bool(data.get("trace_context", False)),
             retries=int(data.get("retries", 0)),  # absent in runs saved before retries
             retry_backoff_s=float(data.get("retry_backoff_s", DEFAULT_BACKOFF_S)),
             retry_max_wait_s=float(data.get("retry_max_wait_s", DEFAULT_MAX_WAIT_S)),
             idempotency_keys=bool(data.get("idempotency_keys", False)),
-            stamps=str(data.get("stamps", "user")),  # runs saved before kernel stamps used user-space ones
         )
+
+
+def _flat_target(data: dict[str, Any]) -> dict[str, Any]:
+    """The ``target`` object of a run saved with the target's settings as flat keys of its config."""
+    read_s = float(data.get("read_timeout_s", 120.0))
+    return {
+        "url": data["url"],
+        "dialect": data.get("dialect") or f"openai.{data.get('api', 'chat')}",  # older still: "api" only
+        "verify": data.get("verify", True),
+        "ca_file": data.get("ca_file"),
+        "timeouts": asdict(Timeouts(headers_s=read_s, read_s=read_s, total_s=data.get("total_timeout_s"))),
+        "stamps": data.get("stamps", "user"),  # runs saved before kernel stamps used user-space ones
+        "http2": data.get("http2", True),
+        "trace_context": data.get("trace_context", False),
+    }
 
 
 def target_is_local(url: str) -> bool:

@@ -51,11 +51,11 @@ import pyarrow.parquet as pq
 from latscope.load.arrivals import ClosedLoop, OpenLoop, Schedule
 from latscope.load.clocksync import DEFAULT_EXCHANGES, ClockOffset, measure_offset
 from latscope.load.config import BenchConfig, split_evenly
-from latscope.load.records import EVENT_SCHEMA, REQUEST_SCHEMA, RequestContext, build_tables
 from latscope.load.runner import Assignment, StepWorker, WorkerCounters, WorkerResult
-from latscope.load.storage import open_part, part_paths
 from latscope.load.workers import READY_TIMEOUT_S, WorkerFailed, raise_fd_limit
 from latscope.load.workload import Plan
+from latscope.runs.records import EVENT_SCHEMA, REQUEST_SCHEMA, RequestContext, build_tables
+from latscope.runs.storage import open_part, part_paths
 from latscope.timeline.model import ErrorKind, RequestError, Timeline
 from latscope.timeline.redact import register_secret_headers
 
@@ -205,7 +205,7 @@ class StepActor:
         with the error)."""
         # the headers are the user's (-H, --api-key): secrets in this process too, for every message it records
         register_secret_headers(headers, by_hand=True)
-        self.config = dataclasses.replace(self.config, url=url, headers=headers)
+        self.config = dataclasses.replace(self.config, target=self.config.target.replace(base_url=url, headers=headers))
         self._thread.start()
         ready = self._ready.wait(READY_TIMEOUT_S)
         a = self.assignment
@@ -399,7 +399,7 @@ class RayStep:
             state.identity = identity
             state.clock = measure_offset(_clock_reader(state.handle), time.monotonic_ns, DEFAULT_EXCHANGES)
         try:
-            url, headers = self.config.url, tuple(self.config.headers)
+            url, headers = self.config.target.base_url, self.config.target.headers
             answers = ray.get(
                 [s.handle.prepare.remote(url, headers) for s in self.actors], timeout=READY_TIMEOUT_S + 10
             )
@@ -580,7 +580,6 @@ def lost_requests(
             warmup=warm,
             step_start_ns=start_ns,
             planned_prompt_tokens=item.prompt_tokens,
-            max_tokens=item.max_tokens,
         )
         rows.append((t, ctx))
     return rows, not_sent

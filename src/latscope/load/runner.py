@@ -1,7 +1,7 @@
 """One worker's part of one step, on one event loop: dispatch requests on schedule, record every timeline.
 
 The worker owns a :class:`~latscope.wire.Client` (its own connection pool), a
-:class:`~latscope.load.storage.PartWriter` and a :class:`~latscope.load.health.HealthMonitor`. It takes its share of
+:class:`~latscope.runs.storage.PartWriter` and a :class:`~latscope.load.health.HealthMonitor`. It takes its share of
 the step's global plan — indices ``worker, worker + workers, …`` — and, from the common ``start_ns``:
 
 * closed loop: ``concurrency`` ÷ ``workers`` users, each building its next request, then sending it at once
@@ -34,20 +34,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from latscope.dialects import get_dialect
 from latscope.dialects.base import RequestSpec
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.load.arrivals import ClosedLoop, OpenLoop, Schedule
 from latscope.load.config import BenchConfig, split_evenly
 from latscope.load.health import OFF_CPU_MIN_NS, HealthMonitor, WorkerHealth
 from latscope.load.pacing import SPIN, sleep_until
-from latscope.load.records import RequestContext
-from latscope.load.storage import BatchSink, PartWriter
 from latscope.load.tuning import StepTuning
 from latscope.load.workload import Plan, PlannedRequest, prompt_seed
 from latscope.quietgc import rss_bytes
+from latscope.runs.records import RequestContext
+from latscope.runs.storage import BatchSink, PartWriter
 from latscope.timeline.model import ErrorKind, Timeline
-from latscope.wire import Client, Timeouts
+from latscope.wire import Client
 from latscope.wire.errors import fail_unfinished
 from latscope.wire.kstamps import CLOCK
 from latscope.wire.retry import request_with_retries
@@ -76,7 +75,7 @@ class RequestBuilder:
         self.config = config
         self.model = model
         self.seed = config.workload.seed
-        self.dialect = get_dialect(config.dialect)
+        self.dialect = config.target.dialect
 
     def build(self, p: PlannedRequest) -> RequestSpec:
         """The request for ``p``: its file prompt, or a synthetic prompt of ``p.prompt_tokens`` words."""
@@ -282,18 +281,7 @@ class StepWorker:
         if self._client is not None:
             return
         cfg, a = self.config, self.assignment
-        timeouts = Timeouts(read_s=cfg.read_timeout_s, headers_s=cfg.read_timeout_s, total_s=cfg.total_timeout_s)
-        self._client = Client(
-            verify=cfg.verify,
-            ca_file=cfg.ca_file,
-            http2=cfg.http2,
-            timeouts=timeouts,
-            max_connections_per_origin=self._pool_size(),
-            headers=cfg.headers,
-            # a traceparent per request costs CPU and only an OpenTelemetry export reads it
-            trace_context=cfg.trace_context,
-            stamps=cfg.stamps,
-        )
+        self._client = cfg.target.client(max_connections_per_origin=self._pool_size())
         self._writer = PartWriter(
             self.run_dir,
             a.step,
@@ -474,7 +462,6 @@ class StepWorker:
             step_start_ns=self.start_ns,
             schedule_lag_ns=lag_ns,
             planned_prompt_tokens=item.prompt_tokens,
-            max_tokens=item.max_tokens,
         )
         digest = self._writer.add(t, ctx)
         c.completed += 1
@@ -496,7 +483,7 @@ class StepWorker:
             await request_with_retries(
                 self._client,
                 spec,
-                self.config.url,
+                self.config.target.base_url,
                 policy,
                 rng=self._retry_rng,
                 new_connection=self.config.new_connection_per_request,
@@ -507,7 +494,7 @@ class StepWorker:
             return
         await self._client.request(
             spec,
-            self.config.url,
+            self.config.target.base_url,
             new_connection=self.config.new_connection_per_request,
             label=item.class_name,
             scheduled_ns=scheduled_ns,

@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from latscope.signals import MetricsScraper, NotAvailable, metrics_url_for
 from latscope.signals.windowstats import gauge_series
-from latscope.wire import Client
+from latscope.wire.target import Target
 
 #: Time between scrapes, s: resolves the batch filling as a load step ramps, at one small GET per second.
 INTERVAL_S = 1.0
@@ -29,19 +28,9 @@ class GaugeSampler:
     """Scrapes a target's metrics in the background from :meth:`start` to :meth:`stop`; :meth:`mark` notes when a
     load step began. Times are seconds since :meth:`start` (monotonic clock)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        headers: Sequence[tuple[str, str]] = (),
-        verify: bool = True,
-        ca_file: str | None = None,
-        interval_s: float = INTERVAL_S,
-    ) -> None:
-        self.url = metrics_url_for(base_url)
-        self.headers = tuple(headers)
-        self.verify = verify
-        self.ca_file = ca_file
+    def __init__(self, target: Target | str, *, interval_s: float = INTERVAL_S) -> None:
+        self.target = Target.resolve(target) if isinstance(target, str) else target
+        self.url = metrics_url_for(self.target.base_url)
         self.interval_s = interval_s
         self._result: dict[str, Any] = {"url": self.url, "why": "the scrape never ran"}
         self._marks: list[tuple[str, float]] = []
@@ -70,7 +59,7 @@ class GaugeSampler:
         return self._result
 
     async def _scrape(self) -> None:
-        async with Client(headers=list(self.headers), verify=self.verify, ca_file=self.ca_file) as client:
+        async with self.target.client() as client:
             scraper = MetricsScraper(client.fetch, self.url, interval_s=self.interval_s, max_during=MAX_SCRAPES)
             missing = await scraper.start()
             if missing is None:  # metrics answered: scrape until the run ends

@@ -143,11 +143,12 @@ class StepProcesses:
         (the results are still collected); a second Ctrl-C terminates the workers."""
         ctx = multiprocessing.get_context("spawn")
         config_dict = self.config.to_dict()
-        config_dict["url"] = self.config.url  # to_dict redacts credentials in the URL; workers need the real one
+        # to_dict redacts credentials in the URL; workers need the real one
+        config_dict["url"] = self.config.target.base_url
         for w in range(self.workers):
             parent_conn, child_conn = ctx.Pipe()
             payload = WorkerPayload(
-                config_dict, tuple(self.config.headers), self.model, self.step, w, self.workers, str(self.run_dir)
+                config_dict, self.config.target.headers, self.model, self.step, w, self.workers, str(self.run_dir)
             )
             proc = ctx.Process(target=worker_main, args=(child_conn, payload), name=f"latscope-worker-{w}", daemon=True)
             proc.start()

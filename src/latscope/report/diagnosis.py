@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from latscope.report.batchsize import batch_heatmap
+from latscope.report.format import fmt_ms
 from latscope.report.waterfall import PHASE_STYLES
 from latscope.signals.altsvc import describe_h3
 
@@ -36,17 +37,6 @@ BAR_WIDTH = 48
 EVIDENCE_ITEMS = 8
 #: Longest list shown inline in the evidence line.
 EVIDENCE_LIST_ITEMS = 6
-
-
-def fmt_ms(ms: float | None) -> str:
-    """``1.23 ms`` / ``1.50 s`` / ``—``."""
-    if ms is None:
-        return "—"
-    if abs(ms) >= 1000:
-        return f"{ms / 1000:.2f} s"
-    if abs(ms) >= 10:
-        return f"{ms:.1f} ms"
-    return f"{ms:.2f} ms"
 
 
 def _value(value: Any) -> str:

@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from latscope.report.run import fmt_ms, fmt_rate
+from latscope.report.format import TABLE, fmt_ms, fmt_rate
 
 #: Seconds of history the displayed request rate averages over.
 RATE_WINDOW_S = 3.0
@@ -89,7 +89,7 @@ class LiveProgress:
             f"{total('in_flight'):,}",
             Text(f"{total('errors'):,}", style="red" if total("errors") else ""),
             fmt_rate(rate, ""),
-            fmt_ms(float(np.percentile(ttft, 50))) if ttft.size else "–",
-            fmt_ms(float(np.percentile(ttft, 95))) if ttft.size else "–",
+            fmt_ms(float(np.percentile(ttft, 50)), TABLE) if ttft.size else "–",
+            fmt_ms(float(np.percentile(ttft, 95)), TABLE) if ttft.size else "–",
         )
         return table

@@ -17,6 +17,7 @@ from rich.text import Text
 from latscope.load.stats import Dist
 from latscope.load.summary import GroupSummary, StepSummary
 from latscope.report.batchsize import batch_heatmap
+from latscope.report.format import TABLE, fmt_ms, fmt_rate
 
 #: Metric rows of the latency table, in request order: (metric key, label, note).
 LATENCY_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -29,30 +30,6 @@ LATENCY_ROWS: tuple[tuple[str, str, str], ...] = (
     ("itl_ms", "ITL", "every inter-token gap"),
     ("e2e_ms", "E2E", "whole request"),
 )
-
-
-def fmt_ms(value: float | None) -> str:
-    """Milliseconds with precision that fits their size: 0.042, 3.21, 45.6, 1234."""
-    if value is None:
-        return "–"
-    if value < 1:
-        return f"{value:.3f}"
-    if value < 10:
-        return f"{value:.2f}"
-    if value < 1000:
-        return f"{value:.1f}"
-    return f"{value:,.0f}"
-
-
-def fmt_rate(value: float | None, unit: str = "/s") -> str:
-    """A rate with a sensible number of digits."""
-    if value is None:
-        return "–"
-    if value < 10:
-        return f"{value:.2f}{unit}"
-    if value < 1000:
-        return f"{value:.1f}{unit}"
-    return f"{value:,.0f}{unit}"
 
 
 def latency_table(group: GroupSummary, title: str) -> Table:
@@ -68,12 +45,12 @@ def latency_table(group: GroupSummary, title: str) -> Table:
             continue
         table.add_row(
             label,
-            fmt_ms(d.p50),
-            fmt_ms(d.p90),
-            fmt_ms(d.p95),
-            Text(fmt_ms(d.p99), style="bold"),
-            fmt_ms(d.max),
-            fmt_ms(d.mean),
+            fmt_ms(d.p50, TABLE),
+            fmt_ms(d.p90, TABLE),
+            fmt_ms(d.p95, TABLE),
+            Text(fmt_ms(d.p99, TABLE), style="bold"),
+            fmt_ms(d.max, TABLE),
+            fmt_ms(d.mean, TABLE),
             f"{d.count:,}",
             note,
         )
@@ -122,9 +99,11 @@ def step_renderable(s: StepSummary) -> RenderableType:
     facts.add_row("window", f"{s.window_s:.2f} s measured, {s.warmup_requests:,} warm-up requests excluded")
     if s.offered_rps is not None:
         sl = s.schedule_lag_ms
-        lag_text = (
-            "" if sl is None else f"; dispatch lag p50 {fmt_ms(sl.p50)} p99 {fmt_ms(sl.p99)} max {fmt_ms(sl.max)} ms"
-        )
+        lag_text = ""
+        if sl is not None:
+            lag_text = (
+                f"; dispatch lag p50 {fmt_ms(sl.p50, TABLE)} p99 {fmt_ms(sl.p99, TABLE)} max {fmt_ms(sl.max, TABLE)} ms"
+            )
         facts.add_row(
             "arrivals",
             f"target {fmt_rate(s.offered_rps)}, scheduled {fmt_rate(s.schedule_rps)}, "
@@ -161,7 +140,8 @@ def step_renderable(s: StepSummary) -> RenderableType:
         d = s.client_delay_ms
         facts.add_row(
             "client delay",
-            f"event stamp − server send stamp: p50 {fmt_ms(d.p50)} p99 {fmt_ms(d.p99)} max {fmt_ms(d.max)} ms "
+            f"event stamp − server send stamp: p50 {fmt_ms(d.p50, TABLE)} p99 {fmt_ms(d.p99, TABLE)} "
+            f"max {fmt_ms(d.max, TABLE)} ms "
             f"({d.count:,} events)",
         )
     if s.client is not None:
@@ -169,15 +149,15 @@ def step_renderable(s: StepSummary) -> RenderableType:
         cpu = "–" if c.loop_cpu_mean is None else f"{c.loop_cpu_mean:.0%} mean, {c.loop_cpu_max or 0:.0%} max"
         if c.spin_share_mean:
             cpu += f" (pacing spins {c.spin_share_mean:.0%} of the time)"
-        loop_lag = "" if c.loop_lag_ms is None else f"; loop lag p99 {fmt_ms(c.loop_lag_ms.p99)} ms"
+        loop_lag = "" if c.loop_lag_ms is None else f"; loop lag p99 {fmt_ms(c.loop_lag_ms.p99, TABLE)} ms"
         mem = "" if c.rss_total_mb is None else f"; memory {c.rss_total_mb:,.0f} MiB"
         busy = "" if c.machine_busy_mean is None else f"; machine {c.machine_busy_mean:.0%} busy"
         if c.off_cpu_share is not None:
-            busy += f"; off the CPU {c.off_cpu_share:.2%} of the time (longest {fmt_ms(c.off_cpu_max_ms)} ms)"
-        gc_note = "" if not c.gc_pauses else f"; {c.gc_pauses} GC pause(s) up to {fmt_ms(c.gc_pause_max_ms)} ms"
+            busy += f"; off the CPU {c.off_cpu_share:.2%} of the time (longest {fmt_ms(c.off_cpu_max_ms, TABLE)} ms)"
+        gc_note = "" if not c.gc_pauses else f"; {c.gc_pauses} GC pause(s) up to {fmt_ms(c.gc_pause_max_ms, TABLE)} ms"
         facts.add_row("client", f"{c.workers} worker(s), loop CPU {cpu}{loop_lag}{mem}{busy}{gc_note}")
     if s.slo:
-        facts.add_row("SLO", ", ".join(f"{k} ≤ {fmt_ms(v)} ms" for k, v in s.slo.items()))
+        facts.add_row("SLO", ", ".join(f"{k} ≤ {fmt_ms(v, TABLE)} ms" for k, v in s.slo.items()))
     parts.append(facts)
     for warning in s.warnings:
         parts.append(Text(f"⚠ {warning}", style="yellow"))
@@ -247,7 +227,8 @@ def check_line(outcome: dict[str, Any]) -> Text | None:
     without --retries need not be told that retries were not measured)."""
     if "severity" in outcome:
         text = Text(f"finding {outcome['id']} ({outcome['severity']}): ", style="bold red")
-        text.append(f"{fmt_ms(outcome.get('cost_ms'))} {outcome.get('cost_basis', '')}; {outcome.get('rule', '')}")
+        cost = fmt_ms(outcome.get("cost_ms"), TABLE)
+        text.append(f"{cost} {outcome.get('cost_basis', '')}; {outcome.get('rule', '')}")
         text.append(f"\n  fix: {outcome.get('fix', '')}", style="dim")
         return text
     if "evidence" in outcome:

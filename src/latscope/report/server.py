@@ -7,6 +7,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from latscope.report.format import FIXED_2, fmt_ms
 from latscope.signals.scrape import MetricsWindow, NotAvailable
 
 #: The durations of :class:`~latscope.signals.windowstats.ServerWindowStats` shown, in request-path order (ms).
@@ -22,10 +23,6 @@ _ACRONYMS = {"ttft": "TTFT", "itl": "ITL", "api": "API"}
 def duration_label(field_name: str) -> str:
     """``mean_ttft_ms`` → "mean TTFT"."""
     return " ".join(_ACRONYMS.get(word, word) for word in field_name.removesuffix("_ms").split("_"))
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2f} ms"
 
 
 def server_window(window: MetricsWindow | NotAvailable) -> RenderableType:
@@ -53,7 +50,7 @@ def server_window(window: MetricsWindow | NotAvailable) -> RenderableType:
     for field_name in DURATION_FIELDS:
         value = getattr(stats, field_name)
         if value is not None:
-            table.add_row(duration_label(field_name), _ms(value), sources.get(field_name, ""))
+            table.add_row(duration_label(field_name), fmt_ms(value, FIXED_2), sources.get(field_name, ""))
     for label, field_name, gauge, scale, unit in (
         ("waiting", "waiting", stats.waiting, 1.0, ""),
         ("running", "running", stats.running, 1.0, ""),

@@ -5,8 +5,8 @@ to the request's end-to-end time, with its duration in milliseconds; under it th
 cadence, the TTFT split into client-side, server-side and unattributed terms (when the caller computed one), what
 the server reported about itself, and the error when the request failed.
 
-The TTFT split is computed in ``signals`` (``latscope.signals.join.ttft_split``), which this layer may not import
-(DESIGN.md, "Layers"): callers pass its terms as :class:`TtftSegment` values.
+The TTFT split is computed in ``signals`` (``latscope.signals.join.ttft_split``); callers pass its terms as
+:class:`TtftSegment` values, each with its side.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -22,8 +21,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from latscope.report.format import TRACE, TRACE_FINE, fmt_ms
+from latscope.signals.join import TtftSide
 from latscope.timeline import metrics
 from latscope.timeline.model import ConnectionInfo, Timeline
+from latscope.timeline.percentile import percentile
 from latscope.units import NS_PER_MS
 
 #: bar colours per phase: setup phases cool, the server's time warm, streaming green
@@ -37,8 +39,6 @@ PHASE_STYLES = {
     "first token": "dark_orange",
     "stream": "green",
 }
-
-TtftSide = Literal["client", "server", "unattributed"]
 
 #: TTFT split colours and headings per side: the client's own time cool like the setup phases, the server's warm
 #: like the wait, the unattributed remainder grey
@@ -125,14 +125,6 @@ def phase_spans(t: Timeline) -> list[PhaseSpan]:
     return spans
 
 
-def _fmt_ms(ms: float | None, *, digits: int = 1) -> str:
-    if ms is None:
-        return "—"
-    if ms >= 1000:
-        return f"{ms / 1000:.2f} s"
-    return f"{ms:.{digits}f} ms"
-
-
 def _end_ns(t: Timeline) -> int:
     candidates = [t.ended_ns, t.last_token_ns, t.first_byte_ns, t.send_end_ns, t.connection_ready_ns]
     if t.error is not None:
@@ -191,27 +183,20 @@ def connection_facts(info: ConnectionInfo | None) -> Text:
     return text
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def token_cadence(t: Timeline) -> Text:
     """One line: tokens, TTFT (and to the first visible text when that came later: reasoning or a tool call came
     first), TPOT, ITL p50/p95/max, reads and events per read."""
     text = Text()
     tokens = metrics.output_tokens(t)
     text.append(f"{tokens} tokens", style="bold")
-    text.append(f" · TTFT {_fmt_ms(metrics.ttft_ms(t))}")
+    text.append(f" · TTFT {fmt_ms(metrics.ttft_ms(t), TRACE)}")
     if t.first_text_ns is not None and t.first_text_ns != t.first_token_ns:
-        text.append(f" (first text {_fmt_ms(metrics.ttft_text_ms(t))})")
-    text.append(f" · TPOT {_fmt_ms(metrics.tpot_ms(t), digits=2)}")
+        text.append(f" (first text {fmt_ms(metrics.ttft_text_ms(t), TRACE)})")
+    text.append(f" · TPOT {fmt_ms(metrics.tpot_ms(t), TRACE_FINE)}")
     gaps = metrics.itl_ms(t)
     if gaps:
-        text.append(
-            f" · ITL p50 {_percentile(gaps, 0.5):.2f} / p95 {_percentile(gaps, 0.95):.2f} / max {max(gaps):.2f} ms"
-        )
+        p50, p95 = percentile(gaps, 50, method="nearest"), percentile(gaps, 95, method="nearest")
+        text.append(f" · ITL p50 {p50:.2f} / p95 {p95:.2f} / max {max(gaps):.2f} ms")
     per_read = metrics.events_per_read(t)
     text.append(f" · {len(t.reads)} reads, {len(t.events)} events")
     if per_read:
@@ -219,7 +204,7 @@ def token_cadence(t: Timeline) -> Text:
         text.append(f" · events/read mean {mean:.1f} max {max(per_read)}")
     delays = metrics.read_delays_ms(t)
     if delays:  # kernel receive stamps: the client's own delay on each read, measured
-        p50, p99 = metrics.percentile(delays, 50), metrics.percentile(delays, 99)
+        p50, p99 = percentile(delays, 50), percentile(delays, 99)
         text.append(f" · kernel stamps, client read delay p50 {p50:.3f} / p99 {p99:.3f} ms")
     return text
 
@@ -235,10 +220,10 @@ def ttft_breakdown(segments: Sequence[TtftSegment], *, width: int = MAX_BAR_WIDT
     for segment in segments:
         sides[segment.side] = sides.get(segment.side, 0) + segment.ns
     head = Text("TTFT split ", style="bold")
-    head.append(_fmt_ms(ttft_ns / NS_PER_MS, digits=2), style="bold")
+    head.append(fmt_ms(ttft_ns / NS_PER_MS, TRACE_FINE), style="bold")
     for index, (side, ns) in enumerate(sides.items()):
         head.append(" = " if index == 0 else " + ")
-        head.append(f"{TTFT_SIDE_LABELS.get(side, side)} {_fmt_ms(ns / NS_PER_MS, digits=2)}", style=_side(side))
+        head.append(f"{TTFT_SIDE_LABELS.get(side, side)} {fmt_ms(ns / NS_PER_MS, TRACE_FINE)}", style=_side(side))
     table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False, expand=False)
     table.add_column("side", no_wrap=True, min_width=6)
     table.add_column("term", no_wrap=True)
@@ -249,7 +234,7 @@ def ttft_breakdown(segments: Sequence[TtftSegment], *, width: int = MAX_BAR_WIDT
         label = Text(TTFT_SIDE_SHORT.get(segment.side, segment.side) if segment.side != previous_side else "")
         label.stylize(_side(segment.side))
         previous_side = segment.side
-        table.add_row(label, segment.name, _fmt_ms(segment.ms, digits=2), segment.source)
+        table.add_row(label, segment.name, fmt_ms(segment.ms, TRACE_FINE), segment.source)
     parts: list[RenderableType] = [head]
     if ttft_ns > 0:
         parts.append(_stacked_bar(sides, ttft_ns, width))
@@ -258,7 +243,7 @@ def ttft_breakdown(segments: Sequence[TtftSegment], *, width: int = MAX_BAR_WIDT
     if excess:
         parts.append(
             Text(
-                f"! the server reports {_fmt_ms(excess / NS_PER_MS, digits=2)} more than the client saw before the "
+                f"! the server reports {fmt_ms(excess / NS_PER_MS, TRACE_FINE)} more than the client saw before the "
                 "first token (overlapping phases, or clocks that disagree)",
                 style="yellow",
             )
@@ -306,7 +291,7 @@ def server_reported(t: Timeline) -> RenderableType | None:
         else:
             same[2].append(measure.source)
     for name, ms, sources in rows:
-        table.add_row(name, _fmt_ms(ms, digits=2), ", ".join(sources))
+        table.add_row(name, fmt_ms(ms, TRACE_FINE), ", ".join(sources))
     shown_sources = {measure.source for measure in t.server}
     if isinstance(timings, dict):
         for key, value in timings.items():
@@ -343,7 +328,7 @@ class Waterfall:
         if t.status is not None:
             text.append(f"HTTP {t.status}", style="green" if t.status < 400 else "red")
             text.append(" · ")
-        text.append(f"e2e {_fmt_ms(metrics.e2e_ms(self.timeline))}")
+        text.append(f"e2e {fmt_ms(metrics.e2e_ms(self.timeline), TRACE)}")
         return text
 
     def _rows(self, width: int) -> Table:
@@ -361,7 +346,7 @@ class Waterfall:
                 continue
             table.add_row(
                 Text(span.name, style=PHASE_STYLES.get(span.name, "")),
-                _fmt_ms(span.ms, digits=2),
+                fmt_ms(span.ms, TRACE_FINE),
                 _bar(span, total, width),
             )
         return table

@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from latscope.signals.body import (
     OLLAMA_COUNT_FIELDS,
@@ -219,6 +219,11 @@ def join_server_signals(timeline: Timeline) -> None:
         )
     except Exception as exc:  # a server's malformed signals must not cost the measurement
         timeline.warnings.append(f"server signals could not be read: {exc!r}")
+
+
+TtftSide = Literal["client", "server", "unattributed"]
+"""Who accounts for a TTFT term: the client's own marks (connection setup, sending), a phase the server reported,
+or neither (the network round trip and whatever nobody reported)."""
 
 
 @dataclass(frozen=True, slots=True)

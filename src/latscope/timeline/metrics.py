@@ -35,6 +35,7 @@ import itertools
 from collections import Counter, defaultdict
 
 from latscope.timeline.model import TOKEN_KINDS, EventKind, Timeline
+from latscope.timeline.percentile import percentile
 from latscope.units import NS_PER_MS
 
 
@@ -172,18 +173,6 @@ def read_delays_ms(t: Timeline) -> list[float]:
     """The client's own scheduling delay on each kernel-stamped read, ms: user-space stamp − kernel receive stamp
     (how long the data waited in the kernel before the event loop read it). Empty without kernel stamps."""
     return [(r.user_ns - r.at_ns) / NS_PER_MS for r in t.reads if r.user_ns is not None]
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile (0–100) of ``values`` by linear interpolation between closest ranks (numpy's
-    default); None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def phases_ms(t: Timeline) -> dict[str, float | None]:

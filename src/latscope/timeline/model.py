@@ -451,6 +451,10 @@ class Timeline:
     url: str = ""  #: the request URL with secrets in the query string redacted
     dialect: str | None = None  #: e.g. "openai.chat", "openai.completions"
     model: str | None = None
+    #: the generation limit the request asked for (its dialect's ``max_tokens``, ``max_new_tokens`` …), None when it
+    #: left it to the server or the request was built by hand
+    max_tokens: int | None = None
+    stream: bool | None = None  #: the request asked for a streamed response
     request_headers: dict[str, str] = field(default_factory=dict)  #: as sent, secrets redacted
     request_body_bytes: int = 0
     label: str | None = None  #: free text from the caller (experiment name, workload class)

@@ -53,6 +53,8 @@ _SCALARS = (
     "method",
     "dialect",
     "model",
+    "max_tokens",
+    "stream",
     "request_body_bytes",
     "label",
     "trace_id",

@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from time import monotonic_ns
 from types import TracebackType
-from typing import Protocol
 from urllib.parse import urlsplit
 
 import orjson
@@ -30,6 +29,7 @@ from latscope.wire.errors import ModelListError, WireError, make_error, timeout_
 from latscope.wire.exchange import Exchange
 from latscope.wire.kstamps import DEFAULT_STAMPS, STAMP_CHOICES, arm
 from latscope.wire.models import Limits, Origin, OriginStats, Response, Timeouts, join_url, split_url
+from latscope.wire.phase import after, budget, nearest_limit, total_deadline, total_timeout
 from latscope.wire.pool import DEFAULT_MAX_CONNECTIONS_PER_ORIGIN, ConnectionPool
 from latscope.wire.request import BODY_METHODS, HeaderSet, Outgoing, merge_headers
 from latscope.wire.tcpinfo import send_backlog
@@ -86,11 +86,7 @@ def asks_for_stream(spec: RequestSpec) -> bool:
     return isinstance(body, dict) and body.get("stream") is True
 
 
-class _Abandons(Protocol):
-    def abandon(self, exchange: Exchange) -> None: ...
-
-
-def give_up(exchange: Exchange, conn: _Abandons | None, error: WireError) -> None:
+def give_up(exchange: Exchange, conn: Connection | None, error: WireError) -> None:
     """End a request that failed with ``error`` (now), and let its connection, if it got one, drop the exchange."""
     exchange.fail(error, monotonic_ns())
     if conn is not None:
@@ -221,6 +217,7 @@ class Client:
         t.method = spec.method
         t.dialect = spec.dialect or None
         t.model = spec.model
+        t.max_tokens = spec.max_tokens
         t.label = label
         t.request_body_bytes = len(spec.body)
         if target is None:
@@ -237,6 +234,7 @@ class Client:
         origin, path = target[1], target[2]
         dialect = DIALECTS.get(spec.dialect) if spec.dialect else None
         streamed = decoder is not None or asks_for_stream(spec)
+        t.stream = streamed
         try:
             header_set = self._header_set(
                 origin, path, spec.method, spec.headers, headers, len(spec.body), streamed=streamed
@@ -456,15 +454,16 @@ class Client:
         return header_set
 
     async def _exchange(self, origin: Origin, request: Outgoing, exchange: Exchange, new_connection: bool) -> None:
+        """The request's whole exchange on any protocol: a connection (:meth:`_connection_for`), the send, the
+        response; a failure anywhere ends ``exchange`` with the error that names its phase."""
         t = exchange.timeline
-        timeouts = self.timeouts
-        deadline_ns = None if timeouts.total_s is None else t.started_ns + int(timeouts.total_s * 1e9)
+        deadline_ns = total_deadline(t.started_ns, self.timeouts.total_s)
         conn: Connection | None = None
         try:
             if self._closed:
                 raise make_error("the client is closed", phase=Phase.POOL, kind=ErrorKind.CLOSED)
             # every phase checks the total deadline where it waits: no task or timer wraps the request as a whole
-            conn = await self._pool.acquire(origin, t, new_connection=new_connection, deadline_ns=deadline_ns)
+            conn = await self._connection_for(origin, t, new_connection, deadline_ns)
             t.connection_ready_ns = monotonic_ns()
             await self._send(conn, request, exchange, deadline_ns)
             await self._await_response(conn, exchange, deadline_ns)
@@ -483,30 +482,39 @@ class Client:
             raise
         finally:
             if conn is not None and origin.tls:
-                ssl_object = conn.protocol.ssl_object
-                if ssl_object is not None and t.first_byte_ns is not None:
-                    # after application data was read, so a TLS 1.3 ticket (sent after the handshake) is in it
-                    self._sessions.save(origin, ssl_object.session)
+                self._keep_session(origin, conn, t)
+
+    def _connection_for(
+        self, origin: Origin, t: Timeline, new_connection: bool, deadline_ns: int | None
+    ) -> Awaitable[Connection]:
+        """A connection for one request to ``origin`` from the pool (``t.connection`` filled in), opened within
+        ``deadline_ns`` when there is none to reuse. The pool's own awaitable: no coroutine of its own per request."""
+        return self._pool.acquire(origin, t, new_connection=new_connection, deadline_ns=deadline_ns)
+
+    def _keep_session(self, origin: Origin, conn: Connection, t: Timeline) -> None:
+        """Save the TLS session of an https request's connection for the next new connection to ``origin``."""
+        ssl_object = conn.protocol.ssl_object
+        if ssl_object is not None and t.first_byte_ns is not None:
+            # after application data was read, so a TLS 1.3 ticket (sent after the handshake) is in it
+            self._sessions.save(origin, ssl_object.session)
 
     async def _send(self, conn: Connection, request: Outgoing, exchange: Exchange, deadline_ns: int | None) -> None:
         """Write the request within the send timeout, or within what is left of the total one when that is less."""
-        limit_s = self.timeouts.send_s
-        if deadline_ns is not None:
-            left_s = (deadline_ns - monotonic_ns()) / 1e9
-            if left_s < limit_s:
-                if left_s <= 0:
-                    raise self._total_timeout(Phase.SEND)
-                try:
-                    await conn.send(request, exchange, left_s)
-                except WireError as err:
-                    if err.kind is ErrorKind.TIMEOUT:
-                        raise self._total_timeout(Phase.SEND) from None
-                    raise
-                return
-        await conn.send(request, exchange, limit_s)
-
-    def _total_timeout(self, phase: Phase) -> WireError:
-        return timeout_error(phase, f"total timeout of {self.timeouts.total_s:g} s exceeded during {phase}")
+        if deadline_ns is None:
+            await conn.send(request, exchange, self.timeouts.send_s)
+            return
+        limit_s, total = budget(deadline_ns, self.timeouts.send_s)
+        if not total:
+            await conn.send(request, exchange, limit_s)
+            return
+        if limit_s <= 0:
+            raise total_timeout(self.timeouts.total_s, Phase.SEND)
+        try:
+            await conn.send(request, exchange, limit_s)
+        except WireError as err:
+            if err.kind is ErrorKind.TIMEOUT:
+                raise total_timeout(self.timeouts.total_s, Phase.SEND) from None
+            raise
 
     async def _await_response(self, conn: Connection, exchange: Exchange, deadline_ns: int | None) -> None:
         """Wait for the response to end (or fail). The headers, read-gap and total limits are watched by one timer
@@ -560,24 +568,19 @@ class _Watchdog:
         head = t.headers_received_ns is None
         wake_ns = None
         if head:
-            limit_ns = (t.send_end_ns or now) + int(timeouts.headers_s * 1e9)
+            own_ns = after(t.send_end_ns or now, timeouts.headers_s)
             # the read gap starts counting once the head is in, at the earliest now: look again by then
-            wake_ns = now + int(timeouts.read_s * 1e9)
+            wake_ns = after(now, timeouts.read_s)
         else:
-            last = t.reads[-1].at_ns if t.reads else (t.headers_received_ns or now)
-            limit_ns = last + int(timeouts.read_s * 1e9)
-        deadline_ns = self._deadline_ns
-        total = deadline_ns is not None and deadline_ns <= limit_ns
-        if total:
-            assert deadline_ns is not None
-            limit_ns = deadline_ns
+            own_ns = after(t.reads[-1].at_ns if t.reads else (t.headers_received_ns or now), timeouts.read_s)
+        limit_ns, total = nearest_limit(self._deadline_ns, own_ns)
         if now < limit_ns:
             if wake_ns is not None and wake_ns < limit_ns:
                 limit_ns = wake_ns
             self._handle = self._loop.call_later((limit_ns - now) / 1e9, self._check)
             return
         if total:
-            err = self._client._total_timeout(Phase.HEADERS if head else Phase.STREAM)
+            err = total_timeout(timeouts.total_s, Phase.HEADERS if head else Phase.STREAM)
         elif head:
             err = timeout_error(
                 Phase.HEADERS, f"no response head within {timeouts.headers_s:g} s of sending the request"

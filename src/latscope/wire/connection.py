@@ -11,16 +11,16 @@ import ipaddress
 import itertools
 import socket
 import ssl
-from time import monotonic_ns
 from typing import Protocol
 
 from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Timeline
-from latscope.wire.errors import WireError, connect_error, make_error, timeout_error, tls_error
+from latscope.wire.errors import WireError, connect_error, dns_error, make_error, tls_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.http2 import HTTP2Connection
 from latscope.wire.http11 import HTTP11Connection
 from latscope.wire.kstamps import enable as enable_kernel_stamps
 from latscope.wire.models import Origin, Timeouts
+from latscope.wire.phase import Span, budget, phase_timeout, total_timeout
 from latscope.wire.rawsock import StampedSocket
 from latscope.wire.request import Outgoing
 from latscope.wire.tcpinfo import set_delayed_ack
@@ -28,6 +28,9 @@ from latscope.wire.tls import ALPN_H2, SessionCache
 from latscope.wire.transport import WireProtocol
 
 _connection_ids = itertools.count(1)
+
+#: one address to connect to: ``(family, socket type, protocol, sockaddr)`` as ``getaddrinfo`` gives it
+Address = tuple[socket.AddressFamily, socket.SocketKind, int, tuple[str, int] | tuple[str, int, int, int]]
 
 
 class Connection(Protocol):
@@ -74,41 +77,18 @@ def is_ip_literal(host: str) -> bool:
     return True
 
 
-def _remaining(deadline_ns: int | None, limit_s: float) -> float:
-    if deadline_ns is None:
-        return limit_s
-    return max(0.0, min(limit_s, (deadline_ns - monotonic_ns()) / 1e9))
-
-
-def _total_limits(deadline_ns: int | None, limit_s: float) -> bool:
-    """True when the request's total deadline, not the phase's own limit, is what a timeout now would mean."""
-    return deadline_ns is not None and (deadline_ns - monotonic_ns()) / 1e9 < limit_s
-
-
-def _total_timeout(timeouts: Timeouts, phase: Phase) -> WireError:
-    return timeout_error(phase, f"total timeout of {timeouts.total_s:g} s exceeded during {phase}")
-
-
-async def resolve(
-    origin: Origin, t: Timeline, timeout_s: float
-) -> list[tuple[socket.AddressFamily, socket.SocketKind, int, tuple[str, int] | tuple[str, int, int, int]]]:
-    """Addresses for ``origin`` via ``getaddrinfo`` (timed as the dns phase); IP literals skip DNS entirely."""
+async def resolve(origin: Origin, t: Timeline, timeout_s: float) -> list[Address]:
+    """Addresses for ``origin`` via ``getaddrinfo`` (timed as the dns phase, within ``timeout_s`` seconds); IP literals
+    skip DNS entirely."""
     host, port = origin.host, origin.port
     if is_ip_literal(host):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         addr: tuple[str, int] | tuple[str, int, int, int] = (host, port, 0, 0) if ":" in host else (host, port)
         return [(family, socket.SOCK_STREAM, socket.IPPROTO_TCP, addr)]
     loop = asyncio.get_running_loop()
-    t.dns_start_ns = monotonic_ns()
-    try:
+    with Span(t, Phase.DNS, lambda exc: dns_error(exc, host, timeout_s)):
         async with asyncio.timeout(timeout_s):  # not wait_for: that would run the lookup as a task of its own
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
-        raise make_error(f"DNS lookup of {host} failed: {exc.strerror}", phase=Phase.DNS, kind=ErrorKind.DNS) from None
-    except TimeoutError:
-        raise timeout_error(Phase.DNS, f"DNS lookup of {host} took longer than {timeout_s:g} s") from None
-    finally:
-        t.dns_end_ns = monotonic_ns()
     if not infos:
         raise make_error(f"DNS lookup of {host} returned no addresses", phase=Phase.DNS, kind=ErrorKind.DNS)
     # AF_INET/AF_INET6 only: getaddrinfo for a TCP host:port never yields other families
@@ -138,38 +118,71 @@ async def open_connection(
     :class:`~latscope.wire.errors.WireError` naming the phase that failed; the marks of the phases that ran stay in
     ``t``.
     """
-    loop = asyncio.get_running_loop()
-    total_limits = _total_limits(deadline_ns, timeouts.connect_s)
+    addresses = await _resolve_within(origin, t, timeouts, deadline_ns)
+    sock, kernel = await _connect_socket(origin, t, addresses, timeouts, deadline_ns, kernel_stamps=stamps == "kernel")
+    # before the first byte is sent or received, so even the first response segment is ACKed in that mode
+    delayed = delayed_ack and not quickack and set_delayed_ack(sock)
+    protocol = await _attach_transport(origin, sock, WireProtocol(sock, quickack=quickack, delayed_ack=delayed), kernel)
+    info = _connection_info(sock, quickack=quickack, delayed_ack=delayed, kernel=kernel, stamps=stamps)
+    alpn: str | None = None
+    if origin.tls:
+        assert ssl_context is not None
+        alpn = await _handshake(origin, t, protocol, info, ssl_context, sessions, timeouts, deadline_ns)
+    return _http_connection(origin, protocol, info, alpn)
+
+
+def _http_connection(origin: Origin, protocol: WireProtocol, info: ConnectionInfo, alpn: str | None) -> Connection:
+    """The HTTP layer the handshake's ALPN chose: HTTP/2 for ``h2``, else HTTP/1.1."""
+    if alpn == ALPN_H2:
+        info.http_version = "HTTP/2"
+        return HTTP2Connection(origin, protocol, info)
+    info.http_version = "HTTP/1.1"
+    return HTTP11Connection(origin, protocol, info)
+
+
+async def _resolve_within(origin: Origin, t: Timeline, timeouts: Timeouts, deadline_ns: int | None) -> list[Address]:
+    """:func:`resolve` within the connect limit, or what is left of the total one when that is less."""
+    limit_s, total = budget(deadline_ns, timeouts.connect_s)
     try:
-        addresses = await resolve(origin, t, _remaining(deadline_ns, timeouts.connect_s))
+        return await resolve(origin, t, limit_s)
     except WireError as err:
-        if err.kind is ErrorKind.TIMEOUT and total_limits:
-            raise _total_timeout(timeouts, Phase.DNS) from None
+        if err.kind is ErrorKind.TIMEOUT and total:
+            raise total_timeout(timeouts.total_s, Phase.DNS) from None
         raise
 
-    t.connect_start_ns = monotonic_ns()
-    kernel = False
-    sock: socket.socket | None = None
+
+async def _connect_socket(
+    origin: Origin,
+    t: Timeline,
+    addresses: list[Address],
+    timeouts: Timeouts,
+    deadline_ns: int | None,
+    *,
+    kernel_stamps: bool,
+) -> tuple[socket.socket, bool]:
+    """The TCP connect phase: each address in turn until one connects; ``(socket, kernel stamps enabled on it)``."""
+    loop = asyncio.get_running_loop()
     last_exc: OSError | None = None
-    try:
+    with Span(t, Phase.CONNECT):
         for family, kind, proto, sockaddr in addresses:
             candidate = socket.socket(family, kind, proto)
             candidate.setblocking(False)
             # asyncio transports set TCP_NODELAY themselves; setting it before connect keeps it uniform on both loops
             candidate.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # before connect, so the handshake's segments already come stamped
-            kernel = stamps == "kernel" and enable_kernel_stamps(candidate)
-            total_limits = _total_limits(deadline_ns, timeouts.connect_s)
+            kernel = kernel_stamps and enable_kernel_stamps(candidate)
+            limit_s, total = budget(deadline_ns, timeouts.connect_s)
             try:
-                async with asyncio.timeout(_remaining(deadline_ns, timeouts.connect_s)):
+                async with asyncio.timeout(limit_s):
                     await loop.sock_connect(candidate, sockaddr)
             except TimeoutError:
                 candidate.close()
-                if total_limits:
-                    raise _total_timeout(timeouts, Phase.CONNECT) from None
                 where = f"{origin.host}:{origin.port}"
-                raise timeout_error(
-                    Phase.CONNECT, f"TCP connect to {where} took longer than {timeouts.connect_s:g} s"
+                raise phase_timeout(
+                    Phase.CONNECT,
+                    total,
+                    timeouts.total_s,
+                    f"TCP connect to {where} took longer than {timeouts.connect_s:g} s",
                 ) from None
             except OSError as exc:
                 candidate.close()
@@ -178,36 +191,40 @@ async def open_connection(
             except BaseException:
                 candidate.close()
                 raise
-            sock = candidate
-            break
+            return candidate, kernel
+    assert last_exc is not None
+    try:
+        raise connect_error(last_exc, origin.host, origin.port)
     finally:
-        t.connect_end_ns = monotonic_ns()
-    if sock is None:
-        assert last_exc is not None
-        try:
-            raise connect_error(last_exc, origin.host, origin.port)
-        finally:
-            # the OSError's traceback holds this frame: drop it, or frame and error form a cycle that only the
-            # cyclic collector frees (which the load generator keeps off while it measures)
-            last_exc = None
+        # the OSError's traceback holds this frame: drop it, or frame and error form a cycle that only the cyclic
+        # collector frees (which the load generator keeps off while it measures)
+        last_exc = None
 
-    # before the first byte is sent or received, so even the first response segment is ACKed in that mode
-    delayed = delayed_ack and not quickack and set_delayed_ack(sock)
-    protocol = WireProtocol(sock, quickack=quickack, delayed_ack=delayed)
+
+async def _attach_transport(origin: Origin, sock: socket.socket, protocol: WireProtocol, kernel: bool) -> WireProtocol:
+    """Hand the connected ``sock`` to ``protocol``: read by :class:`StampedSocket` itself for kernel stamps, else
+    through an asyncio transport."""
     try:
         if kernel:
-            StampedSocket(loop, sock, protocol)
+            StampedSocket(asyncio.get_running_loop(), sock, protocol)
         else:
-            await loop.create_connection(lambda: protocol, sock=sock)
+            await asyncio.get_running_loop().create_connection(lambda: protocol, sock=sock)
     except OSError as exc:
         sock.close()
         raise connect_error(exc, origin.host, origin.port) from None
     except BaseException:
         sock.close()
         raise
+    return protocol
+
+
+def _connection_info(
+    sock: socket.socket, *, quickack: bool, delayed_ack: bool, kernel: bool, stamps: str
+) -> ConnectionInfo:
+    """The facts of a new connection on ``sock``: its id, addresses, ACK mode and read stamps."""
     local = sock.getsockname()
     remote = sock.getpeername()
-    info = ConnectionInfo(
+    return ConnectionInfo(
         connection_id=next(_connection_ids),
         reused=False,
         local_address=local[0],
@@ -215,48 +232,53 @@ async def open_connection(
         remote_address=remote[0],
         remote_port=remote[1],
         quickack=quickack,
-        delayed_ack=delayed,
+        delayed_ack=delayed_ack,
         stamps="kernel" if kernel else "user",
         kernel_stamps_refused=stamps == "kernel" and not kernel,
     )
 
-    alpn: str | None = None
-    if origin.tls:
-        assert ssl_context is not None
-        session = sessions.get(origin)
-        info.tls_session_offered = session is not None
-        t.tls_start_ns = monotonic_ns()
-        total_limits = _total_limits(deadline_ns, timeouts.tls_s)
-        handshake = protocol.start_tls(ssl_context, origin.host, session)
-        try:
-            async with asyncio.timeout(_remaining(deadline_ns, timeouts.tls_s)):
-                await handshake
-        except TimeoutError:
-            protocol.abort()
-            if total_limits:
-                raise _total_timeout(timeouts, Phase.TLS) from None
-            raise timeout_error(Phase.TLS, f"TLS handshake took longer than {timeouts.tls_s:g} s") from None
-        except (OSError, ssl.SSLError, EOFError) as exc:
-            protocol.abort()
+
+async def _handshake(
+    origin: Origin,
+    t: Timeline,
+    protocol: WireProtocol,
+    info: ConnectionInfo,
+    ssl_context: ssl.SSLContext,
+    sessions: SessionCache,
+    timeouts: Timeouts,
+    deadline_ns: int | None,
+) -> str | None:
+    """The TLS phase, offering the origin's saved session; fills ``info``'s TLS facts and returns the ALPN
+    protocol the server chose."""
+    session = sessions.get(origin)
+    info.tls_session_offered = session is not None
+
+    def failed(exc: BaseException) -> WireError | None:
+        protocol.abort()  # whatever failed (cancelled too), the half-open connection is nobody's now
+        if isinstance(exc, TimeoutError):
+            return phase_timeout(
+                Phase.TLS, total, timeouts.total_s, f"TLS handshake took longer than {timeouts.tls_s:g} s"
+            )
+        if isinstance(exc, (OSError, ssl.SSLError, EOFError)):
             # the handshake future keeps the error, and the error's traceback this frame: break the cycle
             exc.__traceback__ = None
-            raise tls_error(exc) from None
-        except BaseException:  # cancelled: the half-open connection is nobody's now
-            protocol.abort()
-            raise
-        finally:
-            # the handshake's last step ran inside data_received; its own stamp is more exact than this await's
-            t.tls_end_ns = protocol.handshake_done_ns or monotonic_ns()
-        ssl_object = protocol.ssl_object
-        assert ssl_object is not None
-        alpn = ssl_object.selected_alpn_protocol()
-        cipher = ssl_object.cipher()
-        info.alpn = alpn
-        info.tls_version = ssl_object.version()
-        info.tls_cipher = cipher[0] if cipher else None
-        info.tls_session_resumed = ssl_object.session_reused
-    if alpn == ALPN_H2:
-        info.http_version = "HTTP/2"
-        return HTTP2Connection(origin, protocol, info)
-    info.http_version = "HTTP/1.1"
-    return HTTP11Connection(origin, protocol, info)
+            return tls_error(exc)
+        return None
+
+    # the handshake's last step ran inside data_received; its own stamp is more exact than this await's
+    span = Span(t, Phase.TLS, failed, start=False, stamp=lambda: protocol.handshake_done_ns)
+    span.begin()
+    limit_s, total = budget(deadline_ns, timeouts.tls_s)
+    handshake = protocol.start_tls(ssl_context, origin.host, session)
+    with span:
+        async with asyncio.timeout(limit_s):
+            await handshake
+    ssl_object = protocol.ssl_object
+    assert ssl_object is not None
+    alpn = ssl_object.selected_alpn_protocol()
+    cipher = ssl_object.cipher()
+    info.alpn = alpn
+    info.tls_version = ssl_object.version()
+    info.tls_cipher = cipher[0] if cipher else None
+    info.tls_session_resumed = ssl_object.session_reused
+    return alpn

@@ -10,6 +10,7 @@ mapped onto ``(phase, kind, message)`` in this module only, so the wording is co
 from __future__ import annotations
 
 import errno
+import socket
 import ssl
 import time
 
@@ -136,6 +137,15 @@ def connect_error(exc: OSError, host: str, port: int) -> WireError:
     if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
         return make_error(f"{where}: {exc.strerror or 'unreachable'}", phase=Phase.CONNECT, kind=ErrorKind.UNREACHABLE)
     return make_error(f"{where}: {exc.strerror or exc}", phase=Phase.CONNECT, kind=ErrorKind.CONNECT)
+
+
+def dns_error(exc: BaseException, host: str, timeout_s: float) -> WireError | None:
+    """Map a failed lookup of ``host`` (within ``timeout_s`` s) onto a :class:`DNSError`; None for anything else."""
+    if isinstance(exc, socket.gaierror):
+        return make_error(f"DNS lookup of {host} failed: {exc.strerror}", phase=Phase.DNS, kind=ErrorKind.DNS)
+    if isinstance(exc, TimeoutError):
+        return timeout_error(Phase.DNS, f"DNS lookup of {host} took longer than {timeout_s:g} s")
+    return None
 
 
 def tls_error(exc: BaseException) -> WireError:

@@ -51,11 +51,12 @@ from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, QuicEv
 from aioquic.tls import SessionTicket
 
 from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Read, Timeline
-from latscope.wire.client import Client, give_up
+from latscope.wire.client import Client
 from latscope.wire.connection import Connection, is_ip_literal, resolve
 from latscope.wire.errors import WireError, make_error, timeout_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin, OriginStats
+from latscope.wire.phase import Sending, Span, budget, protocol_error
 from latscope.wire.request import Outgoing
 
 # aioquic logs a failed handshake itself (a warning with the TLS alert); the timeline's error says it already
@@ -70,6 +71,9 @@ _CERT_ALERTS = frozenset({42, 43, 44, 45, 46, 48})
 
 #: connection-specific fields HTTP/3 forbids (RFC 9114 §4.2); ``host`` becomes ``:authority``
 _DROPPED_HEADERS = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"})
+
+#: any failure while a request is handed to aioquic: its stream state errors, or the socket refusing the datagram
+_h3_error = protocol_error(Exception, "HTTP/3 error while sending")
 
 
 class _Protocol(QuicConnectionProtocol):
@@ -153,19 +157,15 @@ class Http3Connection:
             if key not in _DROPPED_HEADERS:
                 fields.append((key.encode(), value.encode()))
         self.requests += 1
-        try:
+        with Sending(t, send_timeout_s, len(body), _h3_error) as span:
             stream_id = self.quic.get_next_available_stream_id()
             self._streams[stream_id] = exchange
-            t.send_start_ns = monotonic_ns()
+            span.begin()
             self.h3.send_headers(stream_id, fields, end_stream=not body)
-            t.headers_sent_ns = monotonic_ns()
+            span.headers_sent()
             if body:
                 self.h3.send_data(stream_id, body, end_stream=True)
             self.protocol.transmit()  # the datagrams are handed to the kernel here: a UDP send does not block
-        except Exception as exc:  # aioquic's stream state errors, or the socket refusing the datagram
-            raise make_error(f"HTTP/3 error while sending: {exc}", phase=Phase.SEND, kind=ErrorKind.PROTOCOL) from None
-        finally:
-            t.send_end_ns = monotonic_ns()
 
     def abandon(self, exchange: Exchange) -> None:
         """Stop delivering to ``exchange`` and cancel its stream (H3_REQUEST_CANCELLED)."""
@@ -363,49 +363,31 @@ class H3Client(Client):
     def _prepare_tls(self, url: str) -> None:
         return None  # aioquic verifies certificates itself: no ssl.SSLContext is built
 
-    async def _exchange(self, origin: Origin, request: Outgoing, exchange: Exchange, new_connection: bool) -> None:
-        t = exchange.timeline
-        timeouts = self.timeouts
-        deadline_ns = None if timeouts.total_s is None else t.started_ns + int(timeouts.total_s * 1e9)
-        conn: Http3Connection | None = None
-        try:
-            if self._closed:
-                raise make_error("the client is closed", phase=Phase.POOL, kind=ErrorKind.CLOSED)
-            if not origin.tls:
-                raise make_error(
-                    f"HTTP/3 needs an https URL (QUIC always encrypts): {origin}",
-                    phase=Phase.CONNECT,
-                    kind=ErrorKind.URL,
-                )
-            stats = self._h3_stats.setdefault(origin, OriginStats())
-            conn = None if new_connection else await self._shared(origin)
-            if conn is None:
-                conn = await self._open_h3(origin, t, deadline_ns, stats)
-                reused = False
-            else:
-                reused = True
-                stats.reuses += 1
-            before = conn.requests
-            t.connection = dataclasses.replace(conn.info, reused=reused, requests_before=before)
-            stats.requests += 1
-            t.connection_ready_ns = monotonic_ns()
-            # the TCP client's send and response wait: both use only send() and abandon() of the connection
-            as_connection = cast(Connection, conn)
-            await self._send(as_connection, request, exchange, deadline_ns)
-            await self._await_response(as_connection, exchange, deadline_ns)
-        except WireError as err:
-            give_up(exchange, conn, err)
-        except Exception as exc:  # a bug must not break request()'s promise to return the timeline
-            give_up(
-                exchange, conn, make_error(f"internal error: {exc!r}", phase=t.phase_reached(), kind=ErrorKind.INTERNAL)
+    async def _connection_for(
+        self, origin: Origin, t: Timeline, new_connection: bool, deadline_ns: int | None
+    ) -> Connection:
+        """The origin's QUIC connection, or a new one (``new_connection``, or none is open); ``t.connection`` filled in.
+        The TCP client's send and response wait use only ``send()`` and ``abandon()`` of what this returns."""
+        if not origin.tls:
+            raise make_error(
+                f"HTTP/3 needs an https URL (QUIC always encrypts): {origin}",
+                phase=Phase.CONNECT,
+                kind=ErrorKind.URL,
             )
-        except asyncio.CancelledError:
-            give_up(
-                exchange,
-                conn,
-                make_error("the request was cancelled", phase=t.phase_reached(), kind=ErrorKind.CANCELLED),
-            )
-            raise
+        stats = self._h3_stats.setdefault(origin, OriginStats())
+        conn = None if new_connection else await self._shared(origin)
+        if conn is None:
+            conn = await self._open_h3(origin, t, deadline_ns, stats)
+            reused = False
+        else:
+            reused = True
+            stats.reuses += 1
+        t.connection = dataclasses.replace(conn.info, reused=reused, requests_before=conn.requests)
+        stats.requests += 1
+        return cast(Connection, conn)
+
+    def _keep_session(self, origin: Origin, conn: Connection, t: Timeline) -> None:
+        return None  # aioquic hands session tickets to the connection's ticket handler (see _connect)
 
     async def _shared(self, origin: Origin) -> Http3Connection | None:
         """The origin's open connection; while one is being opened, that one once its handshake is done (the wait
@@ -458,12 +440,45 @@ class H3Client(Client):
     async def _connect(self, origin: Origin, t: Timeline, deadline_ns: int | None) -> Http3Connection:
         self._check_ca_file()
         timeouts = self.timeouts
-        addresses = await resolve(origin, t, _left(deadline_ns, timeouts.connect_s))
+        addresses = await resolve(origin, t, budget(deadline_ns, timeouts.connect_s)[0])
         family, _, _, sockaddr = addresses[0]
         addr: Any = sockaddr
         loop = asyncio.get_running_loop()
         # connect: the QUIC connection's state (keys for the Initial packets) and the UDP socket; no packet yet
-        t.connect_start_ns = monotonic_ns()
+        connecting = Span(t, Phase.CONNECT, lambda exc: _udp_error(exc, origin), start=False)
+        connecting.begin()
+        conn = self._new_connection(origin)
+        with connecting:
+            transport, _ = await loop.create_datagram_endpoint(lambda: conn.protocol, remote_addr=addr, family=family)
+        self._all.add(conn)
+        info = conn.info
+        local = transport.get_extra_info("sockname")
+        remote = transport.get_extra_info("peername")
+        if local is not None:
+            info.local_address, info.local_port = local[0], local[1]
+        if remote is not None:
+            info.remote_address, info.remote_port = remote[0], remote[1]
+
+        def failed(exc: BaseException) -> WireError | None:
+            conn.close()
+            self._all.discard(conn)
+            if isinstance(exc, TimeoutError):
+                return timeout_error(
+                    Phase.TLS,
+                    f"QUIC handshake with {origin.host}:{origin.port} took longer than {limit_s:g} s (no HTTP/3 "
+                    "server answered on that UDP port)",
+                )
+            return None
+
+        with Span(t, Phase.TLS, failed) as handshaking:
+            limit_s, _ = budget(deadline_ns, timeouts.tls_s)
+            handshaking.end_ns = await conn.handshake(remote if remote is not None else addr, limit_s)
+        return conn
+
+    def _new_connection(self, origin: Origin) -> Http3Connection:
+        """A QUIC connection to ``origin`` not yet started: its configuration, offering the origin's saved session
+        ticket and keeping the ones the server sends."""
+        timeouts = self.timeouts
         configuration = QuicConfiguration(
             is_client=True,
             alpn_protocols=list(H3_ALPN),
@@ -488,55 +503,19 @@ class H3Client(Client):
             tls_version="TLSv1.3",  # QUIC carries TLS 1.3 only (RFC 9001 §4.2)
             tls_session_offered=ticket is not None,
         )
-        conn = Http3Connection(origin, quic, info)
-        try:
-            transport, _ = await loop.create_datagram_endpoint(lambda: conn.protocol, remote_addr=addr, family=family)
-        except OSError as exc:
-            raise make_error(
-                f"opening a UDP socket to {origin.host}:{origin.port} failed: {exc.strerror or exc}",
-                phase=Phase.CONNECT,
-                kind=ErrorKind.CONNECT,
-            ) from None
-        finally:
-            t.connect_end_ns = monotonic_ns()
-        self._all.add(conn)
-        local = transport.get_extra_info("sockname")
-        remote = transport.get_extra_info("peername")
-        if local is not None:
-            info.local_address, info.local_port = local[0], local[1]
-        if remote is not None:
-            info.remote_address, info.remote_port = remote[0], remote[1]
-        t.tls_start_ns = monotonic_ns()
-        limit_s = _left(deadline_ns, timeouts.tls_s)
-        try:
-            t.tls_end_ns = await conn.handshake(remote if remote is not None else addr, limit_s)
-        except TimeoutError:
-            t.tls_end_ns = monotonic_ns()
-            conn.close()
-            self._all.discard(conn)
-            raise timeout_error(
-                Phase.TLS,
-                f"QUIC handshake with {origin.host}:{origin.port} took longer than {limit_s:g} s (no HTTP/3 "
-                "server answered on that UDP port)",
-            ) from None
-        except WireError:
-            t.tls_end_ns = monotonic_ns()
-            conn.close()
-            self._all.discard(conn)
-            raise
-        except BaseException:
-            t.tls_end_ns = monotonic_ns()
-            conn.close()
-            self._all.discard(conn)
-            raise
-        return conn
+        return Http3Connection(origin, quic, info)
+
+
+def _udp_error(exc: BaseException, origin: Origin) -> WireError | None:
+    """Map a UDP socket that could not be opened onto a connect error; None for anything else."""
+    if isinstance(exc, OSError):
+        return make_error(
+            f"opening a UDP socket to {origin.host}:{origin.port} failed: {exc.strerror or exc}",
+            phase=Phase.CONNECT,
+            kind=ErrorKind.CONNECT,
+        )
+    return None
 
 
 #: ids of HTTP/3 connections, counted from 1 in this process (an H3Client has no TCP pool to share ids with)
 _next_id = itertools.count(1).__next__
-
-
-def _left(deadline_ns: int | None, limit_s: float) -> float:
-    if deadline_ns is None:
-        return limit_s
-    return max(0.0, min(limit_s, (deadline_ns - monotonic_ns()) / 1e9))

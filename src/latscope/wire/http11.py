@@ -1,14 +1,15 @@
 """HTTP/1.1 over one connection: one request at a time, keep-alive as the server allows.
 
-Requests are serialised by h11 (a fresh ``h11.Connection`` per request, used for nothing else). h11 validates and
-writes a head in ~40 µs, the largest single cost of a short request on the client, so a header set sent more than
-once (:class:`~latscope.wire.request.HeaderSet`: every request of a load test) has its head written by h11 once,
-with placeholder values in the two per-request slots (Content-Length, traceparent), and each request joins the
-pieces around its own values (:class:`_HeadTemplate`). A small body goes out in the same write as the head.
+Requests are serialised by h11 (a fresh ``h11.Connection`` per request, used for nothing else). h11 validating and
+writing a head is the largest single cost of a short request on the client (benchmarks/client_overhead.py), so a
+header set sent more than once (:class:`~latscope.wire.request.HeaderSet`: every request of a load test) has its
+head written by h11 once, with placeholder values in the two per-request slots (Content-Length, traceparent), and
+each request joins the pieces around its own values (:class:`_HeadTemplate`). A small body goes out in the same
+write as the head.
 
 Responses are parsed by llhttp through ``httptools.HttpResponseParser``, the C parser uvicorn uses: the receive path
-is the client's hot loop, and h11's pure-Python chunked reader cost about 7 µs per HTTP chunk, i.e. per event, since
-servers frame each event as one chunk.
+is the client's hot loop, and h11's chunked reader runs Python code per HTTP chunk, i.e. per event, since servers
+frame each event as one chunk.
 
 The read path (:meth:`HTTP11Connection.data_received`): record the read, hand all its bytes to llhttp in one
 ``feed_data`` call, then give the exchange the head (if it completed in this read), the body bytes of the read
@@ -31,15 +32,18 @@ import h11
 import httptools
 
 from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Read
-from latscope.wire.errors import lost_error, make_error, timeout_error
+from latscope.wire.errors import lost_error, make_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin
+from latscope.wire.phase import Sending, protocol_error
 from latscope.wire.request import COALESCE_BODY_BYTES, HeaderSet, Outgoing
 from latscope.wire.tcpinfo import read_tcp_info
 from latscope.wire.transport import WireProtocol
 
 _new_tuple = tuple.__new__  # builds a Read without NamedTuple's Python-level __new__ (hot path)
 _ParserError = httptools.HttpParserError  # every httptools parse error derives from it
+#: h11 refusing to write the request (an invalid header field, method or target)
+_invalid_request = protocol_error(h11.LocalProtocolError, "invalid request", ErrorKind.INVALID_REQUEST)
 
 #: largest response head accepted (status line and headers; some gateways send long header sets), and the limit of
 #: a chunked body's trailer section too. llhttp itself has no limit, and a server that never ends its head must not
@@ -309,53 +313,44 @@ class HTTP11Connection:
 
     async def send(self, request: Outgoing, exchange: Exchange, send_timeout_s: float) -> None:
         method, target, headers, body, header_set = request
-        t = exchange.timeline
         self._idle = False
         self._sending = True
         self._exchange = exchange
         self._head_request = method.upper() == "HEAD"
         self._reader.start()
         protocol = self.protocol
-        try:
-            template = None if header_set is None else _template_for(header_set, method, target)
-            coalesce = len(body) <= COALESCE_BODY_BYTES
-            if template is not None:
-                assert header_set is not None
-                trace_at = header_set.trace_at
-                trace = b"" if trace_at is None else headers[trace_at][1].encode("ascii")
-                head = template.render((b"%d" % len(body), trace), body if coalesce else b"")
-                tail = b"" if coalesce else body
-                self._reuse_allowed = not template.must_close
-            else:
-                # h11 only serialises (and validates) the request; its receive side is never used.
-                conn = h11.Connection(h11.CLIENT)
-                head = conn.send(h11.Request(method=method, target=target, headers=headers))
-                tail = conn.send(h11.Data(data=body)) if body else b""
-                tail += conn.send(h11.EndOfMessage())
-                # a `Connection: close` among the caller's headers: this connection ends with the response
-                self._reuse_allowed = conn.our_state is not h11.MUST_CLOSE
-                if coalesce and tail:
-                    head += tail
-                    tail = b""
-            t.send_start_ns = monotonic_ns()
-            protocol.write(head)
-            t.headers_sent_ns = monotonic_ns()
-            if tail:
-                protocol.write(tail)
-            if protocol.write_pending:  # skip the await (a loop iteration) when everything went out at once
-                async with asyncio.timeout(send_timeout_s):  # not wait_for: that runs drain() as a task of its own
-                    await protocol.drain()
-        except TimeoutError:
-            raise timeout_error(
-                Phase.SEND, f"writing the request took longer than {send_timeout_s:g} s ({len(body)} body bytes)"
-            ) from None
-        except h11.LocalProtocolError as exc:
-            raise make_error(f"invalid request: {exc}", phase=Phase.SEND, kind=ErrorKind.INVALID_REQUEST) from None
-        except OSError as exc:
-            raise lost_error(exc, Phase.SEND, "while sending the request") from None
-        finally:
-            self._sending = False
-            t.send_end_ns = monotonic_ns()
+        with Sending(exchange.timeline, send_timeout_s, len(body), _invalid_request) as span:
+            try:
+                template = None if header_set is None else _template_for(header_set, method, target)
+                coalesce = len(body) <= COALESCE_BODY_BYTES
+                if template is not None:
+                    assert header_set is not None
+                    trace_at = header_set.trace_at
+                    trace = b"" if trace_at is None else headers[trace_at][1].encode("ascii")
+                    head = template.render((b"%d" % len(body), trace), body if coalesce else b"")
+                    tail = b"" if coalesce else body
+                    self._reuse_allowed = not template.must_close
+                else:
+                    # h11 only serialises (and validates) the request; its receive side is never used.
+                    conn = h11.Connection(h11.CLIENT)
+                    head = conn.send(h11.Request(method=method, target=target, headers=headers))
+                    tail = conn.send(h11.Data(data=body)) if body else b""
+                    tail += conn.send(h11.EndOfMessage())
+                    # a `Connection: close` among the caller's headers: this connection ends with the response
+                    self._reuse_allowed = conn.our_state is not h11.MUST_CLOSE
+                    if coalesce and tail:
+                        head += tail
+                        tail = b""
+                span.begin()
+                protocol.write(head)
+                span.headers_sent()
+                if tail:
+                    protocol.write(tail)
+                if protocol.write_pending:  # skip the await (a loop iteration) when everything went out at once
+                    async with asyncio.timeout(send_timeout_s):  # not wait_for: that runs drain() as a task of its own
+                        await protocol.drain()
+            finally:
+                self._sending = False
 
     def abandon(self, exchange: Exchange) -> None:
         if self._exchange is exchange:

@@ -22,9 +22,10 @@ import h2.exceptions
 import h2.settings
 
 from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Read
-from latscope.wire.errors import WireError, lost_error, make_error, timeout_error
+from latscope.wire.errors import WireError, make_error
 from latscope.wire.exchange import Exchange
 from latscope.wire.models import Origin
+from latscope.wire.phase import Sending, protocol_error
 from latscope.wire.request import COALESCE_BODY_BYTES, Outgoing
 from latscope.wire.tcpinfo import read_tcp_info
 from latscope.wire.transport import WireProtocol
@@ -35,6 +36,8 @@ _StreamEnded = h2.events.StreamEnded
 _new_tuple = tuple.__new__
 _CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
 _RECV_GOAWAY = h2.connection.ConnectionInputs.RECV_GOAWAY
+#: h2 refusing to frame the request (a state or header it does not allow)
+_h2_error = protocol_error(h2.exceptions.H2Error, "HTTP/2 error while sending")
 
 #: our receive window, per stream and for the connection (bytes). The protocol default of 64 KiB would make a fast
 #: stream wait for WINDOW_UPDATE round trips, which is the client throttling the server, not a server bottleneck.
@@ -124,10 +127,10 @@ class HTTP2Connection:
                 phase=Phase.SEND,
                 kind=ErrorKind.GOAWAY,
             )
-        try:
+        with Sending(t, send_timeout_s, len(body), _h2_error) as span:
             stream_id = conn.get_next_available_stream_id()
             self._streams[stream_id] = exchange
-            t.send_start_ns = monotonic_ns()
+            span.begin()
             conn.send_headers(stream_id, fields, end_stream=not body)
             sent = 0
             if body and len(body) <= COALESCE_BODY_BYTES:
@@ -136,7 +139,7 @@ class HTTP2Connection:
                 if sent == len(body):
                     conn.end_stream(stream_id)
             self._flush()
-            t.headers_sent_ns = monotonic_ns()
+            span.headers_sent()
             # asyncio.timeout, not wait_for: wait_for would run each of these as a task of its own
             if sent < len(body):
                 async with asyncio.timeout(send_timeout_s):
@@ -144,16 +147,6 @@ class HTTP2Connection:
             if self.protocol.write_pending:  # skip the await (a loop iteration) when everything went out at once
                 async with asyncio.timeout(send_timeout_s):
                     await self.protocol.drain()
-        except TimeoutError:
-            raise timeout_error(
-                Phase.SEND, f"writing the request took longer than {send_timeout_s:g} s ({len(body)} body bytes)"
-            ) from None
-        except h2.exceptions.H2Error as exc:
-            raise make_error(f"HTTP/2 error while sending: {exc}", phase=Phase.SEND, kind=ErrorKind.PROTOCOL) from None
-        except OSError as exc:
-            raise lost_error(exc, Phase.SEND, "while sending the request") from None
-        finally:
-            t.send_end_ns = monotonic_ns()
 
     def abandon(self, exchange: Exchange) -> None:
         for stream_id, ex in list(self._streams.items()):

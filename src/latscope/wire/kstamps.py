@@ -44,12 +44,8 @@ _GENERIC_64BIT = frozenset(
 #: what ``Client(stamps=...)``, ``probe --stamps`` and ``bench --stamps`` accept: ``kernel`` (kernel receive stamps
 #: where the platform gives them, user-space ones elsewhere) or ``user`` (the event loop's hand-over)
 STAMP_CHOICES = ("kernel", "user")
-#: the default, chosen by measurement on a 2-core VM (benchmarks/fidelity.py, one worker, 3-7 runs): kernel stamps
-#: put p99 of (stamp − lab send stamp) at 0.03–0.07 ms at 1k, 5k and 20k events/s against 1–6 ms for user-space
-#: stamps, at the same CPU per event when reads carry many events (client_overhead.py, the lab flood, the blast
-#: server). With one event per read they cost more: reading the socket ourselves costs 6.75–6.79 µs per read
-#: compiled (7.9–8.1 in Python) against 6.5–6.6 µs for uvloop's C transport (benchmarks/read_cost.py), and at 20k
-#: events/s the client spent 23.9 µs of CPU per event against 22.0 µs (medians of six runs). Costlier, so opt-in.
+#: the default: kernel stamps are more exact, but reading the socket ourselves costs more CPU per read than uvloop's
+#: C transport when each read carries one event, so they are opt-in (benchmarks/fidelity.py, benchmarks/read_cost.py)
 DEFAULT_STAMPS = "user"
 
 #: how often the realtime→monotonic offset is measured again while stamps are converted (ns): often enough to see

@@ -1,7 +1,7 @@
 """Event-loop helpers: every latscope client runs on uvloop when it is installed.
 
 uvloop matters for measurement, not only for speed: on plain asyncio a busy loop adds milliseconds between a byte
-arriving and ``data_received`` running (reference/network-timing.md: 20 ms vs 3.3 ms p99 added delay at 20k events/s).
+arriving and ``data_received`` running (reference/network-timing.md).
 """
 
 from __future__ import annotations

@@ -18,13 +18,13 @@ import dataclasses
 import operator
 from collections import deque
 from collections.abc import Awaitable, Callable
-from time import monotonic_ns
 from typing import Any
 
 from latscope.timeline.model import ConnectionInfo, ErrorKind, Phase, Timeline
 from latscope.wire.connection import Connection
 from latscope.wire.errors import WireError, make_error, timeout_error
 from latscope.wire.models import Origin, OriginStats
+from latscope.wire.phase import seconds_left
 
 #: ``opener(origin, timeline, deadline_ns)`` opens one connection, timing its phases into the timeline.
 Opener = Callable[[Origin, Timeline, "int | None"], Awaitable[Connection]]
@@ -237,7 +237,7 @@ class ConnectionPool:
         p.waiting += 1
         timer = None
         if deadline_ns is not None:
-            timer = loop.call_later(max(0.0, (deadline_ns - monotonic_ns()) / 1e9), _expire, waiter, p)
+            timer = loop.call_later(seconds_left(deadline_ns), _expire, waiter, p)
         try:
             woken = await waiter
         except asyncio.CancelledError:

@@ -34,9 +34,9 @@ if TYPE_CHECKING:
     from latscope.wire._rawread import StampedReader
 
 #: bytes asked of one ``recvmsg``. CPython allocates this much for every call before shrinking the result: 256 KiB
-#: (uvloop's own read size, into a buffer it keeps) costs ~9 µs more per read here than 64 KiB, for glibc serves
-#: it with mmap. More pending data is read on the loop's next turn. The compiled reader keeps a buffer of this size
-#: per connection and copies out what a read returned.
+#: (uvloop's own read size, into a buffer it keeps) costs more per read than 64 KiB, for glibc serves it with mmap
+#: (benchmarks/read_cost.py). More pending data is read on the loop's next turn. The compiled reader keeps a buffer
+#: of this size per connection and copies out what a read returned.
 READ_BYTES = 65_536
 
 

@@ -17,6 +17,7 @@ padding) comes first, the sizes then grow, and the sweep stops at the first refu
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from latscope.checks.evidence import HeaderEvidence, HeaderPoint, RequestSample
 from latscope.checks.failures import describe
@@ -48,7 +49,7 @@ def padding(pad_bytes: int) -> list[tuple[str, str]]:
     return headers
 
 
-def header_bytes(headers: list[tuple[str, str]]) -> int:
+def header_bytes(headers: Sequence[tuple[str, str]]) -> int:
     """Bytes ``headers`` take in an HTTP/1.1 head (``name: value`` plus CRLF each)."""
     return sum(len(name) + len(value) + 4 for name, value in headers)
 

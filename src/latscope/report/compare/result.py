@@ -17,6 +17,7 @@ from latscope.report.compare.stats import (
     percentile_difference,
     proportion_difference,
 )
+from latscope.report.format import DELTA, DELTA_BARE, SIZE, fmt_ms
 
 SCHEMA = "latscope.compare/1"
 
@@ -32,10 +33,9 @@ RATE_METRICS: tuple[tuple[str, str], ...] = (("goodput", "goodput"), ("error_rat
 #: The percentiles compared, 0…1.
 QUANTILES = (0.5, 0.95, 0.99)
 #: A latency change smaller than this share of A's value is not called significant whatever its interval: the
-#: interval covers the sampling noise within each run, not how much two runs of one server on one machine differ.
-#: Four pairs of runs of the tuned lab on a shared 2-core host (tests/report/test_compare_lab.py's workload) moved TTFT
-#: p50 by −2.6 % to +4.5 %, two of them with an interval excluding 0 (+4.4 %: 88.0 → 91.8 ms, [+0.7, +5.3]); twice
-#: the largest is the default. ``--min-change`` lowers it on a quiet host.
+#: interval covers the sampling noise within each run, not how much two runs of one server on one machine differ
+#: (twice the largest TTFT p50 move between repeated runs of tests/report/test_compare_lab.py's workload on a shared
+#: host). ``--min-change`` lowers it on a quiet host.
 DEFAULT_MIN_CHANGE_SHARE = 0.10
 #: Metrics whose change is split into phases: the ones a request's phases add up to.
 ATTRIBUTED = ("ttft_ms", "e2e_ms")
@@ -84,13 +84,13 @@ class StepComparison:
         """``"TTFT p95 −312 ms [−340, −290], significant; 290 ms of it server queue"``."""
         d = change.diff
         text = (
-            f"{change.label} {fmt_signed_ms(d.delta)} [{fmt_signed_ms(d.low, unit=False)}, "
-            f"{fmt_signed_ms(d.high, unit=False)}], {'significant' if d.significant else 'not significant'}"
+            f"{change.label} {fmt_ms(d.delta, DELTA)} [{fmt_ms(d.low, DELTA_BARE)}, "
+            f"{fmt_ms(d.high, DELTA_BARE)}], {'significant' if d.significant else 'not significant'}"
         )
         attribution = self.attributions.get((change.metric, change.q or 0.0))
         largest = attribution.largest() if attribution is not None and d.significant else None
         if largest is not None:
-            text += f"; {fmt_ms_abs(largest[1])} of it {largest[0]}"
+            text += f"; {fmt_ms(largest[1], SIZE)} of it {largest[0]}"
         return text
 
     def verdict(self) -> str:
@@ -122,21 +122,6 @@ class StepComparison:
             "changes": [c.to_dict() for c in self.changes],
             "attribution": attributions,
         }
-
-
-def fmt_signed_ms(ms: float, *, unit: bool = True) -> str:
-    """``-312.4`` → ``"−312 ms"``; small values keep a decimal or two."""
-    sign = "−" if ms < 0 else "+"
-    size = abs(ms)
-    digits = 0 if size >= 100 else 1 if size >= 10 else 2
-    return f"{sign}{size:.{digits}f}" + (" ms" if unit else "")
-
-
-def fmt_ms_abs(ms: float) -> str:
-    """``-290.2`` → ``"290 ms"``."""
-    size = abs(ms)
-    digits = 0 if size >= 100 else 1 if size >= 10 else 2
-    return f"{size:.{digits}f} ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,17 +300,18 @@ class DiagnosisComparison:
         parts = []
         if gone:
             saved = sum(f.cost_a_ms or 0.0 for f in gone)
-            parts.append(f"{len(gone)} finding(s) gone ({', '.join(f.id for f in gone)}; {fmt_ms_abs(saved)} of cost)")
+            ids = ", ".join(f.id for f in gone)
+            parts.append(f"{len(gone)} finding(s) gone ({ids}; {fmt_ms(saved, SIZE)} of cost)")
         if new:
             cost = sum(f.cost_b_ms or 0.0 for f in new)
-            parts.append(f"{len(new)} new ({', '.join(f.id for f in new)}; {fmt_ms_abs(cost)})")
+            parts.append(f"{len(new)} new ({', '.join(f.id for f in new)}; {fmt_ms(cost, SIZE)})")
         if moved:
             parts.append(
-                ", ".join(f"{f.id} {fmt_signed_ms((f.cost_b_ms or 0.0) - (f.cost_a_ms or 0.0))}" for f in moved)
+                ", ".join(f"{f.id} {fmt_ms((f.cost_b_ms or 0.0) - (f.cost_a_ms or 0.0), DELTA)}" for f in moved)
             )
         ttft = next((p for p in self.phases if p[0] == "ttft"), None)
         if ttft is not None and ttft[1] is not None and ttft[2] is not None:
-            parts.append(f"typical TTFT {fmt_signed_ms(ttft[2] - ttft[1])} (one request each, no interval)")
+            parts.append(f"typical TTFT {fmt_ms(ttft[2] - ttft[1], DELTA)} (one request each, no interval)")
         return "; ".join(parts) if parts else "the same findings at the same cost"
 
     def to_dict(self) -> dict[str, Any]:

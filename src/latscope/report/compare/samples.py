@@ -30,7 +30,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from latscope.load.slo import SLO_COLUMNS, Slo
-from latscope.load.storage import iter_event_batches, read_requests, read_run_json
+from latscope.runs.storage import iter_event_batches, read_requests, read_run_json
 from latscope.timeline.model import PHASES_BEFORE_FIRST_TOKEN, ServerPhase
 
 FloatArray = npt.NDArray[np.float64]
@@ -132,7 +132,7 @@ def _gaps(run_dir: Path, keys: set[tuple[int, int]]) -> dict[int, FloatArray]:
 
 
 def read_samples(run_dir: Path, slo: Slo | None = None, *, server_reported: bool | None = None) -> RunSamples:
-    """Read the run in ``run_dir`` (raises :class:`~latscope.load.storage.RunFormatError`). Goodput counts
+    """Read the run in ``run_dir`` (raises :class:`~latscope.runs.storage.RunFormatError`). Goodput counts
     requests meeting ``slo``, else the run's own SLO, else none. ``server_reported`` forces the split of the wait
     (a comparison uses one split for both runs); by default it follows what this run's server reported."""
     data = read_run_json(run_dir)

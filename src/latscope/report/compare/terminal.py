@@ -15,20 +15,19 @@ from latscope.report.compare.result import (
     DiagnosisComparison,
     RunComparison,
     StepComparison,
-    fmt_signed_ms,
     q_label,
 )
-from latscope.report.run import fmt_ms
+from latscope.report.format import DELTA_BARE, TABLE, fmt_ms
 
 
 def _value(metric: str, value: float) -> str:
-    return f"{value:.1%}" if metric in ("goodput", "error_rate") else fmt_ms(value)
+    return f"{value:.1%}" if metric in ("goodput", "error_rate") else fmt_ms(value, TABLE)
 
 
 def _delta(metric: str, value: float) -> str:
     if metric in ("goodput", "error_rate"):
         return f"{'−' if value < 0 else '+'}{abs(value) * 100:.1f} pt"
-    return fmt_signed_ms(value, unit=False)
+    return fmt_ms(value, DELTA_BARE)
 
 
 #: Phases whose share of every percentile's change is under this (ms) are left out of the table (the JSON keeps them).
@@ -88,11 +87,9 @@ def attribution_table(step: StepComparison) -> Table | None:
                 cells.append(Text("", style="dim"))
                 continue
             big = abs(ms) >= 0.2 * abs(att.total_ms) and abs(ms) >= 0.5
-            cells.append(Text(fmt_signed_ms(ms, unit=False), style="bold" if big else "dim"))
+            cells.append(Text(fmt_ms(ms, DELTA_BARE), style="bold" if big else "dim"))
         table.add_row(name, *cells)
-    table.add_row(
-        Text("total", style="bold"), *(Text(fmt_signed_ms(step.attributions[k].total_ms, unit=False)) for k in keys)
-    )
+    table.add_row(Text("total", style="bold"), *(Text(fmt_ms(step.attributions[k].total_ms, DELTA_BARE)) for k in keys))
     return table
 
 
@@ -132,16 +129,16 @@ def diagnosis_comparison_renderable(result: DiagnosisComparison) -> RenderableTy
             f.id,
             f.outcome_a or "–",
             f.outcome_b or "–",
-            fmt_ms(f.cost_a_ms),
-            fmt_ms(f.cost_b_ms),
+            fmt_ms(f.cost_a_ms, TABLE),
+            fmt_ms(f.cost_b_ms, TABLE),
             Text(f.change, style=styles[f.change]),
         )
     phases = Table(title="typical request (ms)", title_justify="left", show_edge=False, box=None, header_style="bold")
     for col in ("phase", "A", "B", "change"):
         phases.add_column(col, justify="left" if col == "phase" else "right")
     for name, va, vb in result.phases:
-        change = "–" if va is None or vb is None else fmt_signed_ms(vb - va, unit=False)
-        phases.add_row(name, fmt_ms(va), fmt_ms(vb), change)
+        change = "–" if va is None or vb is None else fmt_ms(vb - va, DELTA_BARE)
+        phases.add_row(name, fmt_ms(va, TABLE), fmt_ms(vb, TABLE), change)
     parts: list[RenderableType] = [Text(f"A {result.a}   B {result.b}", style="dim"), Text(result.verdict(), "bold")]
     if result.forced and result.workload_differences:
         parts.append(Text("compared despite: " + "; ".join(result.workload_differences), style="yellow"))

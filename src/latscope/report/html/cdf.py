@@ -16,9 +16,9 @@ import numpy.typing as npt
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.models.annotations import Legend, LegendItem
 
+from latscope.report.format import TABLE, fmt_ms
 from latscope.report.html.charts import new_figure, step_color
 from latscope.report.html.page import table
-from latscope.report.run import fmt_ms
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -77,5 +77,5 @@ def percentile_table(rows: Sequence[tuple[str, str, FloatArray]]) -> str:
             out.append((metric, name, *("–" for _ in TABLE_QUANTILES), "0"))
             continue
         qs = np.quantile(x, TABLE_QUANTILES)
-        out.append((metric, name, *(fmt_ms(float(v)) for v in qs), f"{x.size:,}"))
+        out.append((metric, name, *(fmt_ms(float(v), TABLE) for v in qs), f"{x.size:,}"))
     return table(("metric", "", *(f"p{q * 100:g}" for q in TABLE_QUANTILES), "samples"), out)

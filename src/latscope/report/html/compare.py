@@ -22,14 +22,13 @@ from latscope.report.compare.result import (
     DiagnosisComparison,
     RunComparison,
     StepComparison,
-    fmt_signed_ms,
     q_label,
 )
 from latscope.report.compare.samples import RunSamples
+from latscope.report.format import DELTA, DELTA_BARE, TABLE, fmt_ms
 from latscope.report.html.cdf import cdf_figure
 from latscope.report.html.charts import new_figure
 from latscope.report.html.page import Markup, Section, esc, render_page, table
-from latscope.report.run import fmt_ms
 
 #: A phase whose share of every percentile's change is under this (ms) is left out of the charts (the JSON keeps it).
 SHOWN_PHASE_MS = 0.005
@@ -40,13 +39,13 @@ CHANGE_CLASSES = {"disappeared": "sig-better", "appeared": "sig-worse", "cost ch
 
 
 def _cell(metric: str, value: float) -> str:
-    return f"{value:.1%}" if metric in ("goodput", "error_rate") else fmt_ms(value)
+    return f"{value:.1%}" if metric in ("goodput", "error_rate") else fmt_ms(value, TABLE)
 
 
 def _delta(metric: str, value: float) -> str:
     if metric in ("goodput", "error_rate"):
         return f"{'−' if value < 0 else '+'}{abs(value) * 100:.1f} pt"
-    return fmt_signed_ms(value, unit=False)
+    return fmt_ms(value, DELTA_BARE)
 
 
 def changes_html(step: StepComparison) -> str:
@@ -92,10 +91,8 @@ def interval_figure(step: StepComparison) -> Any:
             "rel": [c.diff.delta / c.diff.a * 100 for c in latency],
             "low": [c.diff.low / c.diff.a * 100 for c in latency],
             "high": [c.diff.high / c.diff.a * 100 for c in latency],
-            "delta": [fmt_signed_ms(c.diff.delta) for c in latency],
-            "interval": [
-                f"[{fmt_signed_ms(c.diff.low, unit=False)}, {fmt_signed_ms(c.diff.high, unit=False)}]" for c in latency
-            ],
+            "delta": [fmt_ms(c.diff.delta, DELTA) for c in latency],
+            "interval": [f"[{fmt_ms(c.diff.low, DELTA_BARE)}, {fmt_ms(c.diff.high, DELTA_BARE)}]" for c in latency],
             "color": [
                 "#6e7781" if not c.diff.significant else "#1a7f37" if c.diff.delta < 0 else "#cf222e" for c in latency
             ],
@@ -217,8 +214,8 @@ def compare_diagnoses_html(result: DiagnosisComparison, a: dict[str, Any], b: di
             f.id,
             f.outcome_a or "–",
             f.outcome_b or "–",
-            fmt_ms(f.cost_a_ms),
-            fmt_ms(f.cost_b_ms),
+            fmt_ms(f.cost_a_ms, TABLE),
+            fmt_ms(f.cost_b_ms, TABLE),
             Markup(f'<span class="{CHANGE_CLASSES.get(f.change, "dim")}">{esc(f.change)}</span>'),
         )
         for f in result.findings
@@ -258,7 +255,12 @@ def compare_diagnoses_html(result: DiagnosisComparison, a: dict[str, Any], b: di
     phases = table(
         ("phase", "A", "B", "B − A"),
         [
-            (name, fmt_ms(va), fmt_ms(vb), "–" if va is None or vb is None else fmt_signed_ms(vb - va, unit=False))
+            (
+                name,
+                fmt_ms(va, TABLE),
+                fmt_ms(vb, TABLE),
+                "–" if va is None or vb is None else fmt_ms(vb - va, DELTA_BARE),
+            )
             for name, va, vb in result.phases
         ],
     )

@@ -16,14 +16,14 @@ import pyarrow as pa
 from bokeh.layouts import row as bokeh_row
 
 from latscope.load.bench import load_summaries
-from latscope.load.storage import read_requests, read_run_json
 from latscope.report.compare.samples import RunSamples, read_samples
+from latscope.report.format import TABLE, fmt_ms, fmt_rate
 from latscope.report.html.cdf import cdf_figure, percentile_table
 from latscope.report.html.gauges import gauge_figures
 from latscope.report.html.page import Section, render_page, table
 from latscope.report.html.streams import stream_figures, traces_from_run
 from latscope.report.html.waterfall import row_from_request, sample_requests, waterfall_figure
-from latscope.report.run import fmt_ms, fmt_rate
+from latscope.runs.storage import read_requests, read_run_json
 
 #: Requests drawn as waterfalls, over all steps.
 MAX_WATERFALL_ROWS = 12
@@ -41,7 +41,7 @@ def summary_table(data: dict[str, Any]) -> str:
 
         def p(key: str, q: str, o: Any = o) -> str:
             d = o.metrics.get(key)
-            return fmt_ms(None if d is None else float(getattr(d, q)))
+            return fmt_ms(None if d is None else float(getattr(d, q)), TABLE)
 
         rows.append(
             (

@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from bokeh.models import ColumnDataSource, HoverTool
 
-from latscope.load.storage import EVENTS_FILE
 from latscope.report.html.charts import new_figure, step_color
+from latscope.runs.storage import EVENTS_FILE
 from latscope.timeline.model import TOKEN_KINDS, Timeline
 from latscope.units import NS_PER_MS
 

@@ -16,7 +16,7 @@ Recording is split in two: :func:`digest` reads the few O(1) numbers a live disp
 columns read (tens of µs a request: the Server-Timing and timing headers are parsed here), then every event of the
 batch in one transposition and the per-request statistics (gaps, coalescing, counted tokens) as grouped numpy
 reductions. It is a generator that yields between short steps (one request, one chunk of events, one column), so
-its driver can run it on the event loop a slice at a time (:class:`~latscope.load.storage.PartWriter`) instead of
+its driver can run it on the event loop a slice at a time (:class:`~latscope.runs.storage.PartWriter`) instead of
 in a second thread: a Python thread that converts holds the GIL, and the event loop's thread, waking for a read or
 a dispatch, then waits for the interpreter's switch interval (5 ms) before it may stamp or send anything.
 :func:`build_tables` runs the same steps at once.
@@ -181,7 +181,6 @@ class RequestContext:
     step_start_ns: int  #: the step's common start (monotonic ns), origin of the ``*_at_ms`` columns
     schedule_lag_ns: int | None = None  #: open loop: dispatcher lateness for this request
     planned_prompt_tokens: int | None = None
-    max_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +270,7 @@ def _request_scalars(t: Timeline, ctx: RequestContext) -> tuple[Any, ...]:
         prompt_tokens,
         prompt_source,
         usage_out,
-        ctx.max_tokens,
+        t.max_tokens,
         len(t.events),
         len(t.reads),
         None if conn is None else conn.connection_id,

@@ -4,8 +4,8 @@
 
     RUN/
       run.json           schema "latscope.bench/1": config, environment, client health, per-step summaries
-      requests.parquet   one row per request (latscope.load.records.REQUEST_SCHEMA)
-      events.parquet     one row per stream event (latscope.load.records.EVENT_SCHEMA); join on (step, request_id)
+      requests.parquet   one row per request (latscope.runs.records.REQUEST_SCHEMA)
+      events.parquet     one row per stream event (latscope.runs.records.EVENT_SCHEMA); join on (step, request_id)
 
 While a run is in progress each worker streams its rows to its own part files under ``RUN/parts/`` with
 :class:`PartWriter` (batches converted on the event loop a slice at a time and written as row groups by a background
@@ -35,7 +35,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from latscope.load.records import (
+from latscope.runs.records import (
     EVENT_SCHEMA,
     REQUEST_SCHEMA,
     RequestContext,
@@ -118,7 +118,7 @@ class PartWriter:
     """Streams one worker's rows of one step to its two part files.
 
     :meth:`add` keeps the finished timeline (and returns a constant-time digest); every ``event_batch_rows`` events
-    or ``request_batch_rows`` requests the batch is converted (:func:`~latscope.load.records.build_steps`), and
+    or ``request_batch_rows`` requests the batch is converted (:func:`~latscope.runs.records.build_steps`), and
     converted batches are written as one row group of each file once they hold ``group_events`` events or
     ``group_requests`` requests (:data:`PART_GROUP_EVENTS`). Memory stays at about one batch of timelines and one
     row group of converted columns.

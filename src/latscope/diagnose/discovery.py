@@ -86,9 +86,10 @@ async def still_answering(ctx: Context) -> bool:
 def facts(
     ctx: Context, t: Timeline | None, models: list[str], *, upload_rate_bps: float | None = None
 ) -> dict[str, Any]:
-    """The JSON ``target`` object: URL, model, protocol and TLS facts, server header, address, RTT (``rtt_ms``) and,
-    when the parsing experiment measured it, the path's upload rate (``upload_mbit_s``, Mbit/s)."""
-    out: dict[str, Any] = {"url": ctx.base_url, "model": ctx.model, "tls": ctx.tls}
+    """The JSON ``target`` object: URL, model, protocol and TLS facts, server header, address, RTT (``rtt_ms``),
+    when the parsing experiment measured it the path's upload rate (``upload_mbit_s``, Mbit/s), and the resolved
+    target's ``settings`` (:meth:`~latscope.wire.target.Target.to_dict`: dialect, redacted headers, timeouts …)."""
+    out: dict[str, Any] = {"url": ctx.base_url, "model": ctx.model, "tls": ctx.tls, "settings": ctx.target.to_dict()}
     if models:
         out["models"] = models
     if upload_rate_bps is not None:

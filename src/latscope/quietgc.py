@@ -3,10 +3,9 @@
 The collector runs when enough container objects have been allocated and not yet freed, and a run scans every such
 object while the thread waits. A process that holds many of them for good reasons — a load generator's requests in
 flight and a batch of timelines for the Parquet writer, the lab's streams and request records — stalls for
-milliseconds at a time (measured: the client 17–28 ms per young collection at 1,000 requests/s; the lab 1.6–2.4 ms
-per middle-generation collection at 1,000 events/s, between stamping an event and writing it). Reference counting
-frees everything that is not in a cycle, and latscope's own requests make no cycles
-(tests/wire/test_no_cycles.py), so :class:`QuietCollector` switches the automatic collector off and collects:
+milliseconds at a time, tens of them under load. Reference counting frees everything that is not in a cycle, and
+latscope's own requests make no cycles (tests/wire/test_no_cycles.py), so :class:`QuietCollector` switches the
+automatic collector off and collects:
 
 * when told (:meth:`QuietCollector.collect`: the lab does it when idle, the client between steps);
 * as a guard (:meth:`QuietCollector.check`), when resident memory grew by :data:`GUARD_GROWTH_BYTES` since the start

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
-import orjson
-
 from latscope.dialects.base import (
+    SSE_MEDIA_TYPE,
     ApiError,
     Chunk,
     DecodedResponse,
@@ -36,13 +35,15 @@ from latscope.dialects.base import (
     GenerationOptions,
     Prompt,
     RequestSpec,
-    StreamDecodeError,
-    excerpt,
+    decode_json_object,
+    json_request,
     prompt_messages,
+    refuse_ignore_eos,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
-from latscope.dialects.jsonevents import JsonEventDecoder, UnknownShape, int_or_none, lab_stamp
+from latscope.dialects.jsonevents import JsonEventDecoder, UnknownShape, lab_stamp, token_chunk
 from latscope.dialects.models import parse_models
+from latscope.dialects.usage import int_or_none, summed_usage
 from latscope.timeline.model import EventKind, Usage
 
 MESSAGES_NAME = "anthropic.messages"
@@ -54,14 +55,12 @@ API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 """``max_tokens`` when the caller leaves the limit to the server: the Messages API requires one (no server default)."""
 
-SSE_MEDIA_TYPE = "text/event-stream"
 
 _CONTENT = EventKind.CONTENT
 _REASONING = EventKind.REASONING
 _TOOL_CALL = EventKind.TOOL_CALL
 _OTHER_CHUNK = Chunk(EventKind.OTHER)
 _DONE_CHUNK = Chunk(EventKind.DONE)
-_new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
 
 
 def x_api_key(api_key: str) -> list[tuple[str, str]]:
@@ -77,8 +76,7 @@ def messages_request(
     ``max_tokens`` None sends :data:`DEFAULT_MAX_TOKENS` (the API requires a limit). The API reports usage on every
     stream, so ``include_usage`` changes nothing; ``ignore_eos`` raises :class:`ValueError` (no such switch).
     ``extra`` fields (``thinking``, ``tools``, ``metadata`` …) are merged last and win."""
-    if options.get("ignore_eos"):
-        raise ValueError(f"{MESSAGES_NAME}: the Messages API has no ignore_eos; the output length is up to the model")
+    refuse_ignore_eos(options, MESSAGES_NAME, "the Messages API")
     turns = prompt_messages(messages, MESSAGES_NAME)
     system = [turn["content"] for turn in turns if turn.get("role") == "system" and isinstance(turn["content"], str)]
     body: dict[str, object] = {
@@ -93,15 +91,14 @@ def messages_request(
         if options.get(name) is not None:
             body[name] = options[name]
     body.update(options.get("extra") or {})
-    return RequestSpec(
-        method="POST",
-        path=MESSAGES_PATH,
-        body=orjson.dumps(body),
-        headers=[("content-type", "application/json"), ("anthropic-version", API_VERSION)],
+    return json_request(
+        MESSAGES_PATH,
+        body,
         dialect=MESSAGES_NAME,
         model=model,
         max_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
         stream=body.get("stream") is True,
+        headers=[("anthropic-version", API_VERSION)],
     )
 
 
@@ -118,8 +115,7 @@ def _usage(usage: Any, prompt: Usage | None) -> Usage | None:
         prompt_tokens = prompt_tokens if prompt_tokens is not None else prompt.prompt_tokens
         cached = cached if cached is not None else prompt.cached_tokens
     output = int_or_none(usage.get("output_tokens"))
-    total = prompt_tokens + output if prompt_tokens is not None and output is not None else None
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=output, total_tokens=total, cached_tokens=cached)
+    return summed_usage(prompt_tokens, output, cached)
 
 
 class AnthropicStreamDecoder(JsonEventDecoder):
@@ -142,11 +138,11 @@ class AnthropicStreamDecoder(JsonEventDecoder):
             delta = obj["delta"]
             what = delta["type"]
             if what == "text_delta":
-                return self._token(_CONTENT, delta["text"], obj)
+                return token_chunk(_CONTENT, delta["text"], obj)
             if what == "thinking_delta":
-                return self._token(_REASONING, delta["thinking"], obj)
+                return token_chunk(_REASONING, delta["thinking"], obj)
             if what == "input_json_delta":
-                return self._token(_TOOL_CALL, delta["partial_json"], obj)
+                return token_chunk(_TOOL_CALL, delta["partial_json"], obj)
             return _OTHER_CHUNK  # signature_delta, citations_delta
         if kind == "message_start":
             self._prompt_usage = _usage(obj["message"].get("usage"), None)
@@ -174,29 +170,12 @@ class AnthropicStreamDecoder(JsonEventDecoder):
             return Chunk(EventKind.ERROR, error=ApiError(message=data.strip()[:200] or "error event without data"))
         return None
 
-    @staticmethod
-    def _token(kind: EventKind, text: Any, obj: dict[str, Any]) -> Chunk:
-        if text.__class__ is not str:
-            raise UnknownShape("delta text")
-        if not text:
-            return _OTHER_CHUNK
-        lab = obj.get("latscope")
-        if lab is None:
-            return _new_chunk(Chunk, (kind, text, 1, None, None, None, None, None, None, 0))
-        sent_ns, extra = lab_stamp(obj)
-        return _new_chunk(Chunk, (kind, text, 1, None, None, None, None, sent_ns, extra, 0))
-
 
 def decode_response_body(body: bytes) -> DecodedResponse:
     """A non-streamed ``message`` object: its text blocks joined, its thinking blocks as reasoning, ``stop_reason``
     and usage; an error object (``{"type":"error",…}``) in ``error``. Raises :class:`StreamDecodeError` when the
     body is not a JSON object."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise StreamDecodeError(f"the response body is not valid JSON ({exc}): {excerpt(body)}") from None
-    if not isinstance(obj, dict):
-        raise StreamDecodeError(f"the response body is not a JSON object: {excerpt(body)}")
+    obj = decode_json_object(body)
     if obj.get("type") == "error" or "error" in obj:
         return DecodedResponse(text="", error=api_error_from(obj))
     texts: list[str] = []

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol, TypedDict, Unpack, overload
 
+import orjson
+
 from latscope.timeline.model import EventKind, Usage
 
 EXCERPT_CHARS = 80
@@ -165,6 +167,35 @@ Prompt = str | Sequence[Mapping[str, object]] | Sequence[int]
 forms its API can send and raises :class:`ValueError` naming the form it needs for the others."""
 
 
+def refuse_ignore_eos(options: GenerationOptions, dialect: str, api: str) -> None:
+    """Raise :class:`ValueError` when ``options`` ask for ``ignore_eos`` of an ``api`` that has no such switch."""
+    if options.get("ignore_eos"):
+        raise ValueError(f"{dialect}: {api} has no ignore_eos; the output length is up to the model")
+
+
+def json_request(
+    path: str,
+    body: dict[str, object],
+    *,
+    dialect: str,
+    model: str,
+    max_tokens: int | None,
+    stream: bool,
+    headers: Sequence[tuple[str, str]] = (),
+) -> RequestSpec:
+    """A ``POST`` of ``body`` as JSON to ``path``: ``content-type: application/json``, then ``headers``."""
+    return RequestSpec(
+        method="POST",
+        path=path,
+        body=orjson.dumps(body),
+        headers=[("content-type", "application/json"), *headers],
+        dialect=dialect,
+        model=model,
+        max_tokens=max_tokens,
+        stream=stream,
+    )
+
+
 def prompt_messages(prompt: Prompt, dialect: str) -> list[dict[str, object]]:
     """``prompt`` as a chat ``messages`` list: text becomes one user message. Token ids raise :class:`ValueError`."""
     if isinstance(prompt, str):
@@ -223,6 +254,10 @@ class RequestBuilder(Protocol):
     ) -> RequestSpec: ...
 
 
+SSE_MEDIA_TYPE = "text/event-stream"
+"""The Content-Type of a Server-Sent Events stream (WHATWG HTML §9.2)."""
+
+
 class Framing(StrEnum):
     """How a dialect's stream divides into events."""
 
@@ -278,6 +313,20 @@ class Dialect:
     def accepts_stream_type(self, media_type: str | None) -> bool:
         """True when a streamed response of this (lower-case, parameter-free) media type is this dialect's stream."""
         return media_type in self.stream_media_types
+
+
+def decode_json_object(body: bytes, *, unwrap_single: bool = False) -> dict[str, Any]:
+    """A non-streamed body as the JSON object it holds (with ``unwrap_single``, a list of one object is that
+    object). Raises :class:`StreamDecodeError` when the body is not valid JSON or not an object."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise StreamDecodeError(f"the response body is not valid JSON ({exc}): {excerpt(body)}") from None
+    if unwrap_single and isinstance(obj, list) and len(obj) == 1:
+        obj = obj[0]
+    if not isinstance(obj, dict):
+        raise StreamDecodeError(f"the response body is not a JSON object: {excerpt(body)}")
+    return obj
 
 
 def as_text(value: object) -> str:

@@ -52,15 +52,9 @@ def _decode_error_body(status: int, body: bytes, content_type: str | None) -> Ap
     stripped = body.strip()
     if not stripped:
         return ApiError(message=f"HTTP {status} with an empty body")
-    if stripped[:1] in (b"{", b"["):
-        try:
-            obj = orjson.loads(stripped)
-        except orjson.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict):
-            error = api_error_from(obj)
-            if error is not None:
-                return error
+    error = _object_error(stripped) if stripped[:1] in (b"{", b"[") else None
+    if error is not None:
+        return error
     if (content_type and "html" in content_type.lower()) or stripped[:1] == b"<":
         title = _TITLE_RE.search(stripped)
         raw = title.group(1) if title else stripped
@@ -103,13 +97,19 @@ def api_error_from(obj: Mapping[str, Any]) -> ApiError:
 
 def api_error_from_text(data: str) -> ApiError:
     """The payload of an SSE ``event: error``: a JSON error object, or plain text."""
+    error = _object_error(data)
+    if error is not None:
+        return error
+    return ApiError(message=_SPACE_RE.sub(" ", data).strip()[:ERROR_TEXT_CHARS] or "error event without data")
+
+
+def _object_error(data: str | bytes) -> ApiError | None:
+    """:func:`api_error_from` of ``data`` when it is a JSON object, else None."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        return api_error_from(obj)
-    return ApiError(message=_SPACE_RE.sub(" ", data).strip()[:ERROR_TEXT_CHARS] or "error event without data")
+        return None
+    return api_error_from(obj) if isinstance(obj, dict) else None
 
 
 def _clean_message(message: str) -> str:

@@ -23,33 +23,21 @@ offset it ended at; a stream that outgrows its limits raises :class:`~latscope.s
 
 from __future__ import annotations
 
-from itertools import compress, count, repeat
-from operator import and_, contains, itemgetter, not_, or_
 from typing import Any, ClassVar
 
 import orjson
 
 from latscope.dialects.base import Chunk, EventDecodeError, TextRun, excerpt
-from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
-from latscope.dialects.templates import PROBE, EventTemplate
+from latscope.dialects.ssedecoder import SSEStreamDecoder
+from latscope.dialects.templates import EVENTS_PER_TEMPLATE_TRY, PROBE, TEMPLATE_TRIES, EventTemplate, slice_texts
+from latscope.dialects.usage import int_or_none
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
-from latscope.sse.parser import SSEParser
 from latscope.timeline.model import EventKind
-
-TEMPLATE_TRIES = 2
-"""Templates tried at the start of a stream (each try costs a probe decode); one more for every
-:data:`EVENTS_PER_TEMPLATE_TRY` events decoded without parsing JSON."""
-EVENTS_PER_TEMPLATE_TRY = 32
 
 _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
 _TOKEN_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL})
-# zip arguments for the empty fields of a token chunk (finish, usage, timings, error, stamp, extra) and its choice 0
-_SIX_EMPTY = (*(repeat(None),) * 6, repeat(0))
 
 _loads = orjson.loads
-_startswith = str.startswith
-_endswith = str.endswith
-_contains = contains
 _JSONDecodeError = orjson.JSONDecodeError
 _OTHER_CHUNK = Chunk(EventKind.OTHER)
 _SHAPE_ERRORS = (KeyError, IndexError, TypeError, AttributeError, ValueError)
@@ -59,7 +47,7 @@ class UnknownShape(Exception):
     """Raised by :meth:`JsonEventDecoder.decode_object` for an object it cannot read (the event becomes OTHER)."""
 
 
-class JsonEventDecoder:
+class JsonEventDecoder(SSEStreamDecoder):
     """A :class:`~latscope.dialects.base.StreamDecoder` for event streams of JSON objects, one chunk per event.
 
     ``name`` prefixes its warnings (``"anthropic"``). Subclasses implement :meth:`decode_object` and say, through
@@ -74,11 +62,8 @@ class JsonEventDecoder:
     template_strings: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, *, limits: StreamLimits = DEFAULT_LIMITS) -> None:
-        self._sse = SSEParser(limits)
-        self._warnings: list[str] = []
-        self._utf8_seen = 0
+        super().__init__(limits=limits)
         self._unknown_warned = False
-        self._closed = False
         self.ended = False  #: set by the subclass when the stream's terminal event arrived
         #: the stream's token events' template and their kind, when learnt
         self._template: EventTemplate | None = None
@@ -89,16 +74,6 @@ class JsonEventDecoder:
         self._templated = 0  # events decoded by the template
         self._typed_feed = False  # the current feed's events are not all of type `message`
         self._types: list[str] | None = None  # ... and their types, once asked for
-
-    @property
-    def warnings(self) -> list[str]:
-        """Non-fatal oddities: invalid UTF-8, unknown shapes, no terminal event, a truncated last event."""
-        return self._warnings
-
-    @property
-    def sse(self) -> SSEParser:
-        """The underlying SSE parser (event and comment counts, byte offsets)."""
-        return self._sse
 
     def decode_object(self, event_type: str, obj: dict[str, Any]) -> Chunk:
         """The chunk of one event: its SSE type (``"message"`` when it had none) and its data, a JSON object."""
@@ -138,15 +113,8 @@ class JsonEventDecoder:
             return self._decode_each(values, 0, len(values), out)  # each event is cut on its own
         # Some events do not fit: the template's runs between those that cannot (an escape in them, another
         # shape), the others one by one.
-        pieces = self._template.pieces
-        fits = map(
-            and_,
-            map(_startswith, values, repeat(pieces[0])),
-            map(_endswith, values, repeat(pieces[-1])),
-        )
-        misfits = [*compress(count(), map(or_, map(not_, fits), map(_contains, values, repeat("\\")))), len(values)]
         at = 0
-        for misfit in misfits:
+        for misfit in self._template.misfits(values):
             run = self._decode_run(values[at:misfit]) if misfit - at > 1 and self._template is not None else None
             if run is not None:
                 out += run
@@ -181,18 +149,10 @@ class JsonEventDecoder:
             raise
         return out
 
-    def close(self) -> list[Chunk]:
-        """The body ended: add the end-of-stream warnings. Returns no chunk."""
-        if self._closed:
-            return []
-        self._closed = True
-        sse = self._sse
-        sse.close()
-        self._report_invalid_utf8()
-        self._warnings.extend(closing_warnings(sse))
-        if not self.ended:
-            self._warnings.append(f"{self.name}: the stream ended without {self.terminal} after {sse.events} events")
-        return []
+    def missing_end(self) -> str | None:
+        if self.ended:
+            return None
+        return f"{self.name}: the stream ended without {self.terminal} after {self._sse.events} events"
 
     def _decode(self, event_type: str, value: str, index: int, batch_size: int) -> Chunk:
         cut = self._slice
@@ -245,12 +205,8 @@ class JsonEventDecoder:
             if texts is None:
                 return None
         else:
-            prefix, suffix, start, stop = cut
-            texts = list(map(itemgetter(slice(start, stop)), values))
-            if "" in texts or "".join(values) != prefix + (suffix + prefix).join(texts) + suffix:
-                return None
-            joined = "".join(texts)
-            if '"' in joined or "\\" in joined or not joined.isprintable():
+            texts = slice_texts(values, *cut)
+            if texts is None:
                 return None
         self._templated += len(texts)
         return TextRun(self._kind, texts)
@@ -284,14 +240,18 @@ class JsonEventDecoder:
             )
         return _OTHER_CHUNK
 
-    def _report_invalid_utf8(self) -> None:
-        self._warnings.extend(utf8_warnings(self._sse, self._utf8_seen))
-        self._utf8_seen = len(self._sse.invalid_utf8_offsets)
 
-
-def int_or_none(value: object) -> int | None:
-    """``value`` when it is an integer (not a bool), else None."""
-    return value if value.__class__ is int else None
+def token_chunk(kind: EventKind, text: Any, obj: dict[str, Any]) -> Chunk:
+    """The chunk of a token event: its delta ``text`` as one token of ``kind``, with the lab's stamp when ``obj``
+    carries one; OTHER for an empty text (no token). Raises :class:`UnknownShape` when ``text`` is not a string."""
+    if text.__class__ is not str:
+        raise UnknownShape("delta text")
+    if not text:
+        return _OTHER_CHUNK
+    if obj.get("latscope") is None:
+        return _new_chunk(Chunk, (kind, text, 1, None, None, None, None, None, None, 0))
+    sent_ns, extra = lab_stamp(obj)
+    return _new_chunk(Chunk, (kind, text, 1, None, None, None, None, sent_ns, extra, 0))
 
 
 def lab_stamp(obj: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None]:

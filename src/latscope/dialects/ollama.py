@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from itertools import compress, count, repeat
-from operator import and_, contains, not_, or_
 from typing import Any, Unpack
 
 import orjson
@@ -41,13 +39,15 @@ from latscope.dialects.base import (
     RequestSpec,
     StreamDecodeError,
     TextRun,
+    json_request,
     prompt_messages,
     prompt_text,
+    refuse_ignore_eos,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
-from latscope.dialects.jsonevents import EVENTS_PER_TEMPLATE_TRY, TEMPLATE_TRIES
 from latscope.dialects.models import parse_models
-from latscope.dialects.templates import PROBE, EventTemplate
+from latscope.dialects.templates import EVENTS_PER_TEMPLATE_TRY, PROBE, TEMPLATE_TRIES, EventTemplate
+from latscope.dialects.usage import summed_usage
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimitError, StreamLimits
 from latscope.timeline.model import EventKind, Usage
 
@@ -69,14 +69,13 @@ FINAL_FIELDS = (
 NDJSON_MEDIA_TYPE = "application/x-ndjson"
 """What Ollama streams as (``application/ndjson`` and ``application/jsonl`` name the same framing elsewhere)."""
 
-_JSON_HEADERS = [("content-type", "application/json"), ("accept", NDJSON_MEDIA_TYPE)]
+_ACCEPT_NDJSON = ("accept", NDJSON_MEDIA_TYPE)
 
 
 def _request(
     path: str, dialect: str, model: str, fields: dict[str, object], max_tokens: int | None, options: GenerationOptions
 ) -> RequestSpec:
-    if options.get("ignore_eos"):
-        raise ValueError(f"{dialect}: Ollama's API has no ignore_eos; the output length is up to the model")
+    refuse_ignore_eos(options, dialect, "Ollama's API")
     settings: dict[str, object] = {
         name: options[name] for name in ("temperature", "seed") if options.get(name) is not None
     }
@@ -90,15 +89,14 @@ def _request(
     if settings:
         body["options"] = settings
     body.update(extra)
-    return RequestSpec(
-        method="POST",
-        path=path,
-        body=orjson.dumps(body),
-        headers=list(_JSON_HEADERS),
+    return json_request(
+        path,
+        body,
         dialect=dialect,
         model=model,
         max_tokens=max_tokens,
         stream=body.get("stream") is True,
+        headers=[_ACCEPT_NDJSON],
     )
 
 
@@ -137,10 +135,7 @@ def _count(obj: Mapping[str, Any], key: str, warnings: list[str]) -> int | None:
 def _usage(obj: Mapping[str, Any], warnings: list[str]) -> Usage | None:
     prompt = _count(obj, "prompt_eval_count", warnings)
     completion = _count(obj, "eval_count", warnings)
-    if prompt is None and completion is None:
-        return None
-    total = prompt + completion if prompt is not None and completion is not None else None
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+    return None if prompt is None and completion is None else summed_usage(prompt, completion)
 
 
 def _tool_call_text(obj: Mapping[str, Any]) -> str | None:
@@ -184,11 +179,7 @@ def _texts(obj: Mapping[str, Any]) -> tuple[str, str, bool]:
 _CONTENT = EventKind.CONTENT
 _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
 _PLAIN_TOKEN_TAIL = (None, None, None, None, None, None, 0)  # a token chunk's fields after its count: nothing attached
-# zip arguments for the empty fields of a token chunk (finish, usage, timings, error, stamp, extra) and its choice 0
-_SIX_EMPTY = (*(repeat(None),) * 6, repeat(0))
 _UNREAD_STRINGS = frozenset({"created_at"})  # read by no token line: a template hole (it changes every line)
-_startswith = str.startswith
-_endswith = str.endswith
 
 
 def decode_object(obj: Mapping[str, Any], warnings: list[str]) -> Chunk:
@@ -301,10 +292,7 @@ class OllamaStreamDecoder:
                 texts = template.texts(lines) if len(lines) > 1 else None
                 if texts is not None:
                     return self._templated_run(texts, len(data))
-                pieces = template.pieces
-                fits = map(and_, map(_startswith, lines, repeat(pieces[0])), map(_endswith, lines, repeat(pieces[-1])))
-                misfits = compress(count(), map(or_, map(not_, fits), map(contains, lines, repeat("\\"))))
-                return self._feed_runs(data, lines, [*misfits, len(lines)])
+                return self._feed_runs(data, lines, template.misfits(lines))
         return self._feed_each(data.split(b"\n")[:-1])
 
     def _feed_runs(self, data: bytes, lines: list[str], misfits: list[int]) -> list[Chunk]:

@@ -28,13 +28,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from functools import partial
-from itertools import count, repeat
-from operator import itemgetter
+from itertools import count
 from typing import Any, Unpack
 
 import orjson
 
 from latscope.dialects.base import (
+    SSE_MEDIA_TYPE,
     ApiError,
     Chunk,
     DecodedResponse,
@@ -44,18 +44,22 @@ from latscope.dialects.base import (
     GenerationOptions,
     Prompt,
     RequestSpec,
-    StreamDecodeError,
     TextRun,
     as_text,
+    decode_json_object,
     excerpt,
+    json_request,
     prompt_messages,
     prompt_text,
 )
 from latscope.dialects.errors import api_error_from, api_error_from_text, decode_error_body
 from latscope.dialects.models import parse_models
-from latscope.dialects.ssewarnings import closing_warnings, utf8_warnings
+from latscope.dialects.ssedecoder import SSEStreamDecoder
+from latscope.dialects.templates import EVENTS_PER_TEMPLATE_TRY, TEMPLATE_TRIES, slice_texts
+from latscope.dialects.templates import PROBE as _PROBE
+from latscope.dialects.usage import token_usage
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
-from latscope.sse.parser import SSEEvent, SSEParser
+from latscope.sse.parser import SSEEvent
 from latscope.timeline.model import EventKind, Usage
 
 CHAT_NAME = "openai.chat"
@@ -79,7 +83,6 @@ _JSONDecodeError = orjson.JSONDecodeError
 _DONE_CHUNK = Chunk(EventKind.DONE)
 _UNPARSED = object()  # _decode_event's "the data has not been parsed yet"
 _TOOL_CALL = EventKind.TOOL_CALL
-_FIVE_NONES = (repeat(None),) * 5  # zip arguments for the five empty fields of a plain text chunk (repeat is stateless)
 
 _Template = tuple[str, str, int, int, EventKind, str | None, int]
 """A stream's text-chunk shape: ``(prefix, suffix, start, stop, kind, finish_reason, choice)``.
@@ -98,17 +101,6 @@ chunk depends on it.
 """
 
 _JSON_SPACE = " \t\n\r"  # insignificant whitespace (RFC 8259 §2)
-
-_PROBE = "latscope-template-probe-7Qx"
-"""The stand-in text used to confirm a template (printable, nothing to escape, unlikely in real data)."""
-
-_TEMPLATE_TRIES = 2
-"""Templates tried at the start of a stream (each try costs one more parse). A stream whose chunks differ in more than
-their text (OpenAI's random ``obfuscation`` field) defeats them and stops trying after these."""
-
-_EVENTS_PER_TEMPLATE_TRY = 32
-"""One more try is allowed for every this many events decoded without parsing JSON: llama.cpp's ``created`` changes
-every second, so a stream it serves fast keeps earning new templates."""
 
 
 # -- requests ----------------------------------------------------------------------------------------------------
@@ -160,22 +152,16 @@ def _request(
     if options.get("ignore_eos"):
         body["ignore_eos"] = True
     body.update(options.get("extra") or {})
-    return RequestSpec(
-        method="POST",
-        path=path,
-        body=orjson.dumps(body),
-        headers=[("content-type", "application/json")],
-        dialect=dialect,
-        model=model,
-        max_tokens=max_tokens,
-        stream=body.get("stream") is True,  # `extra` may have set it
+    # `extra` may have set `stream`
+    return json_request(
+        path, body, dialect=dialect, model=model, max_tokens=max_tokens, stream=body.get("stream") is True
     )
 
 
 # -- streams -----------------------------------------------------------------------------------------------------
 
 
-class OpenAIStreamDecoder:
+class OpenAIStreamDecoder(SSEStreamDecoder):
     """Decodes an OpenAI-style event stream into one :class:`Chunk` per SSE event (a :class:`StreamDecoder`).
 
     ``mode`` is ``"chat"`` (text in ``choices[0].delta.content``) or ``"completions"`` (``choices[0].text``).
@@ -204,16 +190,12 @@ class OpenAIStreamDecoder:
         "_after_done_warned",
         "_batch",
         "_chat",
-        "_closed",
         "_done",
         "_parsed",
         "_plain",
-        "_sse",
         "_template",
         "_template_builds",
         "_unknown_warned",
-        "_utf8_seen",
-        "_warnings",
         "mode",
     )
 
@@ -224,13 +206,10 @@ class OpenAIStreamDecoder:
         self._chat = mode == "chat"
         # the mode's hot path, kept as a plain function (a bound method stored on self would be a reference cycle)
         self._plain = _plain_chat if self._chat else _plain_completions
-        self._sse = SSEParser(limits)
-        self._warnings: list[str] = []
+        super().__init__(limits=limits)
         self._done = False
-        self._closed = False
         self._unknown_warned = False
         self._after_done_warned = False
-        self._utf8_seen = 0  # invalid UTF-8 offsets already looked at
         # the events of the current feed, to number them in messages; None until an event needs them (built lazily)
         self._batch: list[SSEEvent] | None = []
         self._template: _Template | None = None
@@ -238,19 +217,9 @@ class OpenAIStreamDecoder:
         self._parsed = 0  # text chunks whose JSON was parsed (the others were decoded by templates, mostly)
 
     @property
-    def warnings(self) -> list[str]:
-        """Non-fatal oddities seen so far: invalid UTF-8, unknown shapes, no ``[DONE]``, a truncated last event."""
-        return self._warnings
-
-    @property
     def saw_done(self) -> bool:
         """True once the ``[DONE]`` sentinel arrived."""
         return self._done
-
-    @property
-    def sse(self) -> SSEParser:
-        """The underlying SSE parser (event and comment counts, byte offsets)."""
-        return self._sse
 
     def feed(self, data: bytes) -> list[Chunk] | TextRun:
         """Consume the next body bytes; return one chunk per SSE event they completed."""
@@ -287,18 +256,8 @@ class OpenAIStreamDecoder:
             raise
         return out
 
-    def close(self) -> list[Chunk]:
-        """The body ended: add the end-of-stream warnings (no ``[DONE]``, a truncated event). Returns no chunk."""
-        if self._closed:
-            return []
-        self._closed = True
-        sse = self._sse
-        sse.close()
-        self._report_invalid_utf8()
-        self._warnings.extend(closing_warnings(sse))
-        if not self._done:
-            self._warnings.append(f"stream ended without [DONE] after {sse.events} events")
-        return []
+    def missing_end(self) -> str | None:
+        return None if self._done else f"stream ended without [DONE] after {self._sse.events} events"
 
     # -- the fast paths ------------------------------------------------------------------------------------------
     #
@@ -333,7 +292,7 @@ class OpenAIStreamDecoder:
             # costs nothing on the events that follow. (A text that needs escaping fits and is only parsed.)
             self._template = None
             unparsed = self._sse.events - self._parsed  # about the events templates decoded (not counted there)
-            if self._template_builds < _TEMPLATE_TRIES + unparsed // _EVENTS_PER_TEMPLATE_TRY:
+            if self._template_builds < TEMPLATE_TRIES + unparsed // EVENTS_PER_TEMPLATE_TRY:
                 self._learn_template(value, chunk)
         return chunk
 
@@ -342,19 +301,8 @@ class OpenAIStreamDecoder:
         only: no bytecode per event."""
         template = self._template
         assert template is not None  # the caller checked
-        prefix, suffix, start, stop, kind, finish, choice = template
-        texts: list[str] = list(map(itemgetter(slice(start, stop)), values))
-        if "" in texts:
-            return None  # a value too short to hold the template, or an empty text (not a text chunk)
-        # Every value is prefix + its text + suffix exactly when the concatenations agree: the texts were cut from
-        # the values, so the two sides have their pieces at the same places. (Two joins and one compare cost less
-        # than a startswith and an endswith call per value.)
-        if "".join(values) != prefix + (suffix + prefix).join(texts) + suffix:
-            return None
-        joined = "".join(texts)
-        if '"' in joined or "\\" in joined or not joined.isprintable():
-            return None  # _decode_value's checks, on all the texts at once
-        return TextRun(kind, texts, finish, choice)
+        texts = slice_texts(values, *template[:4])  # _decode_value's checks, on all the values at once
+        return None if texts is None else TextRun(template[4], texts, template[5], template[6])
 
     def _learn_template(self, value: str, chunk: Chunk) -> None:
         """Make ``value`` (just decoded into ``chunk``, a text chunk with nothing else attached) the template, when
@@ -524,10 +472,6 @@ class OpenAIStreamDecoder:
                 return self._sse.events - len(batch) + index + 1
         return self._sse.events
 
-    def _report_invalid_utf8(self) -> None:
-        self._warnings.extend(utf8_warnings(self._sse, self._utf8_seen))
-        self._utf8_seen = len(self._sse.invalid_utf8_offsets)
-
 
 def _tool_call_delta(calls: Any) -> tuple[EventKind | None, str]:
     """``(TOOL_CALL, arguments text)`` for a ``delta.tool_calls`` list whose calls carry a name or argument text (the
@@ -604,21 +548,7 @@ def _error_chunk(error: ApiError) -> Chunk:
 
 def _usage(usage: dict[str, Any]) -> Usage:
     """An OpenAI ``usage`` object (fields that are not integers are left None)."""
-    prompt_details = usage.get("prompt_tokens_details")
-    completion_details = usage.get("completion_tokens_details")
-    return Usage(
-        prompt_tokens=_int(usage.get("prompt_tokens")),
-        completion_tokens=_int(usage.get("completion_tokens")),
-        total_tokens=_int(usage.get("total_tokens")),
-        cached_tokens=_int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else None,
-        reasoning_tokens=(
-            _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else None
-        ),
-    )
-
-
-def _int(value: object) -> int | None:
-    return value if value.__class__ is int else None  # bool is an int subclass: excluded on purpose
+    return token_usage(usage, "prompt", "completion")
 
 
 # -- non-streamed bodies -----------------------------------------------------------------------------------------
@@ -631,12 +561,7 @@ def decode_response_body(body: bytes, mode: str = "chat") -> DecodedResponse:
     ``usage`` and llama.cpp's ``timings``; an error object in place of a result is returned in ``error``. Raises
     :class:`StreamDecodeError` when the body is not a JSON object.
     """
-    try:
-        obj = _loads(body)
-    except _JSONDecodeError as exc:
-        raise StreamDecodeError(f"the response body is not valid JSON ({exc}): {excerpt(body)}") from None
-    if not isinstance(obj, dict):
-        raise StreamDecodeError(f"the response body is not a JSON object: {excerpt(body)}")
+    obj = decode_json_object(body)
     choices = obj.get("choices")
     if not choices and ("error" in obj or obj.get("object") == "error"):
         return DecodedResponse(text="", error=api_error_from(obj))
@@ -664,8 +589,6 @@ def decode_response_body(body: bytes, mode: str = "chat") -> DecodedResponse:
         reasoning=reasoning,
     )
 
-
-SSE_MEDIA_TYPE = "text/event-stream"
 
 CHAT = Dialect(
     name=CHAT_NAME,

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
-import orjson
-
 from latscope.dialects.base import (
+    SSE_MEDIA_TYPE,
     Chunk,
     DecodedResponse,
     Dialect,
@@ -33,18 +32,19 @@ from latscope.dialects.base import (
     GenerationOptions,
     Prompt,
     RequestSpec,
-    StreamDecodeError,
-    excerpt,
+    decode_json_object,
+    json_request,
     prompt_messages,
+    refuse_ignore_eos,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
-from latscope.dialects.jsonevents import JsonEventDecoder, UnknownShape, int_or_none, lab_stamp
+from latscope.dialects.jsonevents import JsonEventDecoder, UnknownShape, lab_stamp, token_chunk
 from latscope.dialects.models import parse_models
+from latscope.dialects.usage import int_or_none, token_usage
 from latscope.timeline.model import EventKind, Usage
 
 RESPONSES_NAME = "openai.responses"
 RESPONSES_PATH = "/responses"
-SSE_MEDIA_TYPE = "text/event-stream"
 
 _TOKEN_EVENTS: dict[str, EventKind] = {
     "response.output_text.delta": EventKind.CONTENT,
@@ -59,7 +59,6 @@ _TOKEN_EVENTS: dict[str, EventKind] = {
 
 _FINAL_EVENTS = ("response.completed", "response.incomplete")
 _OTHER_CHUNK = Chunk(EventKind.OTHER)
-_new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
 
 
 def responses_request(
@@ -69,8 +68,7 @@ def responses_request(
     (token ids raise :class:`ValueError`). ``max_tokens`` becomes ``max_output_tokens``; the API reports usage in
     every ``response.completed``, so ``include_usage`` changes nothing; ``ignore_eos`` raises :class:`ValueError`.
     ``extra`` fields (``reasoning``, ``tools``, ``store`` …) are merged last and win."""
-    if options.get("ignore_eos"):
-        raise ValueError(f"{RESPONSES_NAME}: the Responses API has no ignore_eos; the output length is up to the model")
+    refuse_ignore_eos(options, RESPONSES_NAME, "the Responses API")
     body: dict[str, object] = {
         "model": model,
         "input": prompt if isinstance(prompt, str) else prompt_messages(prompt, RESPONSES_NAME),
@@ -81,11 +79,9 @@ def responses_request(
     if options.get("temperature") is not None:
         body["temperature"] = options["temperature"]
     body.update(options.get("extra") or {})
-    return RequestSpec(
-        method="POST",
-        path=RESPONSES_PATH,
-        body=orjson.dumps(body),
-        headers=[("content-type", "application/json")],
+    return json_request(
+        RESPONSES_PATH,
+        body,
         dialect=RESPONSES_NAME,
         model=model,
         max_tokens=max_tokens,
@@ -95,17 +91,7 @@ def responses_request(
 
 def _usage(usage: Any) -> Usage | None:
     """A Usage from a Responses ``usage`` object (``input_tokens``, ``output_tokens`` and their details)."""
-    if usage.__class__ is not dict:
-        return None
-    inputs = usage.get("input_tokens_details")
-    outputs = usage.get("output_tokens_details")
-    return Usage(
-        prompt_tokens=int_or_none(usage.get("input_tokens")),
-        completion_tokens=int_or_none(usage.get("output_tokens")),
-        total_tokens=int_or_none(usage.get("total_tokens")),
-        cached_tokens=int_or_none(inputs.get("cached_tokens")) if isinstance(inputs, dict) else None,
-        reasoning_tokens=int_or_none(outputs.get("reasoning_tokens")) if isinstance(outputs, dict) else None,
-    )
+    return token_usage(usage, "input", "output") if usage.__class__ is dict else None
 
 
 def _finish_reason(response: dict[str, Any]) -> str:
@@ -130,16 +116,7 @@ class ResponsesStreamDecoder(JsonEventDecoder):
         kind = obj.get("type", event_type)
         token = _TOKEN_EVENTS.get(kind)
         if token is not None:
-            text = obj["delta"]
-            if text.__class__ is not str:
-                raise UnknownShape(kind)
-            if not text:
-                return _OTHER_CHUNK
-            lab = obj.get("latscope")
-            if lab is None:
-                return _new_chunk(Chunk, (token, text, 1, None, None, None, None, None, None, 0))
-            sent_ns, extra = lab_stamp(obj)
-            return _new_chunk(Chunk, (token, text, 1, None, None, None, None, sent_ns, extra, 0))
+            return token_chunk(token, obj["delta"], obj)
         if kind in _FINAL_EVENTS:
             self.ended = True
             response = obj["response"]
@@ -177,12 +154,7 @@ def decode_response_body(body: bytes) -> DecodedResponse:
     """A non-streamed ``response`` object: the ``output_text`` parts of its message items joined, its reasoning
     items' text (or summaries) as reasoning, the usage and a finish reason; an error in ``error``. Raises
     :class:`StreamDecodeError` when the body is not a JSON object."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise StreamDecodeError(f"the response body is not valid JSON ({exc}): {excerpt(body)}") from None
-    if not isinstance(obj, dict):
-        raise StreamDecodeError(f"the response body is not a JSON object: {excerpt(body)}")
+    obj = decode_json_object(body)
     if (obj.get("error") and obj.get("object") != "response") or obj.get("status") == "failed":
         return DecodedResponse(text="", error=api_error_from(obj))
     texts: list[str] = []

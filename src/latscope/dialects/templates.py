@@ -53,8 +53,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from itertools import chain
-from operator import itemgetter
+from itertools import chain, compress, count, repeat
+from operator import and_, contains, itemgetter, not_, or_
 
 import orjson
 
@@ -65,6 +65,15 @@ _SEP_BYTE = _SEP.encode()
 _MARKS = "".join(map(chr, (*range(1, 9), *range(14, 32))))
 """The inner pieces' marks: control characters that no valid JSON text holds raw; JSON's whitespace (tab, LF, CR),
 which a piece may hold, left out. A template has at most this many inner pieces."""
+
+TEMPLATE_TRIES = 2
+"""Templates a decoder tries at the start of a stream (each try costs one more parse). A stream whose events differ
+in more than their text and the holes (OpenAI's random ``obfuscation`` field) defeats them and stops trying after
+these."""
+
+EVENTS_PER_TEMPLATE_TRY = 32
+"""One more try is allowed for every this many events decoded without parsing JSON: llama.cpp's ``created`` changes
+every second, so a stream it serves fast keeps earning new templates."""
 
 PROBE = "latscope-template-probe-7Qx"
 """The stand-in text of a probe document (printable, nothing to escape, unlikely in real data)."""
@@ -79,6 +88,8 @@ _loads = orjson.loads
 _JSONDecodeError = orjson.JSONDecodeError
 
 _STRING, _NUMBER, _OTHER = 1, 2, 3
+_startswith = str.startswith
+_endswith = str.endswith
 
 
 def _compiled_fit() -> Callable[[list[str], tuple[str, ...], bytes, int], list[str] | None] | None:
@@ -93,6 +104,23 @@ def _compiled_fit() -> Callable[[list[str], tuple[str, ...], bytes, int], list[s
 
 
 _fit = _compiled_fit()
+
+
+def slice_texts(values: list[str], prefix: str, suffix: str, start: int, stop: int) -> list[str] | None:
+    """The text of each of ``values`` when every one is ``prefix`` + a text + ``suffix``, each text non-empty and
+    needing no escaping in JSON (no ``"``, no ``\\``, printable); else None. The fit of a template whose only hole
+    is the text (``start``, ``stop``: the text's slice), by C-level iteration only: no bytecode per event."""
+    texts: list[str] = list(map(itemgetter(slice(start, stop)), values))
+    if "" in texts:
+        return None  # a value too short to hold the template, or an empty text (not a text chunk)
+    # Every value is prefix + its text + suffix exactly when the concatenations agree: the texts were cut from the
+    # values, so the two sides have their pieces at the same places (two joins and one compare, no call per value).
+    if "".join(values) != prefix + (suffix + prefix).join(texts) + suffix:
+        return None
+    joined = "".join(texts)
+    if '"' in joined or "\\" in joined or not joined.isprintable():
+        return None
+    return texts
 
 
 def _lex(value: str) -> list[tuple[int, str, int, int]] | None:
@@ -220,6 +248,13 @@ class EventTemplate:
             fills[i] = "latscope-probe"
         fills[self.text_hole] = PROBE
         return "".join(chain.from_iterable(zip(self.pieces[:-1], fills, strict=True))) + self.pieces[-1]
+
+    def misfits(self, values: list[str]) -> list[int]:
+        """The indexes of the ``values`` that cannot fit (without the first or the last piece, or with an escape),
+        then ``len(values)``: the runs between them may fit."""
+        first, last = self.pieces[0], self.pieces[-1]
+        fits = map(and_, map(_startswith, values, repeat(first)), map(_endswith, values, repeat(last)))
+        return [*compress(count(), map(or_, map(not_, fits), map(contains, values, repeat("\\")))), len(values)]
 
     def texts(self, values: list[str]) -> list[str] | None:
         """The text of each of ``values`` when every one fits the template, else None (the steps: see the module

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from typing import Any, Unpack
 
-import orjson
-
 from latscope.dialects.base import (
+    SSE_MEDIA_TYPE,
     Chunk,
     DecodedResponse,
     Dialect,
@@ -32,20 +31,21 @@ from latscope.dialects.base import (
     GenerationOptions,
     Prompt,
     RequestSpec,
-    StreamDecodeError,
-    excerpt,
+    decode_json_object,
+    json_request,
     prompt_text,
+    refuse_ignore_eos,
 )
 from latscope.dialects.errors import api_error_from, decode_error_body
-from latscope.dialects.jsonevents import JsonEventDecoder, UnknownShape, int_or_none, lab_stamp
+from latscope.dialects.jsonevents import JsonEventDecoder, UnknownShape, lab_stamp
 from latscope.dialects.models import parse_models
+from latscope.dialects.usage import int_or_none, summed_usage
 from latscope.timeline.model import EventKind, Usage
 
 GENERATE_NAME = "tgi.generate"
 STREAM_PATH = "/generate_stream"
 GENERATE_PATH = "/generate"
 INFO_PATH = "/info"
-SSE_MEDIA_TYPE = "text/event-stream"
 
 _CONTENT = EventKind.CONTENT
 _new_chunk = tuple.__new__  # builds a Chunk without its Python-level __new__; every field is given, in order
@@ -60,8 +60,7 @@ def generate_request(
     asked for so the answer carries its finish reason and token counts. TGI serves one model and reads no model name
     from the body; ``model`` is kept on the spec only. ``ignore_eos`` raises :class:`ValueError` (TGI has no such
     parameter). ``extra`` fields are merged last; a ``parameters`` object in it is merged into the parameters."""
-    if options.get("ignore_eos"):
-        raise ValueError(f"{GENERATE_NAME}: TGI's native API has no ignore_eos; the output length is up to the model")
+    refuse_ignore_eos(options, GENERATE_NAME, "TGI's native API")
     stream = options.get("stream", True)
     parameters: dict[str, object] = {"details": True}
     if max_tokens is not None:
@@ -74,11 +73,9 @@ def generate_request(
     if isinstance(more, dict):
         parameters.update(more)
     body: dict[str, object] = {"inputs": prompt_text(prompt, GENERATE_NAME), "parameters": parameters, **extra}
-    return RequestSpec(
-        method="POST",
-        path=STREAM_PATH if stream else GENERATE_PATH,
-        body=orjson.dumps(body),
-        headers=[("content-type", "application/json")],
+    return json_request(
+        STREAM_PATH if stream else GENERATE_PATH,
+        body,
         dialect=GENERATE_NAME,
         model=model,
         max_tokens=max_tokens,
@@ -93,10 +90,7 @@ def _details(details: Any) -> tuple[str | None, Usage | None]:
     reason = details.get("finish_reason")
     generated = int_or_none(details.get("generated_tokens"))
     prompt = int_or_none(details.get("input_length"))
-    usage = None
-    if generated is not None or prompt is not None:
-        total = generated + prompt if generated is not None and prompt is not None else None
-        usage = Usage(prompt_tokens=prompt, completion_tokens=generated, total_tokens=total)
+    usage = None if generated is None and prompt is None else summed_usage(prompt, generated)
     return (reason if reason.__class__ is str else None), usage
 
 
@@ -133,14 +127,7 @@ class TgiStreamDecoder(JsonEventDecoder):
 def decode_response_body(body: bytes) -> DecodedResponse:
     """A ``/generate`` answer (``{"generated_text", "details"}``, or a list of one such object), or an error body.
     Raises :class:`StreamDecodeError` when the body is neither."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise StreamDecodeError(f"the response body is not valid JSON ({exc}): {excerpt(body)}") from None
-    if isinstance(obj, list) and len(obj) == 1:
-        obj = obj[0]
-    if not isinstance(obj, dict):
-        raise StreamDecodeError(f"the response body is not a JSON object: {excerpt(body)}")
+    obj = decode_json_object(body, unwrap_single=True)
     if "error" in obj:
         return DecodedResponse(text="", error=api_error_from(obj))
     text = obj.get("generated_text")

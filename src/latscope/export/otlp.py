@@ -2,8 +2,8 @@
 
 The thin I/O shell around :mod:`latscope.export.spans`: it measures the clock offset, converts
 :class:`~latscope.export.spans.Span` records into the official SDK's ``ReadableSpan`` objects and hands them to its
-exporters. The SDK and the exporter are the ``otel`` extra; :func:`require_otel` says how to install them before any
-request is sent.
+exporters. The SDK and the exporter are the ``otel`` extra; :func:`otel_available` tells whether it is installed and
+:data:`MISSING_OTEL` how to install it.
 
 File format: JSON Lines, one ``ExportTraceServiceRequest`` per line in the OTLP/JSON encoding of the OTLP
 specification (lowerCamelCase field names, trace and span ids as hex strings, enums as integers, 64-bit integers as
@@ -64,12 +64,6 @@ def otel_available() -> bool:
         return all(importlib.util.find_spec(name) is not None for name in _OTEL_MODULES)
     except ModuleNotFoundError:  # a parent package missing
         return False
-
-
-def require_otel() -> None:
-    """Raise :class:`OtlpExportError` with :data:`MISSING_OTEL` when the extra is missing."""
-    if not otel_available():
-        raise OtlpExportError(MISSING_OTEL)
 
 
 @dataclass(frozen=True, slots=True)

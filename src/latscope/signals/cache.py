@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from latscope.signals.headers import HeaderInput, first_header, header_pairs, header_values, warn
-from latscope.signals.structured import Item, StructuredFieldError, parse_list
-from latscope.signals.timeformats import parse_nonnegative_int
+from latscope.signals.headers import HeaderInput, first_header, header_pairs, int_field, list_field, warn
+from latscope.signals.structured import Item
 
 _HIT_WORDS = frozenset({"hit", "stale", "revalidated", "updating", "refresh_hit", "ims_hit", "mem_hit"})
 _MISS_WORDS = frozenset({"miss", "expired", "bypass", "refresh_miss", "pass", "error"})
@@ -61,14 +60,7 @@ def cache_state(headers: HeaderInput, *, warnings: list[str] | None = None) -> C
 
 
 def _age(headers: HeaderInput, warnings: list[str] | None) -> int | None:
-    raw = first_header(headers, "age")
-    if raw is None:
-        return None
-    age = parse_nonnegative_int(raw)
-    if age is None:
-        # RFC 9111 §5.1: Age is delta-seconds, a non-negative integer.
-        warn(warnings, f"cache: age: {raw!r} is not a non-negative integer; ignored")
-    return age
+    return int_field(headers, "age", "cache", warnings)  # RFC 9111 §5.1: Age is delta-seconds
 
 
 def _word_hit(word: str) -> bool | None:
@@ -82,13 +74,8 @@ def _word_hit(word: str) -> bool | None:
 
 
 def _cache_status(headers: HeaderInput, warnings: list[str] | None) -> tuple[bool | None, str, str] | None:
-    lines = header_values(headers, "cache-status")
-    if not lines:
-        return None
-    try:
-        members = parse_list(lines)
-    except StructuredFieldError as exc:
-        warn(warnings, f"cache: cache-status is not a structured-field list ({exc}); ignored")
+    members = list_field(headers, "cache-status", "cache", warnings)
+    if members is None:
         return None
     items = [member for member in members if isinstance(member, Item)]
     if not items:

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TypeAlias
 
+from latscope.signals.structured import Member, StructuredFieldError, parse_list
+from latscope.signals.timeformats import parse_nonnegative_int
+
 HeaderInput: TypeAlias = Mapping[str, str] | Iterable[tuple[str, str]]
 """Header fields as a mapping (``Timeline.response_headers``) or as ``(name, value)`` pairs in wire order."""
 
@@ -50,6 +53,31 @@ def first_header(headers: HeaderInput, name: str) -> str | None:
     """The first value of field ``name`` (case-insensitive), or None when absent."""
     values = header_values(headers, name)
     return values[0] if values else None
+
+
+def int_field(headers: HeaderInput, name: str, parser: str, warnings: list[str] | None) -> int | None:
+    """The first value of field ``name`` as a non-negative integer (a count, or delta-seconds); None when absent, or
+    when unreadable (then a warning that names the ``parser``)."""
+    raw = first_header(headers, name)
+    if raw is None:
+        return None
+    value = parse_nonnegative_int(raw)
+    if value is None:
+        warn(warnings, f"{parser}: {name}: {raw!r} is not a non-negative integer; ignored")
+    return value
+
+
+def list_field(headers: HeaderInput, name: str, parser: str, warnings: list[str] | None) -> list[Member] | None:
+    """The lines of field ``name`` as one structured-field list (RFC 8941 §4.2.1); None when absent, or when not such
+    a list (then a warning that names the ``parser``)."""
+    lines = header_values(headers, name)
+    if not lines:
+        return None
+    try:
+        return parse_list(lines)
+    except StructuredFieldError as exc:
+        warn(warnings, f"{parser}: {name} is not a structured-field list ({exc}); ignored")
+        return None
 
 
 def warn(warnings: list[str] | None, message: str) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from latscope.signals.headers import HeaderInput, first_header, header_pairs, header_values, warn
+from latscope.signals.headers import HeaderInput, first_header, header_pairs, header_values, int_field, list_field, warn
 from latscope.signals.structured import InnerList, Item, StructuredFieldError, parse_dictionary, parse_list
 from latscope.signals.timeformats import (
     parse_finite_float,
@@ -112,13 +112,7 @@ class _Reader:
         return first_header(self.headers, name)
 
     def count(self, name: str) -> int | None:
-        raw = self.get(name)
-        if raw is None:
-            return None
-        value = parse_nonnegative_int(raw)
-        if value is None:
-            warn(self.warnings, f"rate-limit: {name}: {raw!r} is not a non-negative integer; ignored")
-        return value
+        return int_field(self.headers, name, "rate-limit", self.warnings)
 
     def seconds(self, name: str, parse: Callable[[str], float | None], unit: str) -> float | None:
         raw = self.get(name)
@@ -203,13 +197,8 @@ def _int_param(item: Item, key: str) -> int | None:
 
 
 def _sf_list(r: _Reader, name: str) -> list[Item] | None:
-    lines = header_values(r.headers, name)
-    if not lines:
-        return None
-    try:
-        members = parse_list(lines)
-    except StructuredFieldError as exc:
-        warn(r.warnings, f"rate-limit: {name} is not a structured-field list ({exc}); ignored")
+    members = list_field(r.headers, name, "rate-limit", r.warnings)
+    if members is None:
         return None
     items = [member for member in members if isinstance(member, Item)]
     if len(items) != len(members):

@@ -86,15 +86,8 @@ class _Parser:
         members: list[Member] = []
         while not self.at_end():
             members.append(self.item_or_inner_list())
-            self.skip(" \t")
-            if self.at_end():
+            if self.end_of_members("list"):
                 return members
-            if self.peek() != ",":
-                raise self.fail("expected ',' between list members")
-            self.pos += 1
-            self.skip(" \t")
-            if self.at_end():
-                raise self.fail("trailing ',' in list")
         return members
 
     # §4.2.2
@@ -107,16 +100,23 @@ class _Parser:
                 members[key] = self.item_or_inner_list()
             else:
                 members[key] = Item(True, self.parameters())
-            self.skip(" \t")
-            if self.at_end():
+            if self.end_of_members("dictionary"):
                 return members
-            if self.peek() != ",":
-                raise self.fail("expected ',' between dictionary members")
-            self.pos += 1
-            self.skip(" \t")
-            if self.at_end():
-                raise self.fail("trailing ',' in dictionary")
         return members
+
+    def end_of_members(self, what: str) -> bool:
+        """After a member of a list or dictionary (``what``): True at the end of the field, else False past the
+        ``,`` between members and the whitespace around it (§4.2.1, §4.2.2)."""
+        self.skip(" \t")
+        if self.at_end():
+            return True
+        if self.peek() != ",":
+            raise self.fail(f"expected ',' between {what} members")
+        self.pos += 1
+        self.skip(" \t")
+        if self.at_end():
+            raise self.fail(f"trailing ',' in {what}")
+        return False
 
     def item_or_inner_list(self) -> Member:
         if self.peek() == "(":

@@ -151,23 +151,18 @@ def gauge_stats(
     return None, None
 
 
-def stats_from_names(names: EngineMetrics, window: Snapshot, gauges: Sequence[Snapshot]) -> ServerWindowStats:
-    """Compute every statistic the name table allows (see the module docstring)."""
+def _window_values(names: EngineMetrics, window: Snapshot) -> tuple[dict[str, float], dict[str, str]]:
+    """The histogram and counter statistics the name table allows over the window, by field name, and the metric
+    (or formula) each came from."""
     sources: dict[str, str] = {}
     found: dict[str, float] = {}
 
-    def mean_ms(field_name: str, candidates: Sequence[str]) -> None:
-        name = first_present(window, candidates, "_count")
-        mean = None if name is None else window.mean(name)
-        if name is not None and mean is not None:
-            found[field_name] = mean * names.seconds_to_ms
-            sources[field_name] = name
-
-    def total(field_name: str, candidates: Sequence[str]) -> None:
-        name = first_present(window, candidates)
-        value = None if name is None else window.value(name)
+    def take(field_name: str, candidates: Sequence[str], *, mean: bool, factor: float | None) -> None:
+        """The first candidate present: a histogram's mean (``mean``) or a counter's increase, times ``factor``."""
+        name = first_present(window, candidates, "_count" if mean else "")
+        value = None if name is None else window.mean(name) if mean else window.value(name)
         if name is not None and value is not None:
-            found[field_name] = value
+            found[field_name] = value if factor is None else value * factor
             sources[field_name] = name
 
     for field_name, candidates in (
@@ -182,7 +177,7 @@ def stats_from_names(names: EngineMetrics, window: Snapshot, gauges: Sequence[Sn
         ("mean_itl_ms", names.itl),
         ("mean_tpot_ms", names.tpot),
     ):
-        mean_ms(field_name, candidates)
+        take(field_name, candidates, mean=True, factor=names.seconds_to_ms)
     for field_name, candidates in (
         ("requests_finished", names.finished),
         ("preemptions", names.preemptions),
@@ -190,18 +185,12 @@ def stats_from_names(names: EngineMetrics, window: Snapshot, gauges: Sequence[Sn
         ("generation_tokens", names.generation_tokens),
         ("cached_prompt_tokens", names.cached_prompt_tokens),
     ):
-        total(field_name, candidates)
+        take(field_name, candidates, mean=False, factor=None)
     # Engine time per phase over the window: the phase histograms' sums.
     for field_name, mean_field in (("total_prefill_ms", "mean_prefill_ms"), ("total_decode_ms", "mean_decode_ms")):
         if mean_field in sources:
-            total(field_name, [f"{sources[mean_field]}_sum"])
-            if field_name in found:
-                found[field_name] *= names.seconds_to_ms
-    step = first_present(window, names.tokens_per_step, "_count")
-    step_mean = None if step is None else window.mean(step)
-    if step is not None and step_mean is not None:
-        found["mean_tokens_per_step"] = step_mean
-        sources["mean_tokens_per_step"] = step
+            take(field_name, [f"{sources[mean_field]}_sum"], mean=False, factor=names.seconds_to_ms)
+    take("mean_tokens_per_step", names.tokens_per_step, mean=True, factor=None)
     hits_name = first_present(window, names.prefix_cache_hits)
     queries_name = first_present(window, names.prefix_cache_queries)
     hits = None if hits_name is None else window.value(hits_name)
@@ -212,7 +201,12 @@ def stats_from_names(names: EngineMetrics, window: Snapshot, gauges: Sequence[Sn
     if all(key in found for key in ("mean_ttft_ms", "mean_queue_ms", "mean_prefill_ms")):
         found["mean_api_overhead_ms"] = found["mean_ttft_ms"] - found["mean_queue_ms"] - found["mean_prefill_ms"]
         sources["mean_api_overhead_ms"] = "mean_ttft_ms - mean_queue_ms - mean_prefill_ms"
+    return found, sources
 
+
+def stats_from_names(names: EngineMetrics, window: Snapshot, gauges: Sequence[Snapshot]) -> ServerWindowStats:
+    """Compute every statistic the name table allows (see the module docstring)."""
+    found, sources = _window_values(names, window)
     waiting, waiting_name = gauge_stats(gauges, names.waiting, aggregate="sum")
     running, running_name = gauge_stats(gauges, names.running, aggregate="sum")
     kv_usage, kv_name = gauge_stats(gauges, names.kv_usage, aggregate="mean", scale=names.kv_usage_scale)

@@ -56,7 +56,7 @@ _after_event = itemgetter(slice(7, None))  # an `event: ` line's value
 _after_data = itemgetter(slice(6, None))  # a `data: ` line's value
 _drop_cr = itemgetter(slice(0, -1))  # with CRLF endings a line split at LF still ends with its CR
 _removeprefix = bytes.removeprefix
-_new_event = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (about 2x cheaper per event)
+_new_event = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (cheaper per event)
 _startswith = bytes.startswith
 _decode_utf8 = bytes.decode
 _encode_utf8 = str.encode
@@ -204,7 +204,7 @@ class SSEParser:
             and data.find(b"\n") == size - 2
             and data[-1] == _LF
             and data.startswith(_DATA_PREFIX)
-            and _CR not in data  # an int operand makes `in` a bare memchr, about 10x faster than a bytes one
+            and _CR not in data  # an int operand makes `in` a bare memchr, faster than a bytes one
         ):
             # Exactly one `data: ...\n\n` event, read on its own: what a client sees when tokens arrive one by one.
             # Nothing but the value and its end is kept: this runs once per read of every stream.
@@ -485,13 +485,7 @@ class SSEParser:
                     # No line ending left inside a value: each is the whole of one `data: ` line. (`in` is a memchr;
                     # counting the LFs of the text instead looks at every character.)
                     if "\n" not in "".join(values):
-                        pos = self._tail_offset
-                        eol = 2 if crlf else 1
-                        span = (len(batch), len(values), pos, eol, self.last_event_id, self.retry_ms, None, 6, None)
-                        self._spans.append(_new_event(_Span, span))
-                        batch.extend(values)
-                        self._tail_offset = pos + end
-                        self._pending_start = None
+                        self._take_run(batch, values, end, 2 if crlf else 1, 6, None)
                         if end == len(chunk):
                             return
                         chunk = chunk[end:]
@@ -506,14 +500,10 @@ class SSEParser:
         ``event:`` lines (C-level iteration, no bytecode per event). Returns how many bytes of ``chunk`` were taken:
         0 when the run is not that clean (or not valid UTF-8), and the chunk then goes the other ways.
         """
-        end = chunk.rfind(b"\n\n")
-        if end <= 0:
+        found = self._run_text(chunk)
+        if found is None:
             return 0
-        end += 2
-        try:
-            text = (chunk if end == len(chunk) else chunk[:end]).decode()
-        except UnicodeDecodeError:
-            return 0
+        end, text = found
         # Most often every event of the run has the same type (a run of token deltas): cut at each blank line and
         # the next event's two heads at once (one split on a separator that starts with the rare LF).
         cut = text.find("\ndata: ")
@@ -523,15 +513,8 @@ class SSEParser:
             # Without a line ending left in a value, the run is that head and one data line per event, over and
             # over (the split joined back is the text).
             if "\n" not in "".join(values):
-                size = len(values)
-                pos = self._tail_offset
-                span = (len(batch), size, pos, 1, self.last_event_id, self.retry_ms, None, 14, [head[:-7]] * size)
-                self._spans.append(_new_event(_Span, span))
-                batch.extend(values)
                 self._typed = self._typed or head != "event: message\ndata: "
-                self._tail_offset = pos + end
-                self._pending_start = None
-                return end
+                return self._take_run(batch, values, end, 1, 14, [head[:-7]] * len(values))
         # Each block is two lines, and a blank line follows it: every third line is the blank one.
         lines = text[:-2].split("\n")
         size = (len(lines) + 1) // 3
@@ -545,34 +528,45 @@ class SSEParser:
         values = list(map(_after_data, data_lines))
         if "".join(data_lines) != "data: " + "data: ".join(values):
             return 0
-        pos = self._tail_offset
-        span = (len(batch), size, pos, 1, self.last_event_id, self.retry_ms, None, 14, type_lines)
-        self._spans.append(_new_event(_Span, span))
-        batch.extend(values)
         self._typed = self._typed or type_lines.count("event: message") != size
-        self._tail_offset = pos + end
-        self._pending_start = None
-        return end
+        return self._take_run(batch, values, end, 1, 14, type_lines)
 
     def _tight_run(self, chunk: bytes, batch: list[Any]) -> int:
         """Take the run of ``data:VALUE`` events (no space after the colon, as TGI writes them) at the start of
         ``chunk`` (LF endings, no event under way): cut at every blank line like the ``data: `` run, with their end
         offsets in a span. Returns how many bytes were taken (0 when the run is not that clean)."""
-        end = chunk.rfind(b"\n\n")
-        if end <= 0 or chunk.startswith(_DATA_PREFIX):
+        found = None if chunk.startswith(_DATA_PREFIX) else self._run_text(chunk)
+        if found is None:
             return 0
-        end += 2
-        try:
-            text = (chunk if end == len(chunk) else chunk[:end]).decode()
-        except UnicodeDecodeError:
-            return 0
+        end, text = found
         values = text[5:-2].split("\n\ndata:")
         # Another field, or a value whose leading space goes: only a value that sorts before "!" may start with a
         # space, and only then is the text searched for one.
         if "\n" in "".join(values) or (min(values) < "!" and "\n\ndata: " in text):
             return 0
+        return self._take_run(batch, values, end, 1, 5, None)
+
+    @staticmethod
+    def _run_text(chunk: bytes) -> tuple[int, str] | None:
+        """``(end, text)``: ``chunk`` up to the end of its last blank line (LF endings), ``end`` bytes, decoded;
+        None when no blank line ends past its start, or those bytes are not valid UTF-8."""
+        end = chunk.rfind(b"\n\n")
+        if end <= 0:
+            return None
+        end += 2
+        try:
+            return end, (chunk if end == len(chunk) else chunk[:end]).decode()
+        except UnicodeDecodeError:
+            return None
+
+    def _take_run(
+        self, batch: list[Any], values: list[str], end: int, eol: int, head: int, type_lines: list[str] | None
+    ) -> int:
+        """Keep ``values``, the data of a clean run of events that fills the chunk's first ``end`` bytes, in
+        ``batch`` with a span that describes them (``eol``, ``head``, ``type_lines``: see :class:`_Span`); returns
+        ``end``."""
         pos = self._tail_offset
-        span = (len(batch), len(values), pos, 1, self.last_event_id, self.retry_ms, None, 5, None)
+        span = (len(batch), len(values), pos, eol, self.last_event_id, self.retry_ms, None, head, type_lines)
         self._spans.append(_new_event(_Span, span))
         batch.extend(values)
         self._tail_offset = pos + end

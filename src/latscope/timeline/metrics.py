@@ -125,11 +125,6 @@ def stream_ms(t: Timeline) -> float | None:
     return _ms(t.ended_ns, t.first_byte_ns)
 
 
-def token_event_times_ns(t: Timeline) -> list[int]:
-    """Arrival times (ns) of token-bearing events, in order."""
-    return [e.at_ns for e in t.events if e.kind in TOKEN_KINDS]
-
-
 def output_tokens(t: Timeline) -> int:
     """Output tokens: the server's ``usage.completion_tokens`` when reported, else the tokens the events carried."""
     if t.usage is not None and t.usage.completion_tokens is not None:

@@ -139,10 +139,6 @@ class EventKind(StrEnum):
 TOKEN_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL})
 """The kinds whose events are generated tokens: TTFT is measured to the first of any of them, ITL within each."""
 
-TEXT_KIND = EventKind.CONTENT
-"""The kind a user sees as the answer: "time to first text" is measured to the first event of this kind."""
-
-
 class StampSource(StrEnum):
     """Where the stamp of a :class:`Read` came from."""
 
@@ -173,12 +169,6 @@ class Read(NamedTuple):
     def source(self) -> StampSource:
         """Which clock stamped ``at_ns``."""
         return StampSource.USER if self.user_ns is None else StampSource.KERNEL
-
-    @property
-    def delay_ns(self) -> int | None:
-        """The client's own scheduling delay on this read, ``user_ns − at_ns`` (ns): how long the data waited in
-        the kernel before the loop read it. None for a user-stamped read."""
-        return None if self.user_ns is None else self.user_ns - self.at_ns
 
 
 class StreamEvent(NamedTuple):
@@ -331,8 +321,8 @@ class TcpInfo:
         """The largest segment the peer can send on this connection, bytes: the larger of the largest this side has
         received (``rcv_mss``) and this side's own send MSS (``snd_mss``). ``rcv_mss`` alone stays at the kernel's
         536-byte start until a segment that large arrives, which a server writing small events with TCP_NODELAY
-        never sends (on loopback, whose segments are 32 KB, a 234-byte-per-event stream left it at 536); this side's
-        send MSS is the path's, and the peer's on a symmetric path. None when neither is known."""
+        never sends; this side's send MSS is the path's, and the peer's on a symmetric path. None when neither is
+        known."""
         sizes = [size for size in (self.rcv_mss, self.snd_mss) if size]
         return max(sizes) if sizes else None
 

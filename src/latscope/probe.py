@@ -300,8 +300,7 @@ async def probe(
     a client of their own, into ``ProbeResult.tcp_timelines``. Whether the target announces HTTP/3 (``Alt-Svc``) is
     a fact of every probe that got a response over TCP (:meth:`ProbeResult.h3_advertised`).
     """
-    if isinstance(target, str):
-        target = Target.resolve(target)
+    target = Target.resolve(target) if isinstance(target, str) else target
     if n < 1:
         raise ValueError("n must be at least 1")
     if compare_tcp and not target.http3:
@@ -329,12 +328,7 @@ async def probe(
     metrics_client: Client | None = None
     if scrape_metrics:
         url = metrics_url if metrics_url is not None else metrics_url_for(target.base_url)
-        # the probe's own headers (the API key among them) go only to the target's origin, never to another host
-        metrics_client = target.replace(http3=False).client(
-            headers=target.headers if _origin(url) == _origin(target.base_url) else (),
-            timeouts=METRICS_TIMEOUTS,
-            trace_context=False,
-        )
+        metrics_client = _metrics_client(target, url)
         # before and after only: a periodic GET would run beside the measured requests and disturb them
         scraper = MetricsScraper(metrics_client.fetch, url, interval_s=None)
     try:
@@ -364,6 +358,16 @@ async def probe(
         if metrics_client is not None:
             await metrics_client.aclose()
     return result
+
+
+def _metrics_client(target: Target, url: str) -> Client:
+    """The client that scrapes ``url``: over TCP, with short limits (:data:`METRICS_TIMEOUTS`), no trace context, and
+    the probe's own headers (the API key among them) only when ``url`` is on the target's origin, never another."""
+    return target.replace(http3=False).client(
+        headers=target.headers if _origin(url) == _origin(target.base_url) else (),
+        timeouts=METRICS_TIMEOUTS,
+        trace_context=False,
+    )
 
 
 def _prompt(prompt: str | None, prompt_tokens: int | None) -> str:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -31,6 +32,10 @@ from latscope.timeline.redact import scrub_data
 from latscope.wire import Timeouts
 from latscope.wire.retry import DEFAULT_BACKOFF_S, DEFAULT_MAX_WAIT_S
 from latscope.wire.target import Target
+
+if TYPE_CHECKING:
+    from latscope.load.bench import RunResult
+    from latscope.load.summary import StepSummary
 
 #: every measured request failed
 EXIT_ALL_FAILED = 2
@@ -292,10 +297,7 @@ def command(
     Exit status: 0 when requests completed (some may have failed: see the error columns); 2 when every measured
     request failed, or for usage errors; 130 when interrupted (Ctrl-C; what was measured is saved).
     """
-    from latscope.load.bench import ModelDiscoveryError, default_run_dir, load_summaries, run_bench
-    from latscope.load.onray import RayUnavailable
-    from latscope.load.workers import WorkerFailed
-    from latscope.report.progress import LiveProgress
+    from latscope.load.bench import default_run_dir, load_summaries
     from latscope.report.run import render_run
 
     require_html(html_path)
@@ -318,23 +320,7 @@ def command(
     run_dir = Path(out) if out else default_run_dir()
     console = Console(stderr=as_json)
     show_progress = not (no_progress or inline or as_json) and console.is_terminal
-    try:
-        if show_progress:
-            with LiveProgress(console, len(config.steps), config.measured_requests, config.duration_s) as live:
-                result = run_bench(
-                    config, run_dir, ray_address=ray_address, on_step=live.start_step, on_progress=live.update
-                )
-        else:
-            result = run_bench(config, run_dir, inline=inline, ray_address=ray_address)
-    except (ModelDiscoveryError, RayUnavailable) as exc:
-        raise click.ClickException(str(exc)) from None
-    except _SPEC_ERRORS as exc:
-        raise click.UsageError(str(exc)) from None
-    except WorkerFailed as exc:
-        raise click.ClickException(f"a worker process failed; partial files are in {run_dir}\n{exc}") from None
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted before the first step started; nothing saved[/]")
-        sys.exit(130)
+    result = _run(console, config, run_dir, inline=inline, ray_address=ray_address, show_progress=show_progress)
     if as_json:
         sys.stdout.buffer.write(orjson.dumps(scrub_data(result.data), option=orjson.OPT_INDENT_2) + b"\n")
     else:
@@ -360,7 +346,39 @@ def command(
         export_spans(console, otlp, spans, "bench")
     if result.interrupted:
         sys.exit(130)
-    summaries = load_summaries(result.data)
+    _exit_if_all_failed(console, load_summaries(result.data))
+
+
+def _run(
+    console: Console, config: BenchConfig, run_dir: Path, *, inline: bool, ray_address: str | None, show_progress: bool
+) -> RunResult:
+    """Run the bench (with a live display when ``show_progress``); a failure to start is a usage error or a
+    :class:`click.ClickException`, Ctrl-C before the first step exits 130."""
+    from latscope.load.bench import ModelDiscoveryError, run_bench
+    from latscope.load.onray import RayUnavailable
+    from latscope.load.workers import WorkerFailed
+    from latscope.report.progress import LiveProgress
+
+    try:
+        if show_progress:
+            with LiveProgress(console, len(config.steps), config.measured_requests, config.duration_s) as live:
+                return run_bench(
+                    config, run_dir, ray_address=ray_address, on_step=live.start_step, on_progress=live.update
+                )
+        return run_bench(config, run_dir, inline=inline, ray_address=ray_address)
+    except (ModelDiscoveryError, RayUnavailable) as exc:
+        raise click.ClickException(str(exc)) from None
+    except _SPEC_ERRORS as exc:
+        raise click.UsageError(str(exc)) from None
+    except WorkerFailed as exc:
+        raise click.ClickException(f"a worker process failed; partial files are in {run_dir}\n{exc}") from None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted before the first step started; nothing saved[/]")
+        sys.exit(130)
+
+
+def _exit_if_all_failed(console: Console, summaries: Sequence[StepSummary]) -> None:
+    """Exit 2 naming the error kinds when every measured request failed."""
     measured = sum(s.overall.requests for s in summaries)
     if measured and not any(s.overall.ok for s in summaries):
         kinds: dict[str, int] = {}

@@ -151,35 +151,11 @@ async def diagnose(
     baseline: BaselineEvidence | None = None
     interrupted = False
     try:
-        wants_sweep = any(EXPERIMENTS[family].needs_sweep for family in families)
-        base = await _run_experiment(
-            ctx,
-            "baseline",
-            baseline_experiment.planned_requests(quick, wants_sweep),
-            lambda: baseline_experiment.run(ctx, sweep=wants_sweep),
-            runs,
-            _left(deadline),
-        )
-        baseline = base if isinstance(base, BaselineEvidence) else None
+        baseline = await _baseline(ctx, families, runs, deadline)
         max_tokens = (
             baseline.typical_max_tokens if baseline is not None else baseline_experiment.typical_max_tokens(quick)
         )
-        prior = Prior(baseline, max_tokens)
-        stopped: _Failed | None = None
-        for family in families:
-            if stopped is None and runs[-1].status == "timeout" and not await discovery.still_answering(ctx):
-                # a target that stopped answering would make every later experiment wait out its own time bound
-                stopped = _Failed(f"the target stopped answering during the {runs[-1].name} experiment")
-            left = _left(deadline)
-            if stopped is None and left is not None and left <= 0:
-                stopped = _Failed(f"the diagnosis's budget of {budget_s:g} s ran out before this experiment")
-            if stopped is not None:
-                evidence[family] = stopped
-                continue
-            experiment = EXPERIMENTS[family]
-            evidence[family] = await _run_experiment(
-                ctx, family, experiment.planned_requests(ctx), partial(experiment.run, ctx, prior), runs, left
-            )
+        await _experiments(ctx, families, Prior(baseline, max_tokens), runs, evidence, deadline, budget_s)
     except _Interrupted as stop:
         interrupted = True
         for family in families:
@@ -200,6 +176,50 @@ async def diagnose(
         interrupted=interrupted,
         timelines=ctx.timelines or [],
     )
+
+
+async def _baseline(
+    ctx: Context, families: Sequence[str], runs: list[ExperimentRun], deadline: float | None
+) -> BaselineEvidence | None:
+    """Run the baseline experiment (with the TTFT sweep when a family needs it); its evidence, None when it failed."""
+    wants_sweep = any(EXPERIMENTS[family].needs_sweep for family in families)
+    base = await _run_experiment(
+        ctx,
+        "baseline",
+        baseline_experiment.planned_requests(ctx.quick, wants_sweep),
+        lambda: baseline_experiment.run(ctx, sweep=wants_sweep),
+        runs,
+        _left(deadline),
+    )
+    return base if isinstance(base, BaselineEvidence) else None
+
+
+async def _experiments(
+    ctx: Context,
+    families: Sequence[str],
+    prior: Prior,
+    runs: list[ExperimentRun],
+    evidence: dict[str, Any],
+    deadline: float | None,
+    budget_s: float | None,
+) -> None:
+    """Run each family's experiment in order into ``evidence``; once the target stopped answering or the budget
+    (``budget_s``, which ends at ``deadline``, monotonic s) ran out, the rest get the reason instead."""
+    stopped: _Failed | None = None
+    for family in families:
+        if stopped is None and runs[-1].status == "timeout" and not await discovery.still_answering(ctx):
+            # a target that stopped answering would make every later experiment wait out its own time bound
+            stopped = _Failed(f"the target stopped answering during the {runs[-1].name} experiment")
+        left = _left(deadline)
+        if stopped is None and left is not None and left <= 0:
+            stopped = _Failed(f"the diagnosis's budget of {budget_s:g} s ran out before this experiment")
+        if stopped is not None:
+            evidence[family] = stopped
+            continue
+        experiment = EXPERIMENTS[family]
+        evidence[family] = await _run_experiment(
+            ctx, family, experiment.planned_requests(ctx), partial(experiment.run, ctx, prior), runs, left
+        )
 
 
 def _left(deadline: float | None) -> float | None:

@@ -516,6 +516,17 @@ def _coalescing(
     return coalesced, run_start, run_len
 
 
+def _tpot_ms(
+    first_ns: Sequence[int | None], last_ns: Sequence[int | None], tokens: Sequence[int]
+) -> list[float | None]:
+    """Each request's TPOT, ms (as ``metrics.tpot_ms``), with the token count given (usage when reported, else
+    counted): None without two tokens."""
+    return [
+        None if a is None or b is None or n < 2 else (b - a) / NS_PER_MS / (n - 1)
+        for a, b, n in zip(first_ns, last_ns, tokens, strict=True)
+    ]
+
+
 def build_steps(batch: Sequence[tuple[Timeline, RequestContext]]) -> Steps:
     """:func:`build_tables` as a generator: it yields between steps of a few tens of µs (one request's columns, one
     chunk of events, one column) and returns the two tables. Joins the server's signals onto each timeline."""
@@ -555,10 +566,7 @@ def build_steps(batch: Sequence[tuple[Timeline, RequestContext]]) -> Steps:
     output_tokens = [int(c) if u is None else int(u) for u, c in zip(usage_out, counted, strict=True)]
     output_source = ["counted" if u is None else "usage" for u in usage_out]
 
-    # metrics.tpot_ms, with the token count above (usage when reported, else counted)
-    tpot: list[float | None] = []
-    for a, b, n in zip(scalars["_first_token_ns"], scalars["_last_token_ns"], output_tokens, strict=True):
-        tpot.append(None if a is None or b is None or n < 2 else (b - a) / NS_PER_MS / (n - 1))
+    tpot = _tpot_ms(scalars["_first_token_ns"], scalars["_last_token_ns"], output_tokens)
     yield
 
     def nullable(arr: npt.NDArray[np.float64], typ: pa.DataType | None = None) -> pa.Array:

@@ -276,7 +276,7 @@ class LabService:
         self.faults = settings.active_faults
         self.model = settings.model
         self.truth = settings.truth
-        self.buffer_bytes = settings.proxy_buffer_bytes
+        self.buffer_bytes = settings.writer().buffer_bytes
         self.created = int(time.time())
         self._stream_headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), SERVER]
         if self.buffer_bytes is None:

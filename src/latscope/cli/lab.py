@@ -26,7 +26,8 @@ from latscope.lab.http.limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
 )
-from latscope.lab.idempotency import DEFAULT_TTL_S, DEFAULT_WAIT_S, StoreUnavailableError, check_store_spec
+from latscope.lab.idempotency import DEFAULT_TTL_S, DEFAULT_WAIT_S, check_store_spec
+from latscope.lab.idemstore import StoreUnavailableError
 from latscope.lab.ratelimit import LimitMode
 from latscope.lab.replicas import Replicas, ReplicaStartError
 from latscope.lab.scheduler import Policy

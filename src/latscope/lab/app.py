@@ -25,7 +25,8 @@ from latscope.lab.gateway import Gateway
 from latscope.lab.handlers import LabService
 from latscope.lab.http.exchange import Handler
 from latscope.lab.http.server import HttpServer
-from latscope.lab.idempotency import Idempotency, IdempotencyStore, open_store
+from latscope.lab.idempotency import Idempotency, open_store
+from latscope.lab.idemstore import IdempotencyStore
 from latscope.lab.metrics import LabMetrics
 from latscope.lab.records import RequestRecord, new_record_log
 from latscope.lab.scheduler import Scheduler

@@ -67,7 +67,7 @@ from latscope.lab.formats import (
     token_id,
 )
 from latscope.lab.gateway import CompletionRequest, Endpoint, Gateway
-from latscope.lab.http.exchange import Request, ResponseChannel
+from latscope.lab.http.exchange import Headers, Request, ResponseChannel
 from latscope.lab.idempotency import (
     EXECUTED,
     IGNORED,
@@ -230,6 +230,19 @@ class _Trace:
                 ms(parsed.image_decode_ns + parsed.preprocess_ns) if parsed is not None and parsed.images else None
             ),
         )
+
+
+def _answer_headers(
+    request_id: str, parsed: CompletionRequest, stats: RequestStats, *, decode: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """What every generated answer's head carries: its request id and its ``Server-Timing`` (``decode``: with the
+    decode phase, known once the answer is complete)."""
+    return [(b"x-request-id", request_id.encode()), (b"server-timing", server_timing(parsed, stats, decode=decode))]
+
+
+def _respond_complete(channel: ResponseChannel, answer: Headers, extra_headers: Headers, document: Any) -> None:
+    """Answer 200 with ``document`` as JSON, the ``answer`` headers and the ``extra_headers`` (rate limits)."""
+    channel.respond(200, [JSON, SERVER, *answer, *extra_headers], orjson.dumps(document))
 
 
 def _retry_after_ms(refused: ErrorResponse) -> float | None:
@@ -607,8 +620,7 @@ class LabService:
             200,
             [
                 *self._stream_headers,
-                (b"x-request-id", request_id.encode()),
-                (b"server-timing", server_timing(parsed, stats)),
+                *_answer_headers(request_id, parsed, stats),
                 *trace.limit_headers,
             ],
         )
@@ -670,17 +682,7 @@ class LabService:
             "timings": llama_timings(stats, len(texts)),
             "latscope": latscope_fields(request_id, parsed, stats),
         }
-        channel.respond(
-            200,
-            [
-                JSON,
-                SERVER,
-                (b"x-request-id", request_id.encode()),
-                (b"server-timing", server_timing(parsed, stats, decode=True)),
-                *extra_headers,
-            ],
-            orjson.dumps(body),
-        )
+        _respond_complete(channel, _answer_headers(request_id, parsed, stats, decode=True), extra_headers, body)
 
     # -- the other APIs ------------------------------------------------------------------------------------------------
     def _format(
@@ -730,8 +732,7 @@ class LabService:
             200,
             [
                 *headers,
-                (b"x-request-id", request_id.encode()),
-                (b"server-timing", server_timing(parsed, stats)),
+                *_answer_headers(request_id, parsed, stats),
                 *trace.limit_headers,
             ],
         )
@@ -824,14 +825,4 @@ class LabService:
             body.update({"done": True, "done_reason": reason, **ollama_durations(stats, request.received_ns)})
         body["latscope"] = lab
         answer: Any = [body] if endpoint is Endpoint.TGI_COMPAT else body  # TGI's / answers a list of one
-        channel.respond(
-            200,
-            [
-                JSON,
-                SERVER,
-                (b"x-request-id", request_id.encode()),
-                (b"server-timing", server_timing(parsed, stats, decode=True)),
-                *extra_headers,
-            ],
-            orjson.dumps(answer),
-        )
+        _respond_complete(channel, _answer_headers(request_id, parsed, stats, decode=True), extra_headers, answer)

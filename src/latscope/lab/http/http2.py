@@ -34,7 +34,7 @@ from h2.settings import SettingCodes
 from latscope.lab.errors import payload_too_large
 from latscope.lab.http.exchange import Headers, Request, ResponseChannel
 from latscope.lab.http.session import JSON_CONTENT_TYPE, Session, now_ns
-from latscope.lab.http.streams import StreamChannel, head_block
+from latscope.lab.http.streams import StreamChannel, complete_request, head_block
 
 #: Per-stream receive window the lab advertises; the connection window is raised to the body limit.
 STREAM_WINDOW = 4 * 1024 * 1024
@@ -171,22 +171,9 @@ class H2Session(Session):
         stream = self._streams.get(stream_id)
         if stream is None or stream.refused:
             return
-        self.info.requests += 1
+        request = complete_request(stream, self.info)
         channel = H2Channel(self, stream)
         stream.channel = channel
-        body = b"".join(stream.body)
-        stream.body = []
-        request = Request(
-            method=stream.method,
-            target=stream.target,
-            headers=stream.headers,
-            body=body,
-            connection=self.info,
-            index_on_connection=self.info.requests,
-            started_ns=stream.started_ns,
-            received_ns=now_ns(),
-            stream_id=stream_id,
-        )
         stream.task = self._spawn(request, channel)
 
     def _on_reset(self, stream_id: int) -> None:

@@ -42,7 +42,7 @@ from latscope.lab.certs import CertFiles
 from latscope.lab.http.exchange import ConnectionInfo, Handler, Headers, Request, ResponseChannel
 from latscope.lab.http.limits import ConnectionLimits
 from latscope.lab.http.session import error_response, logger, now_ns
-from latscope.lab.http.streams import ConnectionCounter, StreamChannel, head_block
+from latscope.lab.http.streams import ConnectionCounter, StreamChannel, complete_request, head_block
 
 # aioquic logs a peer's protocol errors itself (as warnings); the lab answers or closes, which is all a peer gets
 logging.getLogger("quic").addHandler(logging.NullHandler())
@@ -252,21 +252,8 @@ class H3Protocol(QuicConnectionProtocol):
         if stream.refused:
             del self._streams[stream_id]  # answered already; nothing more comes on it
             return
-        self.info.requests += 1
+        request = complete_request(stream, self.info)
         channel = stream.channel = H3Channel(self, stream_id, stream.method)
-        body = b"".join(stream.body)
-        stream.body = []
-        request = Request(
-            method=stream.method,
-            target=stream.target,
-            headers=stream.headers,
-            body=body,
-            connection=self.info,
-            index_on_connection=self.info.requests,
-            started_ns=stream.started_ns,
-            received_ns=now_ns(),
-            stream_id=stream_id,
-        )
         task = stream.task = asyncio.get_running_loop().create_task(self._run(request, channel))
         self.server.tasks.add(task)
         task.add_done_callback(self.server.tasks.discard)

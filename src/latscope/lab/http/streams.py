@@ -1,11 +1,13 @@
-"""What the multiplexed protocols (HTTP/2 and HTTP/3) share: a response channel per request stream, and the
-counting of the connections a listener accepts."""
+"""What the multiplexed protocols (HTTP/2 and HTTP/3) share: the request a stream carries, a response channel per
+request stream, and the counting of the connections a listener accepts."""
 
 from __future__ import annotations
 
 import abc
+from typing import Protocol
 
-from latscope.lab.http.exchange import Headers, ResponseChannel
+from latscope.lab.http.exchange import ConnectionInfo, Headers, Request, ResponseChannel
+from latscope.lab.http.session import now_ns
 
 #: Headers that are connection-specific in HTTP/1.1 and forbidden in HTTP/2 and HTTP/3 (RFC 9113 §8.2.2,
 #: RFC 9114 §4.2).
@@ -19,6 +21,36 @@ def head_block(status: int, headers: Headers, extra: Headers) -> list[tuple[byte
         *((name, value) for name, value in headers if name not in HOP_BY_HOP),
         *extra,
     ]
+
+
+class ReceivedStream(Protocol):
+    """What a session keeps of a request stream while its body arrives."""
+
+    stream_id: int
+    method: str
+    target: str
+    headers: list[tuple[bytes, bytes]]
+    body: list[bytes]  #: the body's pieces so far
+    started_ns: int  #: monotonic ns when its head arrived
+
+
+def complete_request(stream: ReceivedStream, info: ConnectionInfo) -> Request:
+    """The request whose last body byte ``stream`` just received, counted on its connection ``info``; the stream
+    lets go of the body's pieces."""
+    info.requests += 1
+    body = b"".join(stream.body)
+    stream.body = []
+    return Request(
+        method=stream.method,
+        target=stream.target,
+        headers=stream.headers,
+        body=body,
+        connection=info,
+        index_on_connection=info.requests,
+        started_ns=stream.started_ns,
+        received_ns=now_ns(),
+        stream_id=stream.stream_id,
+    )
 
 
 class StreamChannel(ResponseChannel):

@@ -240,6 +240,16 @@ def _answer_headers(
     return [(b"x-request-id", request_id.encode()), (b"server-timing", server_timing(parsed, stats, decode=decode))]
 
 
+async def _collect(stream: RequestStream) -> tuple[list[str], TokenOut | None]:
+    """The texts of every token of ``stream`` (it ends after max_tokens tokens) and its last token (None: none)."""
+    texts: list[str] = []
+    last: TokenOut | None = None
+    async for token in stream:
+        texts.append(token.text)
+        last = token
+    return texts, last
+
+
 def _respond_complete(channel: ResponseChannel, answer: Headers, extra_headers: Headers, document: Any) -> None:
     """Answer 200 with ``document`` as JSON, the ``answer`` headers and the ``extra_headers`` (rate limits)."""
     channel.respond(200, [JSON, SERVER, *answer, *extra_headers], orjson.dumps(document))
@@ -649,11 +659,7 @@ class LabService:
         request_id: str,
         extra_headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> None:
-        texts: list[str] = []
-        last: TokenOut | None = None
-        async for token in stream:  # ends after max_tokens tokens
-            texts.append(token.text)
-            last = token
+        texts, last = await _collect(stream)
         stats = stream.stats
         reason = (last.finish_reason if last is not None else None) or "length"
         text = "".join(texts)
@@ -754,11 +760,7 @@ class LabService:
         extra_headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> None:
         """A non-streamed answer in another API's shape."""
-        texts: list[str] = []
-        last: TokenOut | None = None
-        async for token in stream:
-            texts.append(token.text)
-            last = token
+        texts, last = await _collect(stream)
         stats = stream.stats
         reason = (last.finish_reason if last is not None else None) or "length"
         text = "".join(texts)

@@ -10,7 +10,7 @@ import os
 import signal
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -204,17 +204,8 @@ def announce(lab: Lab | EdgeLab | HopLab, settings: LabSettings, console: Consol
     console.print(f"metrics: {lab.origin}/metrics   health: {lab.origin}/health   (Ctrl-C stops)")
 
 
-def run(
-    settings: LabSettings,
-    ready_file: Path | None,
-    console: Console,
-    edge: str = "none",
-    *,
-    replicas: int = 1,
-    parent_pid: int | None = None,
-) -> None:
-    """Run :func:`serve` on uvloop when it is installed, else on asyncio's default loop."""
-    main = serve(settings, ready_file, console, edge, replicas=replicas, parent_pid=parent_pid)
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` (:func:`serve`) on uvloop when it is installed, else on asyncio's default loop."""
     try:
         import uvloop
     except ImportError:
@@ -227,7 +218,7 @@ def replica_main(settings: LabSettings, ready_file: Path, parent_pid: int) -> No
     """A replica process of ``latscope lab --replicas`` (:mod:`latscope.lab.replicas`): serves ``settings`` on the
     first lab's port, quietly, until SIGTERM, Ctrl-C or its parent's exit."""
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C at the terminal reaches every replica as well
-        run(settings, ready_file, Console(stderr=True, quiet=True), parent_pid=parent_pid)
+        run(serve(settings, ready_file, Console(stderr=True, quiet=True), parent_pid=parent_pid))
 
 
 def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -> LabSettings:
@@ -530,7 +521,7 @@ def command(
     if replicas > 1:
         settings = replica_settings(settings, edge, console)
     try:
-        run(settings, ready_file, console, edge, replicas=replicas)
+        run(serve(settings, ready_file, console, edge, replicas=replicas))
     except EdgeError as exc:
         raise click.ClickException(f"the nginx edge did not start: {exc}") from None
     except ReplicaStartError as exc:

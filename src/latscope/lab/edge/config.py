@@ -8,8 +8,8 @@ fault                nginx
 ===================  ============================================================================================
 ``proxy-buffering``  ``proxy_buffering on; proxy_ignore_headers X-Accel-Buffering;`` (the lab origin sends
                      ``X-Accel-Buffering: no``, which would otherwise switch buffering off per response). The
-                     bursts show over HTTP/1.1 on TLS (``ssl_buffer_size``, 16 KB); measured with nginx 1.22, plain
-                     HTTP and HTTP/2 responses still leave about one event per read
+                     bursts show over HTTP/1.1 on TLS (``ssl_buffer_size``, 16 KB); over plain HTTP and HTTP/2,
+                     nginx 1.22 still passes about one event per read
 ``tls-no-tickets``   ``ssl_session_tickets off; ssl_session_cache off;`` (both: OpenSSL resumes by ticket *and*
                      by session id, see :mod:`latscope.lab.tls`)
 ``no-h2``            ``listen ... ssl`` without ``http2``: ALPN offers only http/1.1

@@ -194,11 +194,6 @@ class LabSettings:
         return self.front().response_cache
 
     @property
-    def proxy_buffer_bytes(self) -> int | None:
-        """Bytes the stream writer holds back before writing, None when it writes every event at once."""
-        return self.writer().buffer_bytes
-
-    @property
     def idle_timeout_s(self) -> float:
         """Seconds an idle keep-alive connection stays open (``short-keepalive`` caps it)."""
         return self.edge().idle_timeout_s

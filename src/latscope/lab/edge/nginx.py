@@ -488,10 +488,6 @@ class NginxEdge(Served, ManagedProcess):
         return self._proc.pid if self._proc is not None else None
 
     @property
-    def error_log_path(self) -> Path | None:
-        return self._paths.error_log if self._paths is not None else None
-
-    @property
     def access_log_path(self) -> Path | None:
         return self._paths.access_log if self._paths is not None else None
 

@@ -17,6 +17,7 @@ from latscope.lab.http.limits import (
     ConnectionLimits,
 )
 from latscope.lab.idempotency import DEFAULT_TTL_S, DEFAULT_WAIT_S
+from latscope.lab.images import DEFAULT_MS_PER_MB
 from latscope.lab.ratelimit import LimitMode, RateLimitConfig
 from latscope.lab.records import DEFAULT_RECORDS_MAX
 from latscope.lab.scheduler import Policy, SchedulerConfig
@@ -185,7 +186,8 @@ class LabSettings:
         ``slow-image-preprocessing``'s, else the tuned lab's small cost."""
         if self.image_ms_per_mb is not None:
             return self.image_ms_per_mb
-        return self._gateway().image_ms_per_mb
+        implied = self._gateway().image_ms_per_mb
+        return implied if implied is not None else DEFAULT_MS_PER_MB
 
     @property
     def response_cache(self) -> CacheMode | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from latscope.lab.images import DEFAULT_MS_PER_MB
 from latscope.lab.ratelimit import LimitMode
 
 #: A response cache in front that says so (``Age``, ``X-Cache``) or one that does not.
@@ -45,7 +44,7 @@ class GatewayKnobs:
     request, ms per streamed chunk; None: no hop)."""
 
     slow_parse: bool = False
-    image_ms_per_mb: float = DEFAULT_MS_PER_MB
+    image_ms_per_mb: float | None = None  #: None: the tuned image stage (``images.DEFAULT_MS_PER_MB``)
     limit_mode: LimitMode | None = None
     limit_requests_per_min: int | None = None
     limit_burst: int | None = None

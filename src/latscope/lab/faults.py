@@ -25,9 +25,10 @@ subclass of :class:`Fault` here and its entry in :data:`FAULTS`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TypeVar
 
 from latscope.lab.costmodel import CostModel
 from latscope.lab.ratelimit import LimitMode
@@ -438,6 +439,9 @@ PROFILES: dict[str, frozenset[str]] = {
 }
 
 
+_Knobs = TypeVar("_Knobs")
+
+
 @dataclass(frozen=True, slots=True)
 class FaultSet:
     """The active faults composed: each hook folds the faults' hooks of its stage, in registry order, over the
@@ -451,35 +455,29 @@ class FaultSet:
         wanted = frozenset(names)
         return cls(tuple(fault for name, fault in FAULTS.items() if name in wanted))
 
-    def edge(self, knobs: EdgeKnobs) -> EdgeKnobs:
+    def _fold(self, hook: Callable[[Fault, _Knobs], _Knobs], knobs: _Knobs) -> _Knobs:
+        """``knobs`` through ``hook`` of every fault, in registry order."""
         for fault in self.faults:
-            knobs = fault.edge(knobs)
+            knobs = hook(fault, knobs)
         return knobs
+
+    def edge(self, knobs: EdgeKnobs) -> EdgeKnobs:
+        return self._fold(lambda fault, value: fault.edge(value), knobs)
 
     def front(self, knobs: FrontKnobs) -> FrontKnobs:
-        for fault in self.faults:
-            knobs = fault.front(knobs)
-        return knobs
+        return self._fold(lambda fault, value: fault.front(value), knobs)
 
     def gateway(self, knobs: GatewayKnobs) -> GatewayKnobs:
-        for fault in self.faults:
-            knobs = fault.gateway(knobs)
-        return knobs
+        return self._fold(lambda fault, value: fault.gateway(value), knobs)
 
     def scheduler(self, knobs: SchedulerKnobs) -> SchedulerKnobs:
-        for fault in self.faults:
-            knobs = fault.scheduler(knobs)
-        return knobs
+        return self._fold(lambda fault, value: fault.scheduler(value), knobs)
 
     def engine(self, cost: CostModel) -> CostModel:
-        for fault in self.faults:
-            cost = fault.engine(cost)
-        return cost
+        return self._fold(lambda fault, value: fault.engine(value), cost)
 
     def writer(self, knobs: WriterKnobs) -> WriterKnobs:
-        for fault in self.faults:
-            knobs = fault.writer(knobs)
-        return knobs
+        return self._fold(lambda fault, value: fault.writer(value), knobs)
 
 
 class UnknownFaultError(ValueError):

@@ -39,7 +39,8 @@ from tests.support.redis_server import RedisServer
 
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
-from latscope.lab.idempotency import IdempotencyStore, MemoryStore, StoredAnswer, open_store
+from latscope.lab.idempotency import MemoryStore, open_store
+from latscope.lab.idemstore import IdempotencyStore, StoredAnswer
 
 #: The article's figure for a Redis SET NX dedupe, ms.
 ARTICLE_SET_NX_MS = 2.7

@@ -17,15 +17,8 @@ from latscope.cli.lab import settings_from_options
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
 from latscope.lab.errors import ErrorResponse
-from latscope.lab.idempotency import (
-    Claimed,
-    Idempotency,
-    MemoryStore,
-    Replay,
-    StoredAnswer,
-    StoreUnavailableError,
-    open_store,
-)
+from latscope.lab.idempotency import Claimed, Idempotency, MemoryStore, Replay, open_store
+from latscope.lab.idemstore import StoredAnswer, StoreUnavailableError
 from latscope.lab.records import RequestRecord
 from tests.lab.rawhttp import RawConnection, chat_body, exchange, post
 

@@ -15,7 +15,7 @@ import pytest
 
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
-from latscope.lab.idempotency import StoredAnswer, StoreUnavailableError
+from latscope.lab.idemstore import StoredAnswer, StoreUnavailableError
 from latscope.lab.process import LabProcess
 from latscope.lab.records import RequestRecord
 from tests.lab.rawhttp import RawConnection, chat_body, post

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import tempfile
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,8 @@ from latscope.lab.http.limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_HEADER_BYTES,
 )
-from latscope.lab.idempotency import DEFAULT_TTL_S, DEFAULT_WAIT_S, StoreUnavailableError, check_store_spec
+from latscope.lab.idempotency import DEFAULT_TTL_S, DEFAULT_WAIT_S, check_store_spec
+from latscope.lab.idemstore import StoreUnavailableError
 from latscope.lab.ratelimit import LimitMode
 from latscope.lab.replicas import Replicas, ReplicaStartError
 from latscope.lab.scheduler import Policy
@@ -134,7 +136,6 @@ async def serve(
         lab = HopLab(settings) if settings.gateway_hop() is not None else Lab(settings)
     await lab.start()
     origin = lab.lab if isinstance(lab, EdgeLab) else lab
-    engine = origin.upstream if isinstance(origin, HopLab) else origin  # the lab that generates (and dedupes)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     quiet = QuietCollector()
@@ -154,25 +155,7 @@ async def serve(
                 write_ready_file(ready_file, lab.url, lab.cert_path)
             await stop.wait()
             return
-        faults = ", ".join(sorted(lab.faults)) or "none"
-        through = " through nginx" if isinstance(lab, EdgeLab) else ""
-        console.print(f"[bold green]latscope lab[/]{through} profile [bold]{settings.profile}[/], faults: {faults}")
-        if lab.cert_path is not None:
-            console.print(f"certificate to trust: {lab.cert_path}")
-        if settings.http3:
-            console.print(f"HTTP/3: UDP port {origin.port} (announced by Alt-Svc; latscope probe {lab.url} --http3)")
-        if engine.idempotency_store is not None and settings.idempotency:
-            console.print(f"idempotency keys: store {engine.idempotency_store.describe()}")
-        if others is not None:
-            pids = ", ".join(str(pid) for pid in [os.getpid(), *others.pids])
-            console.print(f"{replicas} replicas on one port (SO_REUSEPORT), processes {pids}")
-        if isinstance(lab, HopLab):
-            console.print(
-                f"through a converting gateway ({lab.request_ms:g} ms per request, {lab.chunk_ms:g} ms per chunk); "
-                f"its upstream, direct: {lab.direct_url}"
-            )
-            console.print(f"compare both: latscope diagnose {lab.url} --direct {lab.direct_url}")
-        console.print(f"metrics: {lab.origin}/metrics   health: {lab.origin}/health   (Ctrl-C stops)")
+        announce(lab, settings, console, others)
         click.echo(lab.url)  # alone on its line, last: easy for a script to take
         if ready_file is not None:
             write_ready_file(ready_file, lab.url, lab.cert_path)
@@ -192,17 +175,37 @@ async def serve(
             ready_file.unlink(missing_ok=True)
 
 
-def run(
-    settings: LabSettings,
-    ready_file: Path | None,
-    console: Console,
-    edge: str = "none",
-    *,
-    replicas: int = 1,
-    parent_pid: int | None = None,
-) -> None:
-    """Run :func:`serve` on uvloop when it is installed, else on asyncio's default loop."""
-    main = serve(settings, ready_file, console, edge, replicas=replicas, parent_pid=parent_pid)
+def announce(lab: Lab | EdgeLab | HopLab, settings: LabSettings, console: Console, others: Replicas | None) -> None:
+    """Say on the console what serves where: profile and faults, the certificate, HTTP/3, the idempotency store,
+    the replicas, the gateway hop and its upstream, the metrics and health routes."""
+    from latscope.lab.edge.lab import EdgeLab
+    from latscope.lab.hop import HopLab
+
+    origin = lab.lab if isinstance(lab, EdgeLab) else lab
+    engine = origin.upstream if isinstance(origin, HopLab) else origin  # the lab that generates (and dedupes)
+    faults = ", ".join(sorted(lab.faults)) or "none"
+    through = " through nginx" if isinstance(lab, EdgeLab) else ""
+    console.print(f"[bold green]latscope lab[/]{through} profile [bold]{settings.profile}[/], faults: {faults}")
+    if lab.cert_path is not None:
+        console.print(f"certificate to trust: {lab.cert_path}")
+    if settings.http3:
+        console.print(f"HTTP/3: UDP port {origin.port} (announced by Alt-Svc; latscope probe {lab.url} --http3)")
+    if engine.idempotency_store is not None and settings.idempotency:
+        console.print(f"idempotency keys: store {engine.idempotency_store.describe()}")
+    if others is not None:
+        pids = ", ".join(str(pid) for pid in [os.getpid(), *others.pids])
+        console.print(f"{others.count + 1} replicas on one port (SO_REUSEPORT), processes {pids}")
+    if isinstance(lab, HopLab):
+        console.print(
+            f"through a converting gateway ({lab.request_ms:g} ms per request, {lab.chunk_ms:g} ms per chunk); "
+            f"its upstream, direct: {lab.direct_url}"
+        )
+        console.print(f"compare both: latscope diagnose {lab.url} --direct {lab.direct_url}")
+    console.print(f"metrics: {lab.origin}/metrics   health: {lab.origin}/health   (Ctrl-C stops)")
+
+
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """Run ``main`` (:func:`serve`) on uvloop when it is installed, else on asyncio's default loop."""
     try:
         import uvloop
     except ImportError:
@@ -215,7 +218,7 @@ def replica_main(settings: LabSettings, ready_file: Path, parent_pid: int) -> No
     """A replica process of ``latscope lab --replicas`` (:mod:`latscope.lab.replicas`): serves ``settings`` on the
     first lab's port, quietly, until SIGTERM, Ctrl-C or its parent's exit."""
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C at the terminal reaches every replica as well
-        run(settings, ready_file, Console(stderr=True, quiet=True), parent_pid=parent_pid)
+        run(serve(settings, ready_file, Console(stderr=True, quiet=True), parent_pid=parent_pid))
 
 
 def settings_from_options(options: dict[str, Any], *, zero_cost: bool = False) -> LabSettings:
@@ -257,14 +260,26 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
     return dataclasses.replace(settings, reuse_port=True)
 
 
+OptionDecorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def valued(
+    decls: str | tuple[str, str], kind: click.ParamType[Any, Any] | type[Any], default: Any, help: str
+) -> OptionDecorator:
+    """An option that takes a value: ``decls`` is its flag, or the flag and the parameter's name; ``kind`` its click
+    type; ``default`` None when the setting falls back to what the faults imply."""
+    flags = (decls,) if isinstance(decls, str) else decls
+    return click.option(*flags, type=kind, default=default, help=help)
+
+
 @click.command(name="lab", context_settings={"show_default": True})
 @click.option("--host", default="127.0.0.1", help="Address to bind (loopback by default; the lab is a test server).")
-@click.option("--port", default=8088, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
-@click.option(
+@valued("--port", click.IntRange(0, 65535), 8088, "Port; 0 picks a free one.")
+@valued(
     "--profile",
-    type=click.Choice(sorted(PROFILES)),
-    default="tuned",
-    help="Fault bundle: tuned (none) or naive (short-keepalive, slow-parse, queue-hol, nagle).",
+    click.Choice(sorted(PROFILES)),
+    "tuned",
+    "Fault bundle: tuned (none) or naive (short-keepalive, slow-parse, queue-hol, nagle).",
 )
 @click.option(
     "--fault",
@@ -296,89 +311,65 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
     "clients send it.",
 )
 @click.option("--model", default=DEFAULT_MODEL, help="The model name served.")
-@click.option(
+@valued(
     "--policy",
-    type=click.Choice([p.value for p in Policy]),
-    default=None,
-    help="Scheduling policy [default: priority; fifo with the queue-hol fault].",
+    click.Choice([p.value for p in Policy]),
+    None,
+    "Scheduling policy [default: priority; fifo with the queue-hol fault].",
 )
-@click.option(
+@valued(
     "--batch-window-ms",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Dynamic batching window, ms [default: 0; 50 with the batching-window fault].",
+    click.FloatRange(min=0),
+    None,
+    "Dynamic batching window, ms [default: 0; 50 with the batching-window fault].",
 )
-@click.option(
+@valued(
     "--batch-trigger",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Waiting requests that close the batching window early [default: 1; 8 with batching-window].",
+    click.IntRange(min=1),
+    None,
+    "Waiting requests that close the batching window early [default: 1; 8 with batching-window].",
 )
 @click.option("--zero-cost", is_flag=True, help="No simulated GPU time at all (throughput tests).")
-@click.option("--prefill-base-ms", type=click.FloatRange(min=0), default=None, help="Cost model: per prefill step, ms.")
-@click.option(
-    "--prefill-ms-per-token", type=click.FloatRange(min=0), default=None, help="Cost model: per prompt token, ms."
-)
-@click.option(
-    "--prefill-quadratic-ms",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Cost model: per prompt token squared, ms.",
-)
-@click.option("--decode-base-ms", type=click.FloatRange(min=0), default=None, help="Cost model: per decode step, ms.")
-@click.option(
-    "--decode-ms-per-seq",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Cost model: per sequence in a decode step, ms.",
-)
-@click.option("--kv-blocks", type=click.IntRange(min=1), default=None, help="Cost model: KV-cache blocks.")
-@click.option("--kv-block-tokens", type=click.IntRange(min=1), default=None, help="Cost model: tokens per KV block.")
-@click.option("--max-batch", type=click.IntRange(min=1), default=None, help="Cost model: most running sequences.")
-@click.option(
-    "--chunk-tokens",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Cost model: chunked-prefill token budget per step.",
-)
-@click.option(
-    "--max-batched-tokens",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Cost model: prompt tokens per unchunked prefill step.",
-)
-@click.option(
+@valued("--prefill-base-ms", click.FloatRange(min=0), None, "Cost model: per prefill step, ms.")
+@valued("--prefill-ms-per-token", click.FloatRange(min=0), None, "Cost model: per prompt token, ms.")
+@valued("--prefill-quadratic-ms", click.FloatRange(min=0), None, "Cost model: per prompt token squared, ms.")
+@valued("--decode-base-ms", click.FloatRange(min=0), None, "Cost model: per decode step, ms.")
+@valued("--decode-ms-per-seq", click.FloatRange(min=0), None, "Cost model: per sequence in a decode step, ms.")
+@valued("--kv-blocks", click.IntRange(min=1), None, "Cost model: KV-cache blocks.")
+@valued("--kv-block-tokens", click.IntRange(min=1), None, "Cost model: tokens per KV block.")
+@valued("--max-batch", click.IntRange(min=1), None, "Cost model: most running sequences.")
+@valued("--chunk-tokens", click.IntRange(min=1), None, "Cost model: chunked-prefill token budget per step.")
+@valued("--max-batched-tokens", click.IntRange(min=1), None, "Cost model: prompt tokens per unchunked prefill step.")
+@valued(
     "--rate-limit-mode",
-    type=click.Choice([m.value for m in LimitMode]),
-    default=None,
-    help="Gateway rate limiter per API key: reject (429 + Retry-After) or queue (a bounded wait, then 429) "
+    click.Choice([m.value for m in LimitMode]),
+    None,
+    "Gateway rate limiter per API key: reject (429 + Retry-After) or queue (a bounded wait, then 429) "
     "[default: reject; queue with the gateway-queue fault].",
 )
-@click.option(
-    "--rate-limit-rpm",
-    "rate_limit_requests_per_min",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Requests per minute per API key [default: no limit; 20 with rate-limit, 600 with gateway-queue].",
+@valued(
+    ("--rate-limit-rpm", "rate_limit_requests_per_min"),
+    click.IntRange(min=1),
+    None,
+    "Requests per minute per API key [default: no limit; 20 with rate-limit, 600 with gateway-queue].",
 )
-@click.option(
-    "--rate-limit-tpm",
-    "rate_limit_tokens_per_min",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Tokens (prompt + max_tokens) per minute per API key [default: no limit].",
+@valued(
+    ("--rate-limit-tpm", "rate_limit_tokens_per_min"),
+    click.IntRange(min=1),
+    None,
+    "Tokens (prompt + max_tokens) per minute per API key [default: no limit].",
 )
-@click.option(
+@valued(
     "--rate-limit-burst",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Requests a full bucket holds [default: a minute's quota; 3 with gateway-queue].",
+    click.IntRange(min=1),
+    None,
+    "Requests a full bucket holds [default: a minute's quota; 3 with gateway-queue].",
 )
-@click.option(
+@valued(
     "--rate-limit-max-wait-s",
-    type=click.FloatRange(min=0.0),
-    default=None,
-    help="Queue mode: the longest a request waits before it gets 429 instead [default: 2].",
+    click.FloatRange(min=0.0),
+    None,
+    "Queue mode: the longest a request waits before it gets 429 instead [default: 2].",
 )
 @click.option(
     "--idempotency-store",
@@ -386,18 +377,17 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
     help="Where the gateway keeps Idempotency-Key claims and answers: memory (this process) or a Redis URL "
     "(redis://host:port/db) that several labs share.",
 )
-@click.option(
-    "--idempotency-ttl",
-    "idempotency_ttl_s",
-    type=click.FloatRange(min=0.001),
-    default=DEFAULT_TTL_S,
-    help="Seconds a finished answer is replayed to a request with the same Idempotency-Key.",
+@valued(
+    ("--idempotency-ttl", "idempotency_ttl_s"),
+    click.FloatRange(min=0.001),
+    DEFAULT_TTL_S,
+    "Seconds a finished answer is replayed to a request with the same Idempotency-Key.",
 )
-@click.option(
+@valued(
     "--idempotency-wait-s",
-    type=click.FloatRange(min=0.0),
-    default=DEFAULT_WAIT_S,
-    help="How long a duplicate waits for the running original before it gets 409.",
+    click.FloatRange(min=0.0),
+    DEFAULT_WAIT_S,
+    "How long a duplicate waits for the running original before it gets 409.",
 )
 @click.option(
     "--circuit-breaker",
@@ -405,99 +395,84 @@ def replica_settings(settings: LabSettings, edge: str, console: Console) -> LabS
     help="Put a circuit breaker in front of the engine: once --circuit-error-ratio of the recent requests failed "
     "upstream it refuses everything (503 with Retry-After) for --circuit-open-s, then lets one probe through.",
 )
-@click.option(
+@valued(
     "--circuit-error-ratio",
-    type=click.FloatRange(min=0.0, max=1.0, min_open=True),
-    default=0.5,
-    help="The share of failed requests among the last 20 (at least 10 seen) that opens the breaker.",
+    click.FloatRange(min=0.0, max=1.0, min_open=True),
+    0.5,
+    "The share of failed requests among the last 20 (at least 10 seen) that opens the breaker.",
 )
-@click.option(
+@valued(
     "--circuit-open-s",
-    type=click.FloatRange(min=0.0, min_open=True),
-    default=5.0,
-    help="Seconds the breaker stays open before its half-open probe.",
+    click.FloatRange(min=0.0, min_open=True),
+    5.0,
+    "Seconds the breaker stays open before its half-open probe.",
 )
-@click.option(
+@valued(
     "--upstream-error-rate",
-    type=click.FloatRange(min=0.0, max=1.0),
-    default=0.0,
-    help="The share of requests the engine fails before their first token (503 engine_unavailable): an unhealthy "
+    click.FloatRange(min=0.0, max=1.0),
+    0.0,
+    "The share of requests the engine fails before their first token (503 engine_unavailable): an unhealthy "
     "upstream for the breaker to trip on.",
 )
-@click.option(
+@valued(
     "--gateway-hop-ms",
-    type=click.FloatRange(min=0.0),
-    default=None,
-    help="Put a converting gateway in front (a real proxy hop to an upstream lab that also serves directly) that "
+    click.FloatRange(min=0.0),
+    None,
+    "Put a converting gateway in front (a real proxy hop to an upstream lab that also serves directly) that "
     "spends this long on each request, ms [default: no hop; 16.5 with gateway-overhead].",
 )
-@click.option(
+@valued(
     "--gateway-chunk-ms",
-    type=click.FloatRange(min=0.0),
-    default=None,
-    help="The gateway's cost per streamed chunk, ms (also puts the hop in front) [default: 1 with gateway-overhead].",
+    click.FloatRange(min=0.0),
+    None,
+    "The gateway's cost per streamed chunk, ms (also puts the hop in front) [default: 1 with gateway-overhead].",
 )
-@click.option(
+@valued(
     "--image-ms-per-mb",
-    type=click.FloatRange(min=0.0),
-    default=None,
-    help="What preprocessing image parts costs, ms per MB of image, decoding included [default: 1; 40 with "
+    click.FloatRange(min=0.0),
+    None,
+    "What preprocessing image parts costs, ms per MB of image, decoding included [default: 1; 40 with "
     "slow-image-preprocessing].",
 )
-@click.option("--seed", type=int, default=0, help="Base seed of the generated token text.")
-@click.option(
-    "--metrics-names",
-    type=click.Choice(["lab", "vllm"]),
-    default="lab",
-    help="Metric names on /metrics: the lab's own or vLLM's.",
-)
-@click.option(
+@valued("--seed", int, 0, "Base seed of the generated token text.")
+@valued("--metrics-names", click.Choice(["lab", "vllm"]), "lab", "Metric names on /metrics: the lab's own or vLLM's.")
+@valued(
     "--batch-log",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Append the engine's batch records (JSON lines) to this file.",
+    click.Path(dir_okay=False, path_type=Path),
+    None,
+    "Append the engine's batch records (JSON lines) to this file.",
 )
-@click.option(
-    "--max-body-bytes",
-    type=click.IntRange(min=1),
-    default=DEFAULT_MAX_BODY_BYTES,
-    help="Larger request bodies get 413.",
-)
-@click.option(
-    "--max-header-bytes",
-    type=click.IntRange(min=1024),
-    default=DEFAULT_MAX_HEADER_BYTES,
-    help="Larger request heads get 431.",
-)
-@click.option(
+@valued("--max-body-bytes", click.IntRange(min=1), DEFAULT_MAX_BODY_BYTES, "Larger request bodies get 413.")
+@valued("--max-header-bytes", click.IntRange(min=1024), DEFAULT_MAX_HEADER_BYTES, "Larger request heads get 431.")
+@valued(
     "--header-timeout-s",
-    type=click.FloatRange(min=0.01),
-    default=DEFAULT_HEADER_TIMEOUT_S,
-    help="Time a client gets to send a request head (slowloris protection).",
+    click.FloatRange(min=0.01),
+    DEFAULT_HEADER_TIMEOUT_S,
+    "Time a client gets to send a request head (slowloris protection).",
 )
-@click.option(
+@valued(
     "--keepalive-timeout-s",
-    type=click.FloatRange(min=0.01),
-    default=DEFAULT_KEEPALIVE_TIMEOUT_S,
-    help="Idle keep-alive connections close after this long.",
+    click.FloatRange(min=0.01),
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    "Idle keep-alive connections close after this long.",
 )
-@click.option(
+@valued(
     "--ready-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Once serving, write the URL here (and the certificate path on a second line with --tls).",
+    click.Path(dir_okay=False, path_type=Path),
+    None,
+    "Once serving, write the URL here (and the certificate path on a second line with --tls).",
 )
-@click.option(
+@valued(
     "--edge",
-    type=click.Choice(["none", "nginx"]),
-    default="none",
-    help="Serve through a real nginx (needs nginx): edge faults become nginx directives.",
+    click.Choice(["none", "nginx"]),
+    "none",
+    "Serve through a real nginx (needs nginx): edge faults become nginx directives.",
 )
-@click.option(
+@valued(
     "--replicas",
-    type=click.IntRange(min=1),
-    default=1,
-    help="Lab processes serving one port (SO_REUSEPORT: the kernel spreads connections among them). They share "
+    click.IntRange(min=1),
+    1,
+    "Lab processes serving one port (SO_REUSEPORT: the kernel spreads connections among them). They share "
     "idempotency keys only through --idempotency-store redis://…",
 )
 @click.option("--list-faults", is_flag=True, help="Print the fault catalogue and exit.")
@@ -546,7 +521,7 @@ def command(
     if replicas > 1:
         settings = replica_settings(settings, edge, console)
     try:
-        run(settings, ready_file, console, edge, replicas=replicas)
+        run(serve(settings, ready_file, console, edge, replicas=replicas))
     except EdgeError as exc:
         raise click.ClickException(f"the nginx edge did not start: {exc}") from None
     except ReplicaStartError as exc:

@@ -24,14 +24,14 @@ from latscope.lab.front import ResponseCacheEdge, front_door
 from latscope.lab.gateway import Gateway
 from latscope.lab.handlers import LabService
 from latscope.lab.http.exchange import Handler
-from latscope.lab.http.server import HttpServer, ServerOptions
-from latscope.lab.idempotency import Idempotency, IdempotencyStore, open_store
+from latscope.lab.http.server import HttpServer
+from latscope.lab.idempotency import Idempotency, open_store
+from latscope.lab.idemstore import IdempotencyStore
 from latscope.lab.metrics import LabMetrics
 from latscope.lab.records import RequestRecord, new_record_log
 from latscope.lab.scheduler import Scheduler
-from latscope.lab.serving import AsyncService, Served, origin_of
+from latscope.lab.serving import AsyncService, Served, origin_of, server_options
 from latscope.lab.settings import LabSettings
-from latscope.lab.tls import ServerTls
 
 if TYPE_CHECKING:
     from latscope.lab.http.http3 import H3Server
@@ -130,10 +130,8 @@ class Lab(Served, AsyncService):
             await store.close()
             raise
         self.idempotency_store = store
-        tls = None
         if settings.tls:
             self._cert = generate_self_signed(hosts=(settings.host,))
-            tls = ServerTls(self._cert, http2=settings.http2_enabled, resumption=settings.tls_resumption)
         gateway = Gateway(
             model=settings.model,
             api_key=settings.api_key,
@@ -155,21 +153,9 @@ class Lab(Served, AsyncService):
             records=self.records,
             idempotency=idempotency,
         )
-        options = ServerOptions(
-            limits=settings.limits(),
-            keep_alive=settings.keep_alive,
-            nodelay=settings.nodelay,
-            http2=settings.http2_enabled,
-            tls=tls,
-            reuse_port=settings.reuse_port,
-        )
+        options = server_options(settings, self._cert, reuse_port=settings.reuse_port)
         await self.scheduler.start()
-        handler = front_door(
-            service,
-            drop_trace_context=settings.drop_trace_context,
-            response_cache=settings.response_cache,
-            header_scan_ms_per_kb=settings.header_scan_ms_per_kb,
-        )
+        handler = front_door(service, settings.front())
         self._front = handler
         tcp_handler = handler if h3_module is None else h3_module.with_alt_svc(handler, lambda: self.port)
         server = HttpServer(tcp_handler, options)

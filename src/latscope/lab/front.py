@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from latscope.lab.http.exchange import Handler, Headers, Request, ResponseChannel
+from latscope.lab.stageknobs import FrontKnobs
 
 #: Responses the ``response-cache`` fault keeps at most (oldest dropped first): bounded memory for a long-lived lab.
 CACHE_ENTRIES = 256
@@ -237,22 +238,16 @@ class ResponseCacheEdge:
         channel.finish()
 
 
-def front_door(
-    inner: Handler,
-    *,
-    drop_trace_context: bool,
-    response_cache: str | None,
-    header_scan_ms_per_kb: float | None = None,
-) -> Handler:
+def front_door(inner: Handler, knobs: FrontKnobs) -> Handler:
     """The service behind its edge: trace context handling always, the header scan and the response cache when
-    those faults are on (``response_cache`` ``"headers"`` or ``"silent"``; the cache sits in front, so a replayed
-    response carries the ``traceresponse`` it was stored with and skips the scan)."""
+    the faults put them there (the cache sits in front, so a replayed response carries the ``traceresponse`` it was
+    stored with and skips the scan)."""
     handler: Handler = inner
-    if header_scan_ms_per_kb is not None:
-        handler = HeaderScanEdge(handler, ms_per_kb=header_scan_ms_per_kb)
-    handler = TraceContextEdge(handler, drop=drop_trace_context)
-    if response_cache is not None:
-        handler = ResponseCacheEdge(handler, announce=response_cache == "headers")
+    if knobs.header_scan_ms_per_kb is not None:
+        handler = HeaderScanEdge(handler, ms_per_kb=knobs.header_scan_ms_per_kb)
+    handler = TraceContextEdge(handler, drop=knobs.drop_trace_context)
+    if knobs.response_cache is not None:
+        handler = ResponseCacheEdge(handler, announce=knobs.response_cache == "headers")
     return handler
 
 

@@ -67,7 +67,7 @@ from latscope.lab.formats import (
     token_id,
 )
 from latscope.lab.gateway import CompletionRequest, Endpoint, Gateway
-from latscope.lab.http.exchange import Request, ResponseChannel
+from latscope.lab.http.exchange import Headers, Request, ResponseChannel
 from latscope.lab.idempotency import (
     EXECUTED,
     IGNORED,
@@ -232,6 +232,29 @@ class _Trace:
         )
 
 
+def _answer_headers(
+    request_id: str, parsed: CompletionRequest, stats: RequestStats, *, decode: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """What every generated answer's head carries: its request id and its ``Server-Timing`` (``decode``: with the
+    decode phase, known once the answer is complete)."""
+    return [(b"x-request-id", request_id.encode()), (b"server-timing", server_timing(parsed, stats, decode=decode))]
+
+
+async def _collect(stream: RequestStream) -> tuple[list[str], TokenOut | None]:
+    """The texts of every token of ``stream`` (it ends after max_tokens tokens) and its last token (None: none)."""
+    texts: list[str] = []
+    last: TokenOut | None = None
+    async for token in stream:
+        texts.append(token.text)
+        last = token
+    return texts, last
+
+
+def _respond_complete(channel: ResponseChannel, answer: Headers, extra_headers: Headers, document: Any) -> None:
+    """Answer 200 with ``document`` as JSON, the ``answer`` headers and the ``extra_headers`` (rate limits)."""
+    channel.respond(200, [JSON, SERVER, *answer, *extra_headers], orjson.dumps(document))
+
+
 def _retry_after_ms(refused: ErrorResponse) -> float | None:
     """The wait a 429 asks for, ms, from its ``retry-after-ms`` header (None without one)."""
     for name, value in refused.headers:
@@ -276,7 +299,7 @@ class LabService:
         self.faults = settings.active_faults
         self.model = settings.model
         self.truth = settings.truth
-        self.buffer_bytes = settings.proxy_buffer_bytes
+        self.buffer_bytes = settings.writer().buffer_bytes
         self.created = int(time.time())
         self._stream_headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), SERVER]
         if self.buffer_bytes is None:
@@ -607,8 +630,7 @@ class LabService:
             200,
             [
                 *self._stream_headers,
-                (b"x-request-id", request_id.encode()),
-                (b"server-timing", server_timing(parsed, stats)),
+                *_answer_headers(request_id, parsed, stats),
                 *trace.limit_headers,
             ],
         )
@@ -637,11 +659,7 @@ class LabService:
         request_id: str,
         extra_headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> None:
-        texts: list[str] = []
-        last: TokenOut | None = None
-        async for token in stream:  # ends after max_tokens tokens
-            texts.append(token.text)
-            last = token
+        texts, last = await _collect(stream)
         stats = stream.stats
         reason = (last.finish_reason if last is not None else None) or "length"
         text = "".join(texts)
@@ -670,17 +688,7 @@ class LabService:
             "timings": llama_timings(stats, len(texts)),
             "latscope": latscope_fields(request_id, parsed, stats),
         }
-        channel.respond(
-            200,
-            [
-                JSON,
-                SERVER,
-                (b"x-request-id", request_id.encode()),
-                (b"server-timing", server_timing(parsed, stats, decode=True)),
-                *extra_headers,
-            ],
-            orjson.dumps(body),
-        )
+        _respond_complete(channel, _answer_headers(request_id, parsed, stats, decode=True), extra_headers, body)
 
     # -- the other APIs ------------------------------------------------------------------------------------------------
     def _format(
@@ -730,8 +738,7 @@ class LabService:
             200,
             [
                 *headers,
-                (b"x-request-id", request_id.encode()),
-                (b"server-timing", server_timing(parsed, stats)),
+                *_answer_headers(request_id, parsed, stats),
                 *trace.limit_headers,
             ],
         )
@@ -753,11 +760,7 @@ class LabService:
         extra_headers: tuple[tuple[bytes, bytes], ...] = (),
     ) -> None:
         """A non-streamed answer in another API's shape."""
-        texts: list[str] = []
-        last: TokenOut | None = None
-        async for token in stream:
-            texts.append(token.text)
-            last = token
+        texts, last = await _collect(stream)
         stats = stream.stats
         reason = (last.finish_reason if last is not None else None) or "length"
         text = "".join(texts)
@@ -824,14 +827,4 @@ class LabService:
             body.update({"done": True, "done_reason": reason, **ollama_durations(stats, request.received_ns)})
         body["latscope"] = lab
         answer: Any = [body] if endpoint is Endpoint.TGI_COMPAT else body  # TGI's / answers a list of one
-        channel.respond(
-            200,
-            [
-                JSON,
-                SERVER,
-                (b"x-request-id", request_id.encode()),
-                (b"server-timing", server_timing(parsed, stats, decode=True)),
-                *extra_headers,
-            ],
-            orjson.dumps(answer),
-        )
+        _respond_complete(channel, _answer_headers(request_id, parsed, stats, decode=True), extra_headers, answer)

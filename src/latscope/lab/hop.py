@@ -36,12 +36,11 @@ from latscope.lab.app import Lab
 from latscope.lab.certs import CertFiles, generate_self_signed, remove_cert_files
 from latscope.lab.faults import GATEWAY_OVERHEAD
 from latscope.lab.http.exchange import Request, ResponseChannel
-from latscope.lab.http.server import HttpServer, ServerOptions
+from latscope.lab.http.server import HttpServer
 from latscope.lab.records import RequestRecord
 from latscope.lab.scheduler import Scheduler
-from latscope.lab.serving import AsyncService, Served, origin_of
+from latscope.lab.serving import AsyncService, Served, origin_of, server_options
 from latscope.lab.settings import LabSettings
-from latscope.lab.tls import ServerTls
 
 #: Headers that belong to one connection (RFC 9110 §7.6.1), not forwarded by the hop; ``host`` and the framing
 #: headers are set anew for the upstream connection and for the client's.
@@ -313,12 +312,10 @@ class HopLab(Served, AsyncService):
         await self.upstream.start()
         try:
             client_tls = None
-            server_tls = None
             if settings.tls:
                 client_tls = ssl.create_default_context(cafile=str(self.upstream.cert_path))
                 client_tls.set_alpn_protocols(["http/1.1"])
                 self._cert = generate_self_signed(hosts=(settings.host,))
-                server_tls = ServerTls(self._cert, http2=settings.http2_enabled, resumption=settings.tls_resumption)
             self.hop = GatewayHop(
                 self.upstream.host,
                 self.upstream.port,
@@ -327,14 +324,7 @@ class HopLab(Served, AsyncService):
                 ssl_context=client_tls,
                 records_max=settings.records_max,
             )
-            options = ServerOptions(
-                limits=settings.limits(),
-                keep_alive=settings.keep_alive,
-                nodelay=settings.nodelay,
-                http2=settings.http2_enabled,
-                tls=server_tls,
-            )
-            server = HttpServer(self.hop, options)
+            server = HttpServer(self.hop, server_options(settings, self._cert))
             self.host, self.port = await server.start(settings.host, settings.port)
         except BaseException:
             await self._release()

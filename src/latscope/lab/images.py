@@ -22,8 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 #: The tuned lab's image stage, ms per MB of image: a compiled decoder, resize and normalisation pass. Decoding
-#: alone usually takes longer (Pillow and base64: 4–8 ms per MB of the experiment's PNGs on a busy 2-core host);
-#: then that is the stage's time.
+#: alone (Pillow and base64) usually takes longer; then that is the stage's time.
 DEFAULT_MS_PER_MB = 1.0
 #: Prompt tokens an accepted image adds (OpenAI's fixed price of a low-detail image).
 IMAGE_TOKENS = 85

@@ -28,7 +28,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from latscope.lab.idempotency import KeyState, StoredAnswer, StoreUnavailableError
+from latscope.lab.idemstore import KeyState, StoredAnswer, StoreUnavailableError
 
 #: Where the lab's keys live in a shared Redis.
 KEY_PREFIX = "latscope:idem:"
@@ -71,7 +71,7 @@ def _ms(seconds: float) -> int:
 
 
 class RedisStore:
-    """An :class:`~latscope.lab.idempotency.IdempotencyStore` in Redis at ``url`` (``redis://host:port/db``)."""
+    """An :class:`~latscope.lab.idemstore.IdempotencyStore` in Redis at ``url`` (``redis://host:port/db``)."""
 
     def __init__(self, url: str, *, timeout_s: float = TIMEOUT_S, poll_s: float = POLL_S) -> None:
         self.url = url

@@ -2,7 +2,8 @@
 
 :class:`Lab` and :class:`~latscope.lab.edge.lab.EdgeLab` run on the caller's event loop (:class:`AsyncService`);
 :class:`Lab` and :class:`~latscope.lab.edge.nginx.NginxEdge` each serve at an origin with a certificate of their own
-(:class:`Served`). Child processes have :class:`~latscope.lab.managed.ManagedProcess`.
+(:class:`Served`). Child processes have :class:`~latscope.lab.managed.ManagedProcess`. :func:`server_options` is
+the edge stage of a listener, as the settings' faults leave it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from types import TracebackType
 from typing import Self
 
 from latscope.lab.certs import CertFiles
+from latscope.lab.http.server import ServerOptions
+from latscope.lab.settings import LabSettings
+from latscope.lab.tls import ServerTls
 
 
 class AsyncService:
@@ -60,3 +64,18 @@ class Served:
     def cert_path(self) -> Path | None:
         """The generated certificate (PEM) to trust, or None without TLS / before start."""
         return self._cert.cert_path if self._cert is not None else None
+
+
+def server_options(settings: LabSettings, cert: CertFiles | None, *, reuse_port: bool = False) -> ServerOptions:
+    """A listener's edge stage: keep-alive, TCP_NODELAY, HTTP/2 and TLS (with ``cert``, None for plain TCP) as the
+    settings' faults leave them."""
+    edge = settings.edge()
+    tls = ServerTls(cert, http2=edge.http2, resumption=edge.tls_resumption) if cert is not None else None
+    return ServerOptions(
+        limits=settings.limits(),
+        keep_alive=edge.keep_alive,
+        nodelay=edge.nodelay,
+        http2=edge.http2,
+        tls=tls,
+        reuse_port=reuse_port,
+    )

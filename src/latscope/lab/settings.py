@@ -8,47 +8,7 @@ from typing import Literal
 
 from latscope.lab.breaker import BreakerConfig
 from latscope.lab.costmodel import CostModel
-from latscope.lab.faults import (
-    BATCHING_TRIGGER,
-    BATCHING_WINDOW,
-    BATCHING_WINDOW_MS,
-    DROP_TRACE_CONTEXT,
-    FEW_SLOTS,
-    FEW_SLOTS_MAX_BATCH,
-    GATEWAY_CHUNK_MS,
-    GATEWAY_HOP_MS,
-    GATEWAY_OVERHEAD,
-    GATEWAY_QUEUE,
-    GATEWAY_QUEUE_BURST,
-    GATEWAY_QUEUE_MAX_WAIT_S,
-    GATEWAY_QUEUE_REQUESTS_PER_MIN,
-    HEADER_SCAN,
-    HEADER_SCAN_MS_PER_KB,
-    NAGLE,
-    NAIVE_ATTENTION,
-    NAIVE_ATTENTION_FACTOR,
-    NO_H2,
-    NO_IDEMPOTENCY,
-    NO_KEEPALIVE,
-    PROXY_BUFFER_BYTES,
-    PROXY_BUFFERING,
-    QUEUE_HOL,
-    RATE_LIMIT,
-    RATE_LIMIT_REQUESTS_PER_MIN,
-    RESPONSE_CACHE,
-    SHORT_KEEPALIVE,
-    SHORT_KEEPALIVE_TIMEOUT_S,
-    SILENT_RESPONSE_CACHE,
-    SLOW_IMAGE_MS_PER_MB,
-    SLOW_IMAGE_PREPROCESSING,
-    SLOW_PARSE,
-    SLOW_SAMPLING,
-    SLOW_SAMPLING_MS,
-    SMALL_KV_CACHE,
-    SMALL_KV_CACHE_BLOCKS,
-    TLS_NO_TICKETS,
-    resolve_faults,
-)
+from latscope.lab.faults import FaultSet, resolve_faults
 from latscope.lab.http.limits import (
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_KEEPALIVE_TIMEOUT_S,
@@ -61,6 +21,7 @@ from latscope.lab.images import DEFAULT_MS_PER_MB
 from latscope.lab.ratelimit import LimitMode, RateLimitConfig
 from latscope.lab.records import DEFAULT_RECORDS_MAX
 from latscope.lab.scheduler import Policy, SchedulerConfig
+from latscope.lab.stageknobs import CacheMode, EdgeKnobs, FrontKnobs, GatewayKnobs, SchedulerKnobs, WriterKnobs
 
 MetricsNames = Literal["lab", "vllm"]
 DEFAULT_MODEL = "lab-model"
@@ -164,39 +125,60 @@ class LabSettings:
         return resolve_faults(self.profile, self.faults, self.no_faults)
 
     @property
+    def fault_set(self) -> FaultSet:
+        """The active faults, composed (raises :class:`~latscope.lab.faults.UnknownFaultError` for unknown names)."""
+        return FaultSet.of(self.active_faults)
+
+    def edge(self) -> EdgeKnobs:
+        """Connection handling as the faults leave it (``http2`` and the keep-alive timeout are where it starts)."""
+        return self.fault_set.edge(EdgeKnobs(idle_timeout_s=self.keepalive_timeout_s, http2=self.http2))
+
+    def front(self) -> FrontKnobs:
+        """What sits in front of the service as the faults leave it."""
+        return self.fault_set.front(FrontKnobs())
+
+    def writer(self) -> WriterKnobs:
+        """The stream writer as the faults leave it."""
+        return self.fault_set.writer(WriterKnobs())
+
+    def _gateway(self) -> GatewayKnobs:
+        """The gateway as the faults leave it, before the explicit settings."""
+        return self.fault_set.gateway(GatewayKnobs())
+
+    @property
     def keep_alive(self) -> bool:
-        return NO_KEEPALIVE not in self.active_faults
+        return self.edge().keep_alive
 
     @property
     def tls_resumption(self) -> bool:
-        return TLS_NO_TICKETS not in self.active_faults
+        return self.edge().tls_resumption
 
     @property
     def http2_enabled(self) -> bool:
-        return self.http2 and NO_H2 not in self.active_faults
+        return self.edge().http2
 
     @property
     def nodelay(self) -> bool:
-        return NAGLE not in self.active_faults
+        return self.edge().nodelay
 
     @property
     def slow_parse(self) -> bool:
-        return SLOW_PARSE in self.active_faults
+        return self._gateway().slow_parse
 
     @property
     def idempotency(self) -> bool:
         """The gateway honours ``Idempotency-Key`` (not under ``no-idempotency``)."""
-        return NO_IDEMPOTENCY not in self.active_faults
+        return self._gateway().idempotency
 
     @property
     def drop_trace_context(self) -> bool:
         """The edge strips the incoming ``traceparent`` (``drop-trace-context``)."""
-        return DROP_TRACE_CONTEXT in self.active_faults
+        return self.front().drop_trace_context
 
     @property
     def header_scan_ms_per_kb(self) -> float | None:
         """What the gateway spends per KB of request headers, ms (``header-scan``), None when nothing."""
-        return HEADER_SCAN_MS_PER_KB if HEADER_SCAN in self.active_faults else None
+        return self.front().header_scan_ms_per_kb
 
     @property
     def image_preprocess_ms_per_mb(self) -> float:
@@ -204,57 +186,48 @@ class LabSettings:
         ``slow-image-preprocessing``'s, else the tuned lab's small cost."""
         if self.image_ms_per_mb is not None:
             return self.image_ms_per_mb
-        return SLOW_IMAGE_MS_PER_MB if SLOW_IMAGE_PREPROCESSING in self.active_faults else DEFAULT_MS_PER_MB
+        implied = self._gateway().image_ms_per_mb
+        return implied if implied is not None else DEFAULT_MS_PER_MB
 
     @property
-    def response_cache(self) -> Literal["headers", "silent"] | None:
+    def response_cache(self) -> CacheMode | None:
         """A response cache keyed on the request body sits in front: ``"headers"`` (``response-cache``: it says
         so), ``"silent"`` (``silent-response-cache``: it does not), None without one."""
-        faults = self.active_faults
-        if RESPONSE_CACHE in faults:
-            return "headers"
-        return "silent" if SILENT_RESPONSE_CACHE in faults else None
-
-    @property
-    def proxy_buffer_bytes(self) -> int | None:
-        """Bytes the stream writer holds back before writing, None when it writes every event at once."""
-        return PROXY_BUFFER_BYTES if PROXY_BUFFERING in self.active_faults else None
+        return self.front().response_cache
 
     @property
     def idle_timeout_s(self) -> float:
         """Seconds an idle keep-alive connection stays open (``short-keepalive`` caps it)."""
-        if SHORT_KEEPALIVE in self.active_faults:
-            return min(self.keepalive_timeout_s, SHORT_KEEPALIVE_TIMEOUT_S)
-        return self.keepalive_timeout_s
+        return self.edge().idle_timeout_s
 
     def rate_limit(self) -> RateLimitConfig:
         """The gateway's limiter: the explicit settings, else what ``rate-limit`` (reject) or ``gateway-queue``
         (queue) implies; :attr:`RateLimitConfig.enabled` is False when neither limits anything."""
-        faults = self.active_faults
-        mode, rpm, burst, wait = None, None, None, None
-        if GATEWAY_QUEUE in faults:
-            mode, rpm, burst = LimitMode.QUEUE, GATEWAY_QUEUE_REQUESTS_PER_MIN, GATEWAY_QUEUE_BURST
-            wait = GATEWAY_QUEUE_MAX_WAIT_S
-        elif RATE_LIMIT in faults:
-            mode, rpm = LimitMode.REJECT, RATE_LIMIT_REQUESTS_PER_MIN
+        implied = self._gateway()
         default = RateLimitConfig()
+        rpm = self.rate_limit_requests_per_min
+        burst = self.rate_limit_burst
         return RateLimitConfig(
-            mode=self.rate_limit_mode or mode or default.mode,
-            requests_per_min=self.rate_limit_requests_per_min if self.rate_limit_requests_per_min is not None else rpm,
+            mode=self.rate_limit_mode or implied.limit_mode or default.mode,
+            requests_per_min=rpm if rpm is not None else implied.limit_requests_per_min,
             tokens_per_min=self.rate_limit_tokens_per_min,
-            burst=self.rate_limit_burst if self.rate_limit_burst is not None else burst,
-            max_wait_s=next(w for w in (self.rate_limit_max_wait_s, wait, default.max_wait_s) if w is not None),
+            burst=burst if burst is not None else implied.limit_burst,
+            max_wait_s=next(
+                w for w in (self.rate_limit_max_wait_s, implied.limit_max_wait_s, default.max_wait_s) if w is not None
+            ),
         )
 
     def gateway_hop(self) -> tuple[float, float] | None:
         """The gateway hop's costs (ms per request, ms per streamed chunk) when one sits in front: the explicit
         settings, else ``gateway-overhead``'s; None when neither puts a hop there."""
-        fault = GATEWAY_OVERHEAD in self.active_faults
-        if not fault and self.gateway_hop_ms is None and self.gateway_chunk_ms is None:
+        implied = self._gateway().hop
+        if implied is None and self.gateway_hop_ms is None and self.gateway_chunk_ms is None:
             return None
-        request_ms = self.gateway_hop_ms if self.gateway_hop_ms is not None else (GATEWAY_HOP_MS if fault else 0.0)
-        chunk_ms = self.gateway_chunk_ms if self.gateway_chunk_ms is not None else (GATEWAY_CHUNK_MS if fault else 0.0)
-        return request_ms, chunk_ms
+        request_ms, chunk_ms = implied or (0.0, 0.0)
+        return (
+            self.gateway_hop_ms if self.gateway_hop_ms is not None else request_ms,
+            self.gateway_chunk_ms if self.gateway_chunk_ms is not None else chunk_ms,
+        )
 
     def limits(self) -> ConnectionLimits:
         return ConnectionLimits(
@@ -265,13 +238,11 @@ class LabSettings:
         )
 
     def scheduler_config(self) -> SchedulerConfig:
-        faults = self.active_faults
-        policy = self.policy or (Policy.FIFO if QUEUE_HOL in faults else Policy.PRIORITY)
-        window_fault = BATCHING_WINDOW in faults
-        window = (
-            self.batch_window_ms if self.batch_window_ms is not None else (BATCHING_WINDOW_MS if window_fault else 0.0)
-        )
-        trigger = self.batch_trigger if self.batch_trigger is not None else (BATCHING_TRIGGER if window_fault else 1)
+        """The scheduler: the explicit settings, else what ``queue-hol`` and ``batching-window`` imply."""
+        implied = self.fault_set.scheduler(SchedulerKnobs())
+        policy = self.policy or (Policy.FIFO if implied.fifo else Policy.PRIORITY)
+        window = self.batch_window_ms if self.batch_window_ms is not None else implied.batch_window_ms
+        trigger = self.batch_trigger if self.batch_trigger is not None else implied.batch_trigger
         return SchedulerConfig(
             policy=policy, cost=self.engine_cost, batch_window_ms=window, batch_trigger=trigger, seed=self.seed
         )
@@ -281,14 +252,4 @@ class LabSettings:
         """The cost model the engine runs: ``cost`` with the engine faults applied (``naive-attention`` scales the
         per-token² prefill cost, ``few-slots`` caps the batch, ``small-kv-cache`` the KV blocks, ``slow-sampling``
         adds a host cost to the decode steps of sampled requests)."""
-        faults = self.active_faults
-        cost = self.cost
-        if NAIVE_ATTENTION in faults:
-            cost = cost.with_overrides(prefill_quadratic_ms=cost.prefill_quadratic_ms * NAIVE_ATTENTION_FACTOR)
-        if FEW_SLOTS in faults:
-            cost = cost.with_overrides(max_batch=min(cost.max_batch, FEW_SLOTS_MAX_BATCH))
-        if SMALL_KV_CACHE in faults:
-            cost = cost.with_overrides(kv_blocks=min(cost.kv_blocks, SMALL_KV_CACHE_BLOCKS))
-        if SLOW_SAMPLING in faults:
-            cost = cost.with_overrides(sampling_ms=cost.sampling_ms + SLOW_SAMPLING_MS)
-        return cost
+        return self.fault_set.engine(self.cost)

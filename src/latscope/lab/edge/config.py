@@ -8,8 +8,8 @@ fault                nginx
 ===================  ============================================================================================
 ``proxy-buffering``  ``proxy_buffering on; proxy_ignore_headers X-Accel-Buffering;`` (the lab origin sends
                      ``X-Accel-Buffering: no``, which would otherwise switch buffering off per response). The
-                     bursts show over HTTP/1.1 on TLS (``ssl_buffer_size``, 16 KB); measured with nginx 1.22, plain
-                     HTTP and HTTP/2 responses still leave about one event per read
+                     bursts show over HTTP/1.1 on TLS (``ssl_buffer_size``, 16 KB); over plain HTTP and HTTP/2,
+                     nginx 1.22 still passes about one event per read
 ``tls-no-tickets``   ``ssl_session_tickets off; ssl_session_cache off;`` (both: OpenSSL resumes by ticket *and*
                      by session id, see :mod:`latscope.lab.tls`)
 ``no-h2``            ``listen ... ssl`` without ``http2``: ALPN offers only http/1.1
@@ -47,23 +47,21 @@ from latscope.lab.faults import (
     DROP_TRACE_CONTEXT,
     FAULTS,
     GATEWAY_QUEUE,
-    GATEWAY_QUEUE_BURST,
-    GATEWAY_QUEUE_MAX_WAIT_S,
-    GATEWAY_QUEUE_REQUESTS_PER_MIN,
     NAGLE,
     NO_H2,
     NO_KEEPALIVE,
     PROXY_BUFFERING,
     RATE_LIMIT,
-    RATE_LIMIT_REQUESTS_PER_MIN,
     RESPONSE_CACHE,
     SHORT_KEEPALIVE,
-    SHORT_KEEPALIVE_TIMEOUT_S,
     SILENT_RESPONSE_CACHE,
     TLS_NO_TICKETS,
+    FaultSet,
     Stage,
     UnknownFaultError,
 )
+from latscope.lab.ratelimit import LimitMode
+from latscope.lab.stageknobs import EdgeKnobs, FrontKnobs, GatewayKnobs, WriterKnobs
 
 #: The lab faults an nginx edge reproduces with its own directives (what :meth:`EdgeConfig.from_faults` maps): every
 #: edge-stage fault, and the gateway faults nginx's ``limit_req`` plays.
@@ -253,32 +251,34 @@ class EdgeConfig:
         if unknown:
             raise UnknownFaultError(f"unknown fault {', '.join(unknown)}; known faults: {', '.join(FAULTS)}")
         edge_faults, _ = split_faults(names)
+        active = FaultSet.of(edge_faults)
+        edge = active.edge(EdgeKnobs(idle_timeout_s=DEFAULT_KEEPALIVE_TIMEOUT_S))
+        front = active.front(FrontKnobs())
         return cls(
             tls=tls,
-            http2=NO_H2 not in edge_faults,
-            proxy_buffering=PROXY_BUFFERING in edge_faults,
-            session_tickets=TLS_NO_TICKETS not in edge_faults,
-            session_cache=TLS_NO_TICKETS not in edge_faults,
-            keepalive_timeout_s=(
-                0.0
-                if NO_KEEPALIVE in edge_faults
-                else SHORT_KEEPALIVE_TIMEOUT_S
-                if SHORT_KEEPALIVE in edge_faults
-                else DEFAULT_KEEPALIVE_TIMEOUT_S
-            ),
-            tcp_nodelay=NAGLE not in edge_faults,
-            propagate_trace_context=DROP_TRACE_CONTEXT not in edge_faults,
-            rate_limit=(
-                EdgeRateLimit.queue(GATEWAY_QUEUE_REQUESTS_PER_MIN, GATEWAY_QUEUE_BURST, GATEWAY_QUEUE_MAX_WAIT_S)
-                if GATEWAY_QUEUE in edge_faults
-                else EdgeRateLimit.reject(RATE_LIMIT_REQUESTS_PER_MIN)
-                if RATE_LIMIT in edge_faults
-                else None
-            ),
-            response_cache=bool(edge_faults & {RESPONSE_CACHE, SILENT_RESPONSE_CACHE}),
-            cache_status_header=RESPONSE_CACHE in edge_faults,
+            http2=edge.http2,
+            proxy_buffering=active.writer(WriterKnobs()).buffer_bytes is not None,
+            session_tickets=edge.tls_resumption,
+            session_cache=edge.tls_resumption,
+            keepalive_timeout_s=edge.idle_timeout_s if edge.keep_alive else 0.0,
+            tcp_nodelay=edge.nodelay,
+            propagate_trace_context=not front.drop_trace_context,
+            rate_limit=_edge_rate_limit(active.gateway(GatewayKnobs())),
+            response_cache=front.response_cache is not None,
+            cache_status_header=front.response_cache == "headers",
             faults=edge_faults,
         )
+
+
+def _edge_rate_limit(gateway: GatewayKnobs) -> EdgeRateLimit | None:
+    """nginx's ``limit_req`` for the gateway's limiter as the faults leave it (None when they leave none)."""
+    rpm = gateway.limit_requests_per_min
+    if gateway.limit_mode is None or rpm is None:
+        return None
+    if gateway.limit_mode is LimitMode.QUEUE:
+        assert gateway.limit_burst is not None and gateway.limit_max_wait_s is not None
+        return EdgeRateLimit.queue(rpm, gateway.limit_burst, gateway.limit_max_wait_s)
+    return EdgeRateLimit.reject(rpm)
 
 
 def split_faults(faults: Iterable[str]) -> tuple[frozenset[str], frozenset[str]]:

@@ -202,17 +202,20 @@ def render_config(
     """
     if config.tls and cert is None:
         raise ValueError("a TLS edge needs a certificate")
-    listen = f"listen {_address(host, port)}"
-    http2_line = ""
-    if config.tls:
-        listen += " ssl"
-        if config.http2_enabled:
-            if version >= HTTP2_DIRECTIVE_VERSION:
-                http2_line = "        http2 on;\n"
-            else:
-                listen += " http2"
+    out = _main_context(config, paths, worker_connections)
+    out += _http_directives(config, paths)
+    out += _upstream_block(config, origin_host, origin_port)
+    out += _server_head(config, host, port, cert, version)
+    out += _rate_limited_location(config)
+    out += _proxy_location(config)
+    out += ["    }", "}", ""]
+    return "\n".join(out)
+
+
+def _main_context(config: EdgeConfig, paths: PrefixPaths, worker_connections: int) -> list[str]:
+    """The header comment, the main context (one foreground process) and the events block."""
     faults = ", ".join(sorted(config.faults)) or "none"
-    out = [
+    return [
         "# latscope lab edge: nginx in front of a lab origin. Generated on start; edits are lost on stop.",
         f"# edge faults: {faults}",
         "daemon off;  # the Popen pid is nginx itself",
@@ -226,6 +229,12 @@ def render_config(
         f"    worker_connections {worker_connections};",
         "}",
         "",
+    ]
+
+
+def _http_directives(config: EdgeConfig, paths: PrefixPaths) -> list[str]:
+    """The opening of the http block: logging, temp paths, connection handling, the cache and rate-limit zones."""
+    out = [
         "http {",
         "    log_format latscope '$remote_addr:$remote_port \"$request\" $status $body_bytes_sent '",
         "                        'request_time=$request_time upstream_connect=$upstream_connect_time '",
@@ -261,7 +270,12 @@ def render_config(
             "    limit_req_status 429;",
             "    limit_req_log_level warn;",
         ]
-    out += [
+    return out
+
+
+def _upstream_block(config: EdgeConfig, origin_host: str, origin_port: int) -> list[str]:
+    """The origin as an upstream, with a pool of idle connections to it when the config keeps them."""
+    out = [
         "",
         f"    upstream {_UPSTREAM} {{",
         f"        server {_address(origin_host, origin_port)};",
@@ -271,15 +285,30 @@ def render_config(
             f"        keepalive {config.upstream_keepalive};",
             f"        keepalive_timeout {_duration(config.upstream_keepalive_timeout_s)};",
         ]
-    out += [
-        "    }",
-        "",
+    out += ["    }", ""]
+    return out
+
+
+def _server_head(
+    config: EdgeConfig, host: str, port: int, cert: CertFiles | None, version: tuple[int, int, int]
+) -> list[str]:
+    """The server block's opening: the listener (TLS and HTTP/2 in the syntax of nginx ``version``) and TLS."""
+    listen = f"listen {_address(host, port)}"
+    http2_directive = False
+    if config.tls:
+        listen += " ssl"
+        if config.http2_enabled:
+            if version >= HTTP2_DIRECTIVE_VERSION:
+                http2_directive = True
+            else:
+                listen += " http2"
+    out = [
         "    server {",
         f"        {listen};",
         "        server_name localhost;",
     ]
-    if http2_line:
-        out.append(http2_line.rstrip("\n"))
+    if http2_directive:
+        out.append("        http2 on;")
     if config.tls and cert is not None:
         out += [
             f"        ssl_certificate {_quote(cert.cert_path)};",
@@ -289,19 +318,30 @@ def render_config(
             f"        ssl_session_tickets {'on' if config.session_tickets else 'off'};",
             "        ssl_session_timeout 1h;",
         ]
+    return out
+
+
+def _rate_limited_location(config: EdgeConfig) -> list[str]:
+    """Where a request the edge's limiter refuses goes (nothing without a limiter)."""
     limit = config.rate_limit
-    if limit is not None:
-        # nginx refuses with an empty page and no Retry-After; operators add both, as here
-        body = '{"error":{"message":"rate limit exceeded at the edge","type":"rate_limit_exceeded"}}'
-        out += [
-            "",
-            "        location @rate_limited {",
-            f"            add_header Retry-After {limit.retry_after_s} always;",
-            "            default_type application/json;",
-            f"            return 429 '{body}';",
-            "        }",
-        ]
-    out += [
+    if limit is None:
+        return []
+    # nginx refuses with an empty page and no Retry-After; operators add both, as here
+    body = '{"error":{"message":"rate limit exceeded at the edge","type":"rate_limit_exceeded"}}'
+    return [
+        "",
+        "        location @rate_limited {",
+        f"            add_header Retry-After {limit.retry_after_s} always;",
+        "            default_type application/json;",
+        f"            return 429 '{body}';",
+        "        }",
+    ]
+
+
+def _proxy_location(config: EdgeConfig) -> list[str]:
+    """``location /``: everything proxied to the origin, with the edge faults' limiter, header handling and
+    buffering."""
+    out = [
         "",
         "        location / {",
         f"            proxy_pass http://{_UPSTREAM};",
@@ -315,6 +355,7 @@ def render_config(
             "            proxy_http_version 1.1;",
             '            proxy_set_header Connection "";',
         ]
+    limit = config.rate_limit
     if limit is not None:
         mode = "nodelay" if limit.delay is None else f"delay={limit.delay}"
         out += [
@@ -327,10 +368,22 @@ def render_config(
             '            proxy_set_header traceparent "";',
             '            proxy_set_header tracestate "";',
         ]
+    out += _buffering(config)
+    out += [
+        "            proxy_connect_timeout 5s;",
+        f"            proxy_read_timeout {_duration(config.proxy_read_timeout_s)};",
+        f"            proxy_send_timeout {_duration(config.proxy_read_timeout_s)};",
+        "        }",
+    ]
+    return out
+
+
+def _buffering(config: EdgeConfig) -> list[str]:
+    """What ``location /`` does with a response body: cache it, buffer it, or pass each piece on at once."""
     if config.response_cache:
         # nginx caches only what it buffers: the origin's "X-Accel-Buffering: no" and "Cache-Control: no-cache"
         # would each keep its streams out of the cache
-        out += [
+        out = [
             f"            proxy_cache {_CACHE_ZONE};",
             "            proxy_cache_methods GET HEAD POST;",
             '            proxy_cache_key "$request_method $request_uri $request_body";',
@@ -344,24 +397,14 @@ def render_config(
         ]
         if config.cache_status_header:
             out.append("            add_header X-Cache-Status $upstream_cache_status always;")
-    elif config.proxy_buffering:
+        return out
+    if config.proxy_buffering:
         # The lab origin sends "X-Accel-Buffering: no", which would switch buffering back off per response.
-        out += [
+        return [
             "            proxy_buffering on;",
             "            proxy_ignore_headers X-Accel-Buffering;",
         ]
-    else:
-        out.append("            proxy_buffering off;")
-    out += [
-        "            proxy_connect_timeout 5s;",
-        f"            proxy_read_timeout {_duration(config.proxy_read_timeout_s)};",
-        f"            proxy_send_timeout {_duration(config.proxy_read_timeout_s)};",
-        "        }",
-        "    }",
-        "}",
-        "",
-    ]
-    return "\n".join(out)
+    return ["            proxy_buffering off;"]
 
 
 def _free_port(host: str) -> int:
@@ -443,10 +486,6 @@ class NginxEdge(Served, ManagedProcess):
     def pid(self) -> int | None:
         """The nginx process id while it runs."""
         return self._proc.pid if self._proc is not None else None
-
-    @property
-    def error_log_path(self) -> Path | None:
-        return self._paths.error_log if self._paths is not None else None
 
     @property
     def access_log_path(self) -> Path | None:

@@ -34,13 +34,12 @@ from h2.settings import SettingCodes
 from latscope.lab.errors import payload_too_large
 from latscope.lab.http.exchange import Headers, Request, ResponseChannel
 from latscope.lab.http.session import JSON_CONTENT_TYPE, Session, now_ns
+from latscope.lab.http.streams import StreamChannel, complete_request, head_block
 
 #: Per-stream receive window the lab advertises; the connection window is raised to the body limit.
 STREAM_WINDOW = 4 * 1024 * 1024
 #: Concurrent streams a client may open on one connection.
 MAX_CONCURRENT_STREAMS = 256
-#: Headers that are connection-specific in HTTP/1.1 and forbidden in HTTP/2 (RFC 9113 §8.2.2).
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
 
 
 class _Stream:
@@ -172,22 +171,9 @@ class H2Session(Session):
         stream = self._streams.get(stream_id)
         if stream is None or stream.refused:
             return
-        self.info.requests += 1
+        request = complete_request(stream, self.info)
         channel = H2Channel(self, stream)
         stream.channel = channel
-        body = b"".join(stream.body)
-        stream.body = []
-        request = Request(
-            method=stream.method,
-            target=stream.target,
-            headers=stream.headers,
-            body=body,
-            connection=self.info,
-            index_on_connection=self.info.requests,
-            started_ns=stream.started_ns,
-            received_ns=now_ns(),
-            stream_id=stream_id,
-        )
         stream.task = self._spawn(request, channel)
 
     def _on_reset(self, stream_id: int) -> None:
@@ -338,26 +324,22 @@ class H2Session(Session):
         self.close()
 
 
-class H2Channel(ResponseChannel):
+class H2Channel(StreamChannel):
     """The response side of one HTTP/2 stream."""
 
     def __init__(self, session: H2Session, stream: _Stream) -> None:
+        super().__init__()
         self._session = session
         self._stream = stream
         self._conn = session.conn
-        self._finished = False
-        self.reset = False  #: the client reset this stream
-        self.headers_sent_ns: int | None = None
-        self.body_bytes = 0
-        self.write_calls = 0
 
     @property
-    def closed(self) -> bool:
-        return self.reset or self._session.lost
+    def _connection_lost(self) -> bool:
+        return self._session.lost
 
-    @property
-    def finished(self) -> bool:
-        return self._finished
+    def _send_data(self, data: bytes, end: bool) -> None:
+        self._session.send(self._stream, data, end=end)
+        self._session.flush()
 
     @property
     def paused(self) -> bool:
@@ -367,13 +349,8 @@ class H2Channel(ResponseChannel):
     def _send_head(self, status: int, headers: Headers, extra: list[tuple[bytes, bytes]]) -> bool:
         if self.closed or self._stream.ended:
             return False
-        block = [
-            (b":status", str(status).encode()),
-            *((name, value) for name, value in headers if name not in HOP_BY_HOP),
-            *extra,
-        ]
         try:
-            self._conn.send_headers(self._stream.stream_id, block)
+            self._conn.send_headers(self._stream.stream_id, head_block(status, headers, extra))
         except ProtocolError:
             self.reset = True
             return False
@@ -388,29 +365,11 @@ class H2Channel(ResponseChannel):
             if self._stream.method == "HEAD":
                 body = b""  # RFC 9110 §9.3.2: the head only
             self.body_bytes += len(body)
-            self._session.send(self._stream, body, end=True)
-            self._session.flush()
+            self._send_data(body, True)
 
     def start(self, status: int, headers: Headers) -> None:
         if self._send_head(status, headers, []):
             self._session.flush()
-
-    def write(self, data: bytes) -> None:
-        if not data or self.closed:
-            return
-        self.write_calls += 1
-        self.body_bytes += len(data)
-        self._session.send(self._stream, data, end=False)
-        self._session.flush()
-
-    def finish(self) -> None:
-        if self._finished:
-            return
-        self._finished = True
-        if self.closed:
-            return
-        self._session.send(self._stream, b"", end=True)
-        self._session.flush()
 
     async def drain(self) -> None:
         await self._session.wait_writable()

@@ -42,9 +42,7 @@ from latscope.lab.certs import CertFiles
 from latscope.lab.http.exchange import ConnectionInfo, Handler, Headers, Request, ResponseChannel
 from latscope.lab.http.limits import ConnectionLimits
 from latscope.lab.http.session import error_response, logger, now_ns
-
-#: Headers that are connection-specific in HTTP/1.1 and malformed in HTTP/3 (RFC 9114 §4.2).
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
+from latscope.lab.http.streams import ConnectionCounter, StreamChannel, complete_request, head_block
 
 # aioquic logs a peer's protocol errors itself (as warnings); the lab answers or closes, which is all a peer gets
 logging.getLogger("quic").addHandler(logging.NullHandler())
@@ -254,21 +252,8 @@ class H3Protocol(QuicConnectionProtocol):
         if stream.refused:
             del self._streams[stream_id]  # answered already; nothing more comes on it
             return
-        self.info.requests += 1
+        request = complete_request(stream, self.info)
         channel = stream.channel = H3Channel(self, stream_id, stream.method)
-        body = b"".join(stream.body)
-        stream.body = []
-        request = Request(
-            method=stream.method,
-            target=stream.target,
-            headers=stream.headers,
-            body=body,
-            connection=self.info,
-            index_on_connection=self.info.requests,
-            started_ns=stream.started_ns,
-            received_ns=now_ns(),
-            stream_id=stream_id,
-        )
         task = stream.task = asyncio.get_running_loop().create_task(self._run(request, channel))
         self.server.tasks.add(task)
         task.add_done_callback(self.server.tasks.discard)
@@ -337,26 +322,21 @@ class H3Protocol(QuicConnectionProtocol):
         self._gone()
 
 
-class H3Channel(ResponseChannel):
+class H3Channel(StreamChannel):
     """The response side of one HTTP/3 request stream."""
 
     def __init__(self, protocol: H3Protocol, stream_id: int, method: str) -> None:
+        super().__init__()
         self._protocol = protocol
         self._stream_id = stream_id
         self._method = method
-        self._finished = False
-        self.reset = False  #: the client reset this stream
-        self.headers_sent_ns: int | None = None
-        self.body_bytes = 0
-        self.write_calls = 0
 
     @property
-    def closed(self) -> bool:
-        return self.reset or self._protocol.lost
+    def _connection_lost(self) -> bool:
+        return self._protocol.lost
 
-    @property
-    def finished(self) -> bool:
-        return self._finished
+    def _send_data(self, data: bytes, end: bool) -> None:
+        self._protocol.send(self._protocol.h3.send_data, self._stream_id, data, end)
 
     @property
     def paused(self) -> bool:
@@ -365,11 +345,7 @@ class H3Channel(ResponseChannel):
     def _head(self, status: int, headers: Headers, extra: Sequence[tuple[bytes, bytes]], end: bool) -> bool:
         if self.closed:
             return False
-        block = [
-            (b":status", str(status).encode()),
-            *((name, value) for name, value in headers if name not in HOP_BY_HOP),
-            *extra,
-        ]
+        block = head_block(status, headers, extra)
         if not self._protocol.send(self._protocol.h3.send_headers, self._stream_id, block, end):
             self.reset = True
             return False
@@ -388,24 +364,10 @@ class H3Channel(ResponseChannel):
             return
         if self._head(status, headers, length, False):
             self.body_bytes += len(body)
-            self._protocol.send(self._protocol.h3.send_data, self._stream_id, body, True)
+            self._send_data(body, True)
 
     def start(self, status: int, headers: Headers) -> None:
         self._head(status, headers, (), False)
-
-    def write(self, data: bytes) -> None:
-        if not data or self.closed:
-            return
-        self.write_calls += 1
-        self.body_bytes += len(data)
-        self._protocol.send(self._protocol.h3.send_data, self._stream_id, data, False)
-
-    def finish(self) -> None:
-        if self._finished:
-            return
-        self._finished = True
-        if not self.closed:
-            self._protocol.send(self._protocol.h3.send_data, self._stream_id, b"", True)
 
     def cut(self) -> None:
         """End a response its handler did not finish: reset the stream (H3_INTERNAL_ERROR)."""
@@ -417,7 +379,7 @@ class H3Channel(ResponseChannel):
         return None
 
 
-class H3Server:
+class H3Server(ConnectionCounter):
     """The lab's UDP listener: HTTP/3 with ``cert``, answering with ``handler``."""
 
     def __init__(self, handler: Handler, cert: CertFiles, limits: ConnectionLimits, *, resumption: bool) -> None:
@@ -428,16 +390,6 @@ class H3Server:
         self._cert = cert
         self._tickets = _TicketStore() if resumption else None
         self._server: QuicServer | None = None
-        self._connection_count = 0
-
-    def next_connection_id(self) -> int:
-        self._connection_count += 1
-        return self._connection_count
-
-    @property
-    def connections_accepted(self) -> int:
-        """QUIC connections accepted since start."""
-        return self._connection_count
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Bind UDP ``host``:``port`` (0: an ephemeral port) and serve; return the bound address."""

@@ -27,6 +27,7 @@ from latscope.lab.http.http2 import H2Session
 from latscope.lab.http.limits import ConnectionLimits
 from latscope.lab.http.session import Session, SessionConfig, logger, now_ns
 from latscope.lab.http.sockets import peer_name, set_nodelay
+from latscope.lab.http.streams import ConnectionCounter
 from latscope.lab.tls import ALPN_H2, ServerTls
 
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -150,7 +151,7 @@ class _Connection(asyncio.Protocol):
         return list(self._session._tasks) if self._session is not None else []
 
 
-class HttpServer:
+class HttpServer(ConnectionCounter):
     """A listening socket serving ``handler`` over HTTP/1.1 and HTTP/2, plain or TLS."""
 
     def __init__(self, handler: Handler, options: ServerOptions) -> None:
@@ -161,16 +162,6 @@ class HttpServer:
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._handshakes: set[asyncio.Task[None]] = set()
-        self._connection_count = 0
-
-    def next_connection_id(self) -> int:
-        self._connection_count += 1
-        return self._connection_count
-
-    @property
-    def connections_accepted(self) -> int:
-        """Connections that reached HTTP since start (ground truth for connection-reuse checks)."""
-        return self._connection_count
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         """Bind and listen; return the bound (host, port) — port 0 binds an ephemeral port."""

@@ -17,6 +17,10 @@ def __getattr__(name: str) -> object:
         import importlib
 
         return importlib.import_module(f"latscope.{name}")
+    if name == "Target":  # ``latscope.Target.resolve(url, ...)``: what probe, diagnose and bench are pointed at
+        from latscope.wire.target import Target
+
+        return Target
     raise AttributeError(f"module 'latscope' has no attribute {name!r}")
 
 

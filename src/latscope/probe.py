@@ -374,10 +374,7 @@ async def _one_after_another(
     for index in range(n):
         t = Timeline()
         timelines.append(t)
-        if on_request is not None:
-            on_request(index + 1, n, t)
-        await client.request(spec, base_url, label=f"{label} {index + 1}/{n}", timeline=t)
-        join_server_signals(t)
+        await _send(client, spec, base_url, (index, n, t), on_request, label)
         if t.error is not None and t.error.phase in UNREACHABLE_PHASES:
             break
 
@@ -393,14 +390,24 @@ async def _all_at_once(
     """``n`` requests sent at once on ``client``, their timelines appended to ``timelines`` in the order sent."""
     batch = [Timeline() for _ in range(n)]
     timelines.extend(batch)
+    await asyncio.gather(*(_send(client, spec, base_url, (i, n, t), on_request, "probe") for i, t in enumerate(batch)))
 
-    async def one(index: int, t: Timeline) -> None:
-        if on_request is not None:
-            on_request(index + 1, n, t)
-        await client.request(spec, base_url, label=f"probe {index + 1}/{n}", timeline=t)
-        join_server_signals(t)
 
-    await asyncio.gather(*(one(index, t) for index, t in enumerate(batch)))
+async def _send(
+    client: Client,
+    spec: RequestSpec,
+    base_url: str,
+    which: tuple[int, int, Timeline],
+    on_request: RequestStarted | None,
+    label: str,
+) -> None:
+    """Send request ``which`` (0-based index, count, the timeline to fill) labelled ``"{label} i/n"``, telling
+    ``on_request`` as it starts, and join the server's signals onto its timeline."""
+    index, n, t = which
+    if on_request is not None:
+        on_request(index + 1, n, t)
+    await client.request(spec, base_url, label=f"{label} {index + 1}/{n}", timeline=t)
+    join_server_signals(t)
 
 
 def _require_http3() -> None:

@@ -22,7 +22,7 @@ from latscope.signals.join import join_server_signals
 from latscope.signals.ratelimit import rate_limit_state
 from latscope.timeline.model import Phase, Timeline
 from latscope.wire import Client, Timeouts
-from latscope.wire.client import CLOSED_KINDS
+from latscope.wire.client import closed_under_reuse
 from latscope.wire.target import Headers, Target
 
 #: Limits of one diagnose request, s: generous for a slow target, bounded so a stalled one cannot hang the run. No
@@ -243,14 +243,10 @@ class Context:
 def is_stale_connection_failure(t: Timeline) -> bool:
     """True when ``t`` failed on a reused connection that the server closed before delivering any of the response
     but its head (the client already sent again one that had not even the head)."""
-    error = t.error
-    info = t.connection
+    error = closed_under_reuse(t)
     return (
         error is not None
-        and info is not None
-        and info.reused
         and t.stale_retry_error is None
-        and error.kind in CLOSED_KINDS
         and error.phase in (Phase.HEADERS, Phase.STREAM)
         and not t.events
     )

@@ -21,7 +21,7 @@ from latscope import __version__
 from latscope.dialects import DIALECTS
 from latscope.dialects.base import Dialect, ErrorBodyDecoder, Framing, RequestSpec, StreamDecoder
 from latscope.dialects.errors import decode_error_body
-from latscope.timeline.model import ErrorKind, Phase, Timeline
+from latscope.timeline.model import ErrorKind, Phase, RequestError, Timeline
 from latscope.timeline.redact import redact_url
 from latscope.wire.connection import Connection, open_connection
 from latscope.wire.encoding import STREAM_ACCEPT_ENCODING
@@ -57,19 +57,20 @@ _ACCEPT_ANY = (("accept", "*/*"),)
 CLOSED_KINDS = frozenset({ErrorKind.CLOSED, ErrorKind.RESET, ErrorKind.LOST, ErrorKind.TRUNCATED})
 
 
+def closed_under_reuse(t: Timeline) -> RequestError | None:
+    """``t``'s error when a kept-alive connection went away under it (an error of :data:`CLOSED_KINDS` on a reused
+    connection), else None."""
+    error, info = t.error, t.connection
+    if error is None or info is None or not info.reused or error.kind not in CLOSED_KINDS:
+        return None
+    return error
+
+
 def closed_before_reply(t: Timeline) -> bool:
     """True when ``t`` went to a kept-alive connection that turned out closed before any byte of a response came:
     the case an HTTP client may send again on a new connection."""
-    error = t.error
-    info = t.connection
-    return (
-        error is not None
-        and info is not None
-        and info.reused
-        and error.kind in CLOSED_KINDS
-        and error.phase in (Phase.SEND, Phase.HEADERS)
-        and t.first_byte_ns is None
-    )
+    error = closed_under_reuse(t)
+    return error is not None and error.phase in (Phase.SEND, Phase.HEADERS) and t.first_byte_ns is None
 
 
 def asks_for_stream(spec: RequestSpec) -> bool:

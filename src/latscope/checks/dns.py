@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import ConnectionEvidence, Reference, RequestSample
+from latscope.checks.connection import ConnectionEvidence
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, percentile
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome

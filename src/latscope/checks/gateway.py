@@ -16,10 +16,11 @@ Without a server-reported queue time, a gateway's queue cannot be told from the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import GatewayQueueEvidence, Reference, RequestSample
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median
 from latscope.findings import Clear, Confidence, NotTested, Outcome
@@ -62,6 +63,24 @@ MIN_STAIR_SHARE = 0.3
 MAX_ENGINE_SHARE = 0.25
 #: Requests of each phase that must have measured values.
 MIN_MEASURED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayQueueEvidence:
+    """The offered-rate step: the same short requests at a low rate, then as many at once.
+
+    Fields:
+        low_interval_ms: the low rate's spacing between sends (ms).
+        low: the low-rate requests (the control), in send order.
+        high: the requests sent at once, in send order.
+        high_request_ids: the server's ``x-request-id`` of the ``high`` requests that carried one (lets a test find
+            them in a server's own records).
+    """
+
+    low_interval_ms: float
+    low: tuple[RequestSample, ...] = ()
+    high: tuple[RequestSample, ...] = ()
+    high_request_ids: tuple[str, ...] = ()
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

@@ -14,11 +14,12 @@ and one held just under the threshold is still priced), or per stalled stream wi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import KvEvidence, Reference, RequestSample
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -38,6 +39,31 @@ MIN_STALLED = 2
 WENT_ON_SHARE = 0.5
 #: KV usage (0–1) at which the cache counts as full.
 FULL_USAGE = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class KvEvidence:
+    """The KV-cache experiment: long streams alone, then many at once.
+
+    Fields:
+        prompt_tokens / max_tokens / concurrency: each stream's prompt (about) and length, and the burst's size.
+        alone: the same streams one at a time (the control: how a stream flows without pressure).
+        burst: ``concurrency`` of them sent at once.
+        preemptions: the server's preemption counter's increase over the burst (None: not read).
+        kv_usage_max: the server's KV-cache usage gauge (0–1) at its highest during the burst (None: not read).
+        metrics: which metrics were read (the server family), or why none were.
+        skipped: why the burst was not sent (the target too slow for a bounded burst), None when it was.
+    """
+
+    prompt_tokens: int
+    max_tokens: int
+    concurrency: int
+    alone: tuple[RequestSample, ...] = ()
+    burst: tuple[RequestSample, ...] = ()
+    preemptions: float | None = None
+    kv_usage_max: float | None = None
+    metrics: str | None = None
+    skipped: str | None = None
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

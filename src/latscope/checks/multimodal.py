@@ -29,10 +29,11 @@ dialect has no image parts or the server refused an image (the status is given).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from latscope.checks import failures
-from latscope.checks.evidence import ImagePair, MultimodalEvidence, Reference, RequestSample
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import LineFit, fit_line, median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -70,6 +71,38 @@ MIN_SIZES = 3
 SIZE_BUCKET_BYTES = 32 * 1024
 #: A fit this good through each size's fastest pair is high-confidence evidence on its own.
 HIGH_CONFIDENCE_R2 = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePair:
+    """One size of the image experiment, sent twice: the short prompt with an image part of ``image_bytes`` (the
+    image file's size; its ``data:`` URI is a third longer), and the control, the same prompt carrying the very same
+    URI text where the model never reads it (same body bytes, no image)."""
+
+    image_bytes: int
+    image: RequestSample
+    text: RequestSample
+
+
+@dataclass(frozen=True, slots=True)
+class MultimodalEvidence:
+    """The image experiment: the same short prompt with an image part of growing size, each next to a control of
+    the same bytes as text.
+
+    Fields:
+        dialect: the dialect of the run.
+        supported: the dialect carries image parts (OpenAI chat ``image_url``); when False nothing was sent.
+        control: how the control carries the bytes: ``"user"`` (OpenAI's ``user`` string, never tokenised) or
+            ``"whitespace"`` (JSON whitespace), None when no control was accepted.
+        probe: a small image sent first: does the server accept image parts at all? (None when nothing was sent.)
+        pairs: every size's image and control, in the order sent; failed requests included (their samples say why).
+    """
+
+    dialect: str
+    supported: bool = True
+    control: str | None = None
+    probe: RequestSample | None = None
+    pairs: tuple[ImagePair, ...] = ()
 
 
 def _usable(sample: RequestSample) -> float | None:

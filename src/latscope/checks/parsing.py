@@ -15,10 +15,11 @@ the server's cost per MB. Two controls, both measured in this run:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import ParsePoint, ParsingEvidence, Reference
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import LineFit, fit_line, median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -67,6 +68,52 @@ MIN_PAIRED_R2 = 0.8
 HIGH_CONFIDENCE_R2 = 0.9
 #: A target further away than this (ms of RTT) adds upload transfer time to the server-side time.
 REMOTE_RTT_MS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ParsePoint:
+    """One padded request of the parsing experiment: its body size (bytes) and the server-side time (``wait_ms``:
+    first response byte − request fully written), the upload time, what the server reported for parsing and
+    validating (ms, None when it reports nothing), and whether it went on a reused connection (None: unknown)."""
+
+    body_bytes: int
+    server_ms: float
+    send_ms: float | None = None
+    server_parse_ms: float | None = None
+    reused: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsingEvidence:
+    """The parsing experiment.
+
+    Fields:
+        padding: how bodies were padded: ``"user"`` (OpenAI's ``user`` string, never tokenised), ``"whitespace"``
+            (JSON whitespace) or None when the server accepted neither.
+        points: every padded request that completed.
+        control: the same bodies made invalid at their first byte, which the server must receive whole and then
+            rejects at once (400): their ``server_ms`` is the cost of receiving a body (network, TLS, HTTP framing)
+            without parsing it. Empty when the server answered them in an unusable way.
+        fast_parser: ``(body_bytes, ms)``: ``orjson.loads`` of the same bodies in the client process, best of a few.
+        failures: padded requests and controls that failed (samples with their errors).
+        probe_failures: the first padded requests that found out whether the server accepts a padding kind and
+            failed: a refusal there chose the other kind (or showed that neither is accepted).
+        rejected: why padding was refused (the server's answer), when it was.
+        size_limit_bytes: the largest body the server accepted when it refused a larger one (413), else None.
+        rtt_ms: the connection's TCP round-trip time (a remote target adds upload transfer time to ``server_ms``).
+        upload_rate_bps: the rate the path carried the largest bodies at (bytes/s, the kernel's estimate).
+    """
+
+    padding: str | None
+    points: tuple[ParsePoint, ...] = ()
+    control: tuple[ParsePoint, ...] = ()
+    fast_parser: tuple[tuple[int, float], ...] = ()
+    failures: tuple[RequestSample, ...] = ()
+    rejected: str | None = None
+    size_limit_bytes: int | None = None
+    rtt_ms: float | None = None
+    probe_failures: tuple[RequestSample, ...] = ()
+    upload_rate_bps: float | None = None
 
 
 def _fast_parser_ms_per_mb(points: tuple[tuple[int, float], ...]) -> float | None:

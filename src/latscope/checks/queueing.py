@@ -9,10 +9,11 @@ request's TTFT inflation with the long requests' own prefill time, both measured
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import QueueEvidence, Reference
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, robust_sd
 from latscope.findings import CATALOGUE, Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -37,6 +38,51 @@ CONFIRM_SHARE = 0.5
 #: Long requests of a round whose prefills overlapped this little (long prefills in parallel, from the last one's
 #: TTFT) were served one at a time: a single slot, no batching. Halfway between serial (1) and two at once (2).
 SERIAL_MAX_PARALLEL = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEvidence:
+    """The queueing experiment. TTFTs are ``ttft_after_setup_ms`` (the client's connection setup excluded).
+
+    Fields:
+        short_prompt_tokens / long_prompt_tokens: prompt sizes used (about; the server adds its template).
+        longs_per_round: long requests in flight while each short one is sent.
+        short_alone_ms: short TTFTs with nothing else in flight.
+        long_alone_ms: long TTFTs with nothing else in flight (their prefill, plus the short's fixed costs).
+        short_contended_ms: short TTFTs sent while ``longs_per_round`` long requests were in flight.
+        server_queue_ms: what the server reported as queue time for the contended short requests (may be empty).
+        long_contended_ms: per round, the TTFTs of its long requests (how the server worked through them).
+        failures: requests that failed, but for the long prompts sent alone.
+        long_alone_failures: long prompts sent alone (sizing the long prompt, and its repeats) that failed; a
+            refusal among them (``RequestSample.refused``: a context too short) is the sizing at work.
+        head_start_ms: per contended round (aligned with ``short_contended_ms``; empty when unknown), how long the
+            first long request had been inside the server when the short one arrived: the client's lead after it saw
+            the long one acknowledged, plus one round trip.
+        rounds_not_arrived: rounds left out because their long requests had not all reached the server in time.
+        arrival_verified: every counted round saw its long requests acknowledged (False where the platform could
+            only see them written).
+        note: how the long prompt was sized (halved after a rejection, capped …).
+    """
+
+    short_prompt_tokens: int
+    long_prompt_tokens: int
+    longs_per_round: int
+    short_alone_ms: tuple[float, ...] = ()
+    long_alone_ms: tuple[float, ...] = ()
+    short_contended_ms: tuple[float, ...] = ()
+    server_queue_ms: tuple[float, ...] = ()
+    failures: tuple[RequestSample, ...] = ()
+    note: str | None = None
+    long_contended_ms: tuple[tuple[float, ...], ...] = ()
+    long_alone_failures: tuple[RequestSample, ...] = ()
+    head_start_ms: tuple[float, ...] = ()
+    rounds_not_arrived: int = 0
+    arrival_verified: bool = True
+
+    @property
+    def all_failures(self) -> tuple[RequestSample, ...]:
+        """Every failed request of the experiment."""
+        return self.long_alone_failures + self.failures
 
 
 def check_queue_head_of_line(ev: QueueEvidence, reference: Reference | None) -> Outcome:

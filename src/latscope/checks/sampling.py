@@ -15,10 +15,11 @@ apart), so most gaps of such a stream are near 0 and its median says nothing of 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import Reference, RequestSample, SamplingEvidence
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, robust_sd, sign_test_p
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -53,6 +54,26 @@ PAIRS_FOR_A_MISS = 5
 #: after a whole diagnosis: +0.17 ms per token in the median of 20 pairs, 8 of them under half the line, 16 slower at
 #: all: p 0.006. Eleven pairs at +0.3 and nine scattered about zero make 15 slower: p 0.02, not enough.)
 SIGN_TEST_P = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingEvidence:
+    """The sampling experiment: the same short prompt and length decoded greedily and with sampling parameters,
+    alternately on one connection.
+
+    Fields:
+        max_tokens: tokens each stream generates.
+        greedy: the greedy streams (``temperature`` 0).
+        sampled: the streams that asked for top-p, penalties and logprobs (``parameters``).
+        parameters: the sampling parameters the server accepted (names), empty when it refused every set tried.
+        refused: what the server answered to sampling parameters it refused, when it did.
+    """
+
+    max_tokens: int
+    greedy: tuple[RequestSample, ...] = ()
+    sampled: tuple[RequestSample, ...] = ()
+    parameters: tuple[str, ...] = ()
+    refused: str | None = None
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

@@ -25,10 +25,11 @@ wait for a slot (``gateway-queueing`` is that finding).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import Reference, RequestSample, SaturationEvidence, SaturationLevel
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, percentile
 from latscope.findings import Clear, Confidence, NotTested, Outcome
@@ -57,6 +58,64 @@ MIN_GAUGE_SCRAPES = 5
 MIN_REPORTED_QUEUE_SHARE = 0.25
 #: The phases in which a server reports a wait for a slot (the lab's and Server-Timing's ``queue``, Ollama's ``load``).
 QUEUE_PHASES = (ServerPhase.QUEUE, ServerPhase.LOAD)
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationLevel:
+    """One step of the concurrency sweep: ``concurrency`` short requests sent at once, in each of a few rounds.
+
+    ``first_token_lags_ms`` (aligned with ``rounds``; empty when not known) gives of each request the ms from the
+    earliest first token of the others in its burst to its own (None where either is missing): a request that
+    waited for a slot got its first token about a whole stream after the first ones of its burst. ``set_aside``
+    holds the rounds the experiment sent again because the server was busy before they began
+    (:func:`latscope.checks.saturation.busy_at_start`): kept for the record, not judged.
+    """
+
+    concurrency: int
+    rounds: tuple[tuple[RequestSample, ...], ...]
+    first_token_lags_ms: tuple[tuple[float | None, ...], ...] = ()
+    set_aside: tuple[tuple[RequestSample, ...], ...] = ()
+
+    @property
+    def samples(self) -> tuple[RequestSample, ...]:
+        """Every request of every round."""
+        return tuple(s for burst in self.rounds for s in burst)
+
+    @property
+    def ttfts_ms(self) -> list[float]:
+        """TTFTs without connection setup of the requests that completed, every round."""
+        return [s.ttft_after_setup_ms for s in self.samples if s.ok and s.ttft_after_setup_ms is not None]
+
+    @property
+    def failed(self) -> list[RequestSample]:
+        """The requests that failed."""
+        return [s for s in self.samples if not s.ok]
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationEvidence:
+    """The saturation experiment: a bounded concurrency sweep of short prompts (every level's connections opened
+    before it is measured).
+
+    Fields:
+        prompt_tokens / max_tokens: each request's prompt (about) and tokens generated.
+        levels: the steps, in increasing concurrency; the sweep stops one step after requests started to wait.
+        waiting_gauge / running_gauge: the server's waiting- and running-requests gauges at their highest during
+            the sweep, where its metrics had them (None: not read).
+        metrics: which metrics were read (the server family), or why none were.
+        batch_series: the server's running-requests gauge over the sweep (its batch size), ``(seconds since the
+            sweep began, running, waiting)`` per scrape (waiting None where the server has no such gauge).
+        level_starts: ``(concurrency, seconds since the sweep began)`` of each level.
+    """
+
+    prompt_tokens: int
+    max_tokens: int
+    levels: tuple[SaturationLevel, ...] = ()
+    waiting_gauge: float | None = None
+    running_gauge: float | None = None
+    metrics: str | None = None
+    batch_series: tuple[tuple[float, float, float | None], ...] = ()
+    level_starts: tuple[tuple[int, float], ...] = ()
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from latscope.checks.evidence import RateLimitAnswer, RequestSample
+from latscope.checks.ratelimit import RateLimitAnswer
+from latscope.checks.samples import RequestSample
 from latscope.dialects import DEFAULT_DIALECT, get_dialect
 from latscope.dialects.base import Dialect, RequestSpec
 from latscope.dialects.prompts import synthetic_prompt

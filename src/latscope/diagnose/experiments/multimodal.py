@@ -32,8 +32,8 @@ import zlib
 
 import orjson
 
-from latscope.checks.evidence import ImagePair, MultimodalEvidence, RequestSample
-from latscope.checks.multimodal import check_multimodal_preprocessing
+from latscope.checks.multimodal import ImagePair, MultimodalEvidence, check_multimodal_preprocessing
+from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.dialects.base import RequestSpec

@@ -21,7 +21,8 @@ import time
 import orjson
 
 from latscope.checks import failures
-from latscope.checks.evidence import ParsePoint, ParsingEvidence, RequestSample
+from latscope.checks.parsing import ParsePoint, ParsingEvidence
+from latscope.checks.samples import RequestSample
 from latscope.checks.stats import median
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior

@@ -19,9 +19,9 @@ for every parameter of :data:`SAMPLED` the server accepts: a refusal (4xx) of th
 
 from __future__ import annotations
 
-from latscope.checks.evidence import RequestSample, SamplingEvidence
 from latscope.checks.failures import describe
-from latscope.checks.sampling import check_decode_host_overhead
+from latscope.checks.samples import RequestSample
+from latscope.checks.sampling import SamplingEvidence, check_decode_host_overhead
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.findings import Inconclusive

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
@@ -13,6 +14,8 @@ from latscope.checks.streaming.evidence import StreamEvidence, all_samples
 from latscope.checks.streaming.measures import (
     ACK_CLOCK_GROWTH_SPACINGS,
     NOISE_Z,
+    AckClock,
+    SegmentFill,
     ack_clock,
     late_without_pileup,
     segment_fill,
@@ -76,6 +79,33 @@ def _summary(outcome: Outcome) -> dict[str, Any]:
     return {k: outcome.evidence.get(k) for k in keys} | {"outcome": type(outcome).__name__.lower()}
 
 
+@dataclass(frozen=True, slots=True)
+class _Growth:
+    """TTFT (ms, medians) with ``max_tokens`` 1 and with the long length, the growth between them, the generation
+    time after the short one's TTFT, the share of it held back, and the larger of the two groups' robust SDs."""
+
+    short_p50: float
+    long_p50: float
+    growth: float
+    generation: float
+    fraction: float
+    noise: float
+
+
+def _growth(short: list[float], long: list[float], long_samples: tuple[RequestSample, ...]) -> _Growth:
+    """How much TTFT grew with ``max_tokens``, against the generation time and the noise."""
+    short_p50 = median(short)
+    long_p50 = median(long)
+    ends = [s.e2e_after_setup_ms for s in long_samples if s.ok and s.e2e_after_setup_ms is not None]
+    end_p50 = median(ends)
+    assert short_p50 is not None and long_p50 is not None
+    growth = long_p50 - short_p50
+    generation = (end_p50 - short_p50) if end_p50 is not None else 0.0
+    fraction = growth / generation if generation > 0 else 0.0
+    noise = max(robust_sd(short) or 0.0, robust_sd(long) or 0.0)
+    return _Growth(short_p50, long_p50, growth, generation, fraction, noise)
+
+
 def _buffering(
     short_samples: tuple[RequestSample, ...],
     long_samples: tuple[RequestSample, ...],
@@ -92,36 +122,11 @@ def _buffering(
     if not short or not long:
         reason = failures.summarise((*short_samples, *long_samples)) or "no stream completed"
         return NotTested(PROXY_ID, f"the buffering comparison{over} could not measure: {reason}")
-    short_p50 = median(short)
-    long_p50 = median(long)
-    ends = [s.e2e_after_setup_ms for s in long_samples if s.ok and s.e2e_after_setup_ms is not None]
-    end_p50 = median(ends)
-    assert short_p50 is not None and long_p50 is not None
-    growth = long_p50 - short_p50
-    generation = (end_p50 - short_p50) if end_p50 is not None else 0.0
-    fraction = growth / generation if generation > 0 else 0.0
-    noise = max(robust_sd(short) or 0.0, robust_sd(long) or 0.0)
+    g = _growth(short, long, long_samples)
     long_ok = [s for s in long_samples if s.ok]
-    bursty = sum(1 for s in long_ok if s.max_token_events_per_read >= BURST_EVENTS)
-    bursts = sorted({b for s in long_ok for b in s.burst_bytes})
     headers = {s.x_accel_buffering for s in (*long_samples, *([] if alternative else ev.reused)) if s.ok}
-    evidence: dict[str, Any] = {
-        "protocol": protocol,
-        "max_tokens": ev.max_tokens,
-        "ttft_max_tokens_1_ms_p50": round(short_p50, 3),
-        f"ttft_max_tokens_{ev.max_tokens}_ms_p50": round(long_p50, 3),
-        "ttft_growth_ms": round(growth, 3),
-        "generation_ms": round(generation, 3),
-        "held_fraction": round(fraction, 3),
-        "noise_sd_ms": round(noise, 3),
-        "bursty_streams": bursty,
-        "streams": len(long_ok),
-        "max_token_events_per_read": max((s.max_token_events_per_read for s in long_ok), default=0),
-        "max_gap_ms": round(max((g for s in long_ok for g in s.itl_ms), default=0.0), 3),
-        "burst_bytes": bursts[:16],
-        "x_accel_buffering": sorted(h for h in headers if h is not None) or None,
-    }
-    unpiled = sum(1 for s in long_ok if late_without_pileup(s, growth))
+    evidence = _evidence(ev, protocol, g, long_ok, headers)
+    unpiled = sum(1 for s in long_ok if late_without_pileup(s, g.growth))
     evidence["streams_first_token_alone"] = unpiled
     fill = segment_fill(short_samples, long_samples)
     if fill is not None:
@@ -129,6 +134,52 @@ def _buffering(
     clock = ack_clock(long_samples)
     if clock is not None:
         evidence["ack_clock"] = clock.to_dict()
+    cleared = _not_held(ev, over, g, fill, clock, unpiled == len(long_ok), evidence)
+    if cleared is not None:
+        return cleared
+    return _held(ev, reference, over, g, long_ok, headers, evidence, alternative=alternative)
+
+
+def _evidence(
+    ev: StreamEvidence,
+    protocol: str | None,
+    g: _Growth,
+    long_ok: list[RequestSample],
+    headers: set[str | None],
+) -> dict[str, Any]:
+    """The comparison's numbers and the long streams' per-read picture."""
+    bursty = sum(1 for s in long_ok if s.max_token_events_per_read >= BURST_EVENTS)
+    bursts = sorted({b for s in long_ok for b in s.burst_bytes})
+    return {
+        "protocol": protocol,
+        "max_tokens": ev.max_tokens,
+        "ttft_max_tokens_1_ms_p50": round(g.short_p50, 3),
+        f"ttft_max_tokens_{ev.max_tokens}_ms_p50": round(g.long_p50, 3),
+        "ttft_growth_ms": round(g.growth, 3),
+        "generation_ms": round(g.generation, 3),
+        "held_fraction": round(g.fraction, 3),
+        "noise_sd_ms": round(g.noise, 3),
+        "bursty_streams": bursty,
+        "streams": len(long_ok),
+        "max_token_events_per_read": max((s.max_token_events_per_read for s in long_ok), default=0),
+        "max_gap_ms": round(max((gap for s in long_ok for gap in s.itl_ms), default=0.0), 3),
+        "burst_bytes": bursts[:16],
+        "x_accel_buffering": sorted(h for h in headers if h is not None) or None,
+    }
+
+
+def _not_held(
+    ev: StreamEvidence,
+    over: str,
+    g: _Growth,
+    fill: SegmentFill | None,
+    clock: AckClock | None,
+    every_first_token_alone: bool,
+    evidence: dict[str, Any],
+) -> Clear | None:
+    """Clear when the growth is Nagle's (its ACK clock, one segment's fill), too small, or no stream's first token
+    was held; None otherwise."""
+    growth = g.growth
     if clock is not None and clock.clocked and growth <= ACK_CLOCK_GROWTH_SPACINGS * clock.spacing_ms:
         return Clear(
             PROXY_ID,
@@ -145,14 +196,14 @@ def _buffering(
             "for, not a proxy's buffer (4 KB and more; see stream-coalescing-nagle)",
             evidence,
         )
-    if growth < PROXY_MIN_GROWTH_MS or fraction < PROXY_CLEAR_HELD_FRACTION:
+    if growth < PROXY_MIN_GROWTH_MS or g.fraction < PROXY_CLEAR_HELD_FRACTION:
         return Clear(
             PROXY_ID,
-            f"TTFT{over} is {short_p50:.1f} ms with max_tokens 1 and {long_p50:.1f} ms with {ev.max_tokens}: the "
+            f"TTFT{over} is {g.short_p50:.1f} ms with max_tokens 1 and {g.long_p50:.1f} ms with {ev.max_tokens}: the "
             "first token is not held back for later ones",
             evidence,
         )
-    if unpiled == len(long_ok):
+    if every_first_token_alone:
         return Clear(
             PROXY_ID,
             f"TTFT{over} grew {growth:.1f} ms from max_tokens 1 to {ev.max_tokens}, but every stream's first token "
@@ -160,16 +211,33 @@ def _buffering(
             "held back (the growth is the host's noise)",
             evidence,
         )
+    return None
+
+
+def _held(
+    ev: StreamEvidence,
+    reference: Reference | None,
+    over: str,
+    g: _Growth,
+    long_ok: list[RequestSample],
+    headers: set[str | None],
+    evidence: dict[str, Any],
+    *,
+    alternative: bool,
+) -> Finding | Inconclusive:
+    """The first token was held for later ones: a finding when the growth is large enough and stands out of the
+    noise, else inconclusive."""
+    growth, fraction = g.growth, g.fraction
     # Every stream's first token arriving in one read with later ones shows the hold itself (measured with quickack
     # on, so not Nagle): the growth is then the mechanism, and a stalled request among two or three samples, which
     # inflates their spread, must not hide it.
     every_piled = all(s.first_read_token_events >= 2 for s in long_ok)
     evidence["every_stream_held"] = every_piled
-    if fraction < PROXY_MIN_HELD_FRACTION or (not every_piled and growth < NOISE_Z * noise):
+    if fraction < PROXY_MIN_HELD_FRACTION or (not every_piled and growth < NOISE_Z * g.noise):
         return Inconclusive(
             PROXY_ID,
             f"TTFT{over} grows {growth:.1f} ms with max_tokens ({fraction:.0%} of the generation time, noise "
-            f"{noise:.1f} ms): between the clear and the finding thresholds; more samples would settle it",
+            f"{g.noise:.1f} ms): between the clear and the finding thresholds; more samples would settle it",
             evidence,
         )
     basis = (
@@ -187,6 +255,7 @@ def _buffering(
     )
     if None in headers:
         rule += "; the response does not send 'X-Accel-Buffering: no'"
+    bursty = sum(1 for s in long_ok if s.max_token_events_per_read >= BURST_EVENTS)
     return costed_finding(
         PROXY_ID,
         growth,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
@@ -43,10 +44,67 @@ def _majority(held: int, streams: int) -> bool:
     return streams > 0 and held > NAGLE_HELD_SHARE * streams
 
 
+@dataclass(frozen=True, slots=True)
+class _Hold:
+    """The delayed-ACK condition that shows the hold best, against its control (ms).
+
+    ``hold_ms``: the streams' median lateness over ``control_p50``; ``held``: late streams with tokens piled up
+    behind their first; ``unpiled``: late streams whose first token came alone; ``min_hold_ms``: the lateness that
+    counts (``mechanism_hold_ms`` raised to the controls' spread).
+    """
+
+    name: str
+    samples: list[RequestSample]
+    hold_ms: float
+    held: int
+    unpiled: int
+    control_p50: float
+    min_hold_ms: float
+    mechanism_hold_ms: float
+
+    @property
+    def majority(self) -> bool:
+        """More than :data:`NAGLE_HELD_SHARE` of the streams were held."""
+        return _majority(self.held, len(self.samples))
+
+
 def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     """Finding when streams started in delayed-ACK mode (reused connections, or new ones forced into it) reach their
     first token at least :data:`NAGLE_MIN_HOLD_MS` later than with quickack on."""
     control = ttfts(ev.quickack)
+    unmeasured = _unmeasured(ev, control)
+    if unmeasured is not None:
+        return unmeasured
+    reused = [s for s in ev.reused if s.ok and s.reused]
+    delayed = [s for s in ev.delayed_ack if s.ok]
+    candidates = [(name, samples) for name, samples in (("reused", reused), ("delayed_ack", delayed)) if samples]
+    if not candidates:
+        return _no_delayed_ack_stream(ev, reused)
+    control_p50 = median(control)
+    assert control_p50 is not None
+    # each condition against the control that pays what it pays: new connections against new connections
+    fresh_control = median(ttfts(ev.quickack_fresh))
+    controls = {"reused": control_p50, "delayed_ack": control_p50 if fresh_control is None else fresh_control}
+    fill = segment_fill(ev.quickack_short, ev.quickack)
+    min_hold, mechanism_hold, noise = _min_hold(ev, fill)
+    h = _best_condition(candidates, controls, min_hold, mechanism_hold)
+    evidence = _evidence(ev, h, fresh_control, bool(reused))
+    _add_lateness(evidence, ev, h, candidates, controls, noise, fill)
+    clock = ack_clock((*ev.quickack, *ev.quickack_http11))
+    if clock is not None:
+        evidence["ack_clock"] = clock.to_dict()
+    ack_hold = h.hold_ms >= h.min_hold_ms and h.majority
+    if not ack_hold:
+        other = _other_release(ev, reference, h, fill, clock, evidence)
+        if other is not None:
+            return other
+    if h.held == 0:
+        return _nothing_held(h, fill, clock, evidence)
+    return _held(ev, reference, h, bool(reused), evidence)
+
+
+def _unmeasured(ev: StreamEvidence, control: list[float]) -> NotTested | None:
+    """Why the streams cannot be compared with a quickack control, None when they can."""
     if not ev.quickack_supported:
         return NotTested(NAGLE_ID, "TCP_QUICKACK is not available on this client platform: no control stream")
     broken = failures.too_many_failed(all_samples(ev))
@@ -55,24 +113,24 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     if not control:
         reason = failures.summarise(ev.quickack) or "no stream completed"
         return NotTested(NAGLE_ID, f"the quickack control streams failed: {reason}")
-    reused = [s for s in ev.reused if s.ok and s.reused]
-    delayed = [s for s in ev.delayed_ack if s.ok]
-    candidates = [(name, samples) for name, samples in (("reused", reused), ("delayed_ack", delayed)) if samples]
-    if not candidates:
-        why = []
-        if not reused:
-            why.append("no connection was reused (the server closes them)")
-        if not ev.delayed_ack_supported:
-            why.append("this client cannot force delayed ACKs")
-        else:
-            why.append(failures.summarise(ev.delayed_ack) or "no delayed-ACK stream completed")
-        return NotTested(NAGLE_ID, "no stream started in delayed-ACK mode: " + "; ".join(why))
-    control_p50 = median(control)
-    assert control_p50 is not None
-    # each condition against the control that pays what it pays: new connections against new connections
-    fresh_control = median(ttfts(ev.quickack_fresh))
-    controls = {"reused": control_p50, "delayed_ack": control_p50 if fresh_control is None else fresh_control}
-    fill = segment_fill(ev.quickack_short, ev.quickack)
+    return None
+
+
+def _no_delayed_ack_stream(ev: StreamEvidence, reused: list[RequestSample]) -> NotTested:
+    """Why no stream started in delayed-ACK mode."""
+    why = []
+    if not reused:
+        why.append("no connection was reused (the server closes them)")
+    if not ev.delayed_ack_supported:
+        why.append("this client cannot force delayed ACKs")
+    else:
+        why.append(failures.summarise(ev.delayed_ack) or "no delayed-ACK stream completed")
+    return NotTested(NAGLE_ID, "no stream started in delayed-ACK mode: " + "; ".join(why))
+
+
+def _min_hold(ev: StreamEvidence, fill: SegmentFill | None) -> tuple[float, float, float | None]:
+    """``(min_hold, mechanism_hold, noise)`` (ms): the lateness that counts as a hold, the same before the
+    controls' spread raised it, and that spread (None: too few controls)."""
     # the longest hold to expect: the delayed ACK, or on a real network the time a segment takes to fill if shorter;
     # not where the quickack streams were held for more than a segment (a buffer: their token gaps are not the
     # server's, and neither is the fill time they give)
@@ -85,6 +143,16 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     mechanism_hold = min_hold
     if noise is not None:
         min_hold = max(min_hold, NOISE_Z * noise)
+    return min_hold, mechanism_hold, noise
+
+
+def _best_condition(
+    candidates: list[tuple[str, list[RequestSample]]],
+    controls: dict[str, float],
+    min_hold: float,
+    mechanism_hold: float,
+) -> _Hold:
+    """Each condition's lateness against its control, and the condition that shows the hold best."""
     measured: list[tuple[str, list[RequestSample], float, int]] = []
     unpiled: dict[str, int] = {}
     for name, samples in candidates:
@@ -98,22 +166,25 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
         measured.append((name, samples, p50, len(late) - unpiled[name]))
     # the condition that shows the hold best; reused connections first (what users see) when both show it
     name, samples, hold, held = max(measured, key=lambda m: (_majority(m[3], len(m[1])), m[2]))
-    control_p50 = controls[name]
-    coalesced = sum(1 for s in samples if s.first_read_token_events >= 2)
-    control_coalesced = sum(1 for s in ev.quickack if s.ok and s.first_read_token_events >= 2)
-    evidence: dict[str, Any] = {
+    return _Hold(name, samples, hold, held, unpiled[name], controls[name], min_hold, mechanism_hold)
+
+
+def _evidence(ev: StreamEvidence, h: _Hold, fresh_control: float | None, reused: bool) -> dict[str, Any]:
+    """The chosen condition's hold, and the per-read picture of every condition."""
+    name, samples, hold, control_p50 = h.name, h.samples, h.hold_ms, h.control_p50
+    return {
         "condition": name,
         "ttft_held_ms_p50": round(control_p50 + hold, 3),
         "ttft_quickack_ms_p50": round(control_p50, 3),
         "control": "quickack_fresh" if name == "delayed_ack" and fresh_control is not None else "quickack",
         "hold_ms": round(hold, 3),
-        "held_streams": held,
-        "late_streams_without_pileup": unpiled[name],
+        "held_streams": h.held,
+        "late_streams_without_pileup": h.unpiled,
         "streams": len(samples),
-        "start_coalesced_streams": coalesced,
-        "start_coalesced_streams_quickack": control_coalesced,
+        "start_coalesced_streams": sum(1 for s in samples if s.first_read_token_events >= 2),
+        "start_coalesced_streams_quickack": _quickack_coalesced(ev),
         "first_read_token_events": [s.first_read_token_events for s in samples],
-        "reused_connections_seen": bool(reused),
+        "reused_connections_seen": reused,
         "per_read": {
             name: per_read_summary(group)
             for name, group in (
@@ -126,11 +197,29 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
             if group
         },
     }
+
+
+def _quickack_coalesced(ev: StreamEvidence) -> int:
+    """Quickack streams that completed with their first token in one read with later ones."""
+    return sum(1 for s in ev.quickack if s.ok and s.first_read_token_events >= 2)
+
+
+def _add_lateness(
+    evidence: dict[str, Any],
+    ev: StreamEvidence,
+    h: _Hold,
+    candidates: list[tuple[str, list[RequestSample]]],
+    controls: dict[str, float],
+    noise: float | None,
+    fill: SegmentFill | None,
+) -> None:
+    """Add the TTFT of new connections, the lateness that counts, each stream's lateness and the segment fill to
+    ``evidence``."""
     fresh = ttfts(ev.fresh)
     if fresh:
         evidence["ttft_fresh_ms_p50"] = round(median(fresh) or 0.0, 3)
-    evidence["min_hold_ms"] = round(min_hold, 3)
-    evidence["mechanism_min_hold_ms"] = round(mechanism_hold, 3)
+    evidence["min_hold_ms"] = round(h.min_hold_ms, 3)
+    evidence["mechanism_min_hold_ms"] = round(h.mechanism_hold_ms, 3)
     if noise is not None:
         evidence["control_noise_sd_ms"] = round(noise, 3)
     evidence["late_ms"] = {
@@ -139,19 +228,32 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     }
     if fill is not None:
         evidence["segment_fill"] = fill.to_dict()
-    clock = ack_clock((*ev.quickack, *ev.quickack_http11))
-    if clock is not None:
-        evidence["ack_clock"] = clock.to_dict()
-    ack_hold = hold >= min_hold and _majority(held, len(samples))
-    if not ack_hold and fill is not None and fill.one_segment:
+
+
+def _other_release(
+    ev: StreamEvidence,
+    reference: Reference | None,
+    h: _Hold,
+    fill: SegmentFill | None,
+    clock: AckClock | None,
+    evidence: dict[str, Any],
+) -> Finding | None:
+    """Nagle found by a release other than the delayed ACK (a segment filled, or the ACK clock), None when neither
+    shows."""
+    if fill is not None and fill.one_segment:
         quick = [s for s in ev.quickack if s.ok]
         if _majority(sum(1 for s in quick if s.first_read_token_events >= 2), len(quick)):
-            return _segment_fill_finding(ev, reference, name, samples, fill, evidence)
+            return _segment_fill_finding(ev, reference, h.name, h.samples, fill, evidence)
     # a first token held longer than the clock's spacing waited for a buffer, whose bursts the clock then paces
     buffered = fill is not None and fill.growth_ms > ACK_CLOCK_GROWTH_SPACINGS * clock.spacing_ms if clock else False
-    if not ack_hold and clock is not None and clock.clocked and not buffered:
+    if clock is not None and clock.clocked and not buffered:
         return _ack_clock_finding(reference, clock, evidence)
-    if held == 0 and clock is not None and not clock.free:
+    return None
+
+
+def _nothing_held(h: _Hold, fill: SegmentFill | None, clock: AckClock | None, evidence: dict[str, Any]) -> Outcome:
+    """No stream in delayed-ACK mode was held: clear, unless the ACK clock was neither free nor a round trip."""
+    if clock is not None and not clock.free:
         return Inconclusive(
             NAGLE_ID,
             f"nothing waited for a delayed ACK, but the streams' partial segments came {clock.spacing_ms:.1f} ms "
@@ -159,26 +261,30 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
             f"token interval ({clock.interval_ms:.1f} ms) nor a round trip apart; more samples would settle it",
             evidence,
         )
-    if held == 0:
-        alone = ""
-        if unpiled[name]:
-            alone = (
-                f"; {unpiled[name]} started late with its first token alone in its read, so it was not held after "
-                "the server wrote (a stall elsewhere)"
-            )
-        spread = ""
-        if min_hold > mechanism_hold:
-            spread = f" (none beyond {min_hold:.1f} ms, three times the quickack controls' spread"
-            if fill is not None and mechanism_hold < NAGLE_MIN_HOLD_MS:
-                spread += f"; a hold here would last no longer than a segment takes to fill, {fill.fill_time_ms:.1f} ms"
-            spread += ")"
-
-        return Clear(
-            NAGLE_ID,
-            f"streams in delayed-ACK mode reached their first token {hold:.1f} ms from the quickack control's "
-            f"{control_p50:.1f} ms: nothing waited for an ACK{spread}{alone}",
-            evidence,
+    alone = ""
+    if h.unpiled:
+        alone = (
+            f"; {h.unpiled} started late with its first token alone in its read, so it was not held after "
+            "the server wrote (a stall elsewhere)"
         )
+    spread = ""
+    if h.min_hold_ms > h.mechanism_hold_ms:
+        spread = f" (none beyond {h.min_hold_ms:.1f} ms, three times the quickack controls' spread"
+        if fill is not None and h.mechanism_hold_ms < NAGLE_MIN_HOLD_MS:
+            spread += f"; a hold here would last no longer than a segment takes to fill, {fill.fill_time_ms:.1f} ms"
+        spread += ")"
+
+    return Clear(
+        NAGLE_ID,
+        f"streams in delayed-ACK mode reached their first token {h.hold_ms:.1f} ms from the quickack control's "
+        f"{h.control_p50:.1f} ms: nothing waited for an ACK{spread}{alone}",
+        evidence,
+    )
+
+
+def _held(ev: StreamEvidence, reference: Reference | None, h: _Hold, reused: bool, evidence: dict[str, Any]) -> Outcome:
+    """Streams in delayed-ACK mode were held: a finding when a majority was held long enough, else inconclusive."""
+    name, samples, hold, held, min_hold = h.name, h.samples, h.hold_ms, h.held, h.min_hold_ms
     if hold < min_hold or not _majority(held, len(samples)):
         return Inconclusive(
             NAGLE_ID,
@@ -192,6 +298,7 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
     )
     if name == "delayed_ack" and not reused:
         basis += "; masked today because connections are not reused, it appears as soon as keep-alive works"
+    coalesced = sum(1 for s in samples if s.first_read_token_events >= 2)
     return costed_finding(
         NAGLE_ID,
         hold,
@@ -202,7 +309,9 @@ def check_nagle(ev: StreamEvidence, reference: Reference | None) -> Outcome:
             f"{held} of {len(samples)} streams in delayed-ACK mode started ≥ {min_hold:.1f} ms later than "
             "with quickack on (Nagle holding small writes until the ACK)"
         ),
-        confidence=Confidence.HIGH if coalesced * 2 >= len(samples) and control_coalesced == 0 else Confidence.MEDIUM,
+        confidence=Confidence.HIGH
+        if coalesced * 2 >= len(samples) and _quickack_coalesced(ev) == 0
+        else Confidence.MEDIUM,
     )
 
 

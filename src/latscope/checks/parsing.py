@@ -213,6 +213,30 @@ def _paired_floors(ev: ParsingEvidence) -> list[tuple[float, float]]:
     return [(padded[b][0], padded[b][1] - control[b][1]) for b in sorted(padded) if b in control]
 
 
+@dataclass(frozen=True, slots=True)
+class _Lines:
+    """The lines the parsing check decides on (slopes in ms per MB of body).
+
+    ``receiving``: the control's time per MB (None without a control); ``fast``: the fast parser's; ``paired``: the
+    series is each body's time beyond its control; ``upload``: times run from the upload's start; ``fit``: the line
+    through every request; ``floor``: through each size's fastest; ``padded_floor``: through each size's fastest
+    padded request (the control not subtracted); ``offset``: receiving, where the series still contains it;
+    ``threshold``: the slope that means slow parsing; ``excess``: the fastest line's slope beyond receiving and the
+    fast parser.
+    """
+
+    receiving: float | None
+    fast: float
+    paired: bool
+    upload: bool
+    fit: LineFit
+    floor: LineFit
+    padded_floor: LineFit
+    offset: float
+    threshold: float
+    excess: float
+
+
 def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> Outcome:
     """Finding when the server's per-MB time is at least :data:`SLOW_PARSE_RATIO` × a fast parser's and at least
     :data:`SLOW_PARSE_MIN_EXCESS_MS_PER_MB` above it.
@@ -222,6 +246,24 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
     both slopes at or above the threshold; clear needs the robust slope below it and the all-requests slope's lower
     95 % edge below it too; anything else is inconclusive.
     """
+    unmeasured = _unmeasured(ev)
+    if unmeasured is not None:
+        return unmeasured
+    lines = _lines(ev)
+    if lines is None:
+        return Inconclusive(PARSE_ID, "the padded requests did not span enough sizes for a line; run again")
+    evidence = _evidence(ev, lines)
+    undecided = _against_threshold(lines, evidence)
+    if undecided is None:
+        undecided = _not_parsing_alone(lines, evidence)
+    if undecided is not None:
+        return undecided
+    return _finding(ev, reference, lines, evidence)
+
+
+def _unmeasured(ev: ParsingEvidence) -> NotTested | None:
+    """Why the padded requests cannot be judged (no padding accepted, a misbehaving target, too few sizes), None
+    when they can."""
     if ev.padding is None:
         return NotTested(PARSE_ID, f"no padded body was accepted: {ev.rejected or 'the server refused the padding'}")
     # refusals the experiment expects (the body-size limit, a padding kind: probe_failures) are not misbehaviour
@@ -241,6 +283,12 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             + (f" ({reason})" if reason else "")
             + limit,
         )
+    return None
+
+
+def _lines(ev: ParsingEvidence) -> _Lines | None:
+    """The lines through the padded requests and the threshold they are held to, None where a line cannot be
+    fitted."""
     receiving = control_ms_per_mb(ev)
     fast = _fast_parser_ms_per_mb(ev.fast_parser)
     pairs = paired_differences(ev)
@@ -255,21 +303,34 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
     floor = fit_line([x for x, _ in floors], [y for _, y in floors])
     padded_floor = fit_line(*zip(*floor_points(ev.points, from_upload_start=upload), strict=True))
     if fit is None or floor is None or padded_floor is None or fast is None or fit.slope_se is None:
-        return Inconclusive(PARSE_ID, "the padded requests did not span enough sizes for a line; run again")
+        return None
     offset = 0.0 if paired else (receiving or 0.0)  # receiving, where the series still contains it
-    evidence = _fit_evidence(ev, fit, fast, upload)
-    evidence["timed_from"] = (
-        "upload start, minus the same body rejected at byte 0 (paired, new connections)"
-        if paired
-        else evidence["timed_from"]
-    )
-    evidence["server_ms_per_mb_fastest"] = round(padded_floor.slope, 3)
-    evidence["receive_ms_per_mb"] = None if receiving is None else round(receiving, 3)
     # the slopes are compared with what a fast parser would need plus the margin (plus receiving, where included)
     threshold = offset + max(fast * SLOW_PARSE_RATIO, fast + SLOW_PARSE_MIN_EXCESS_MS_PER_MB)
-    evidence["threshold_ms_per_mb"] = round(threshold, 3)
-    low = fit.slope - SLOPE_Z * fit.slope_se
     excess = floor.slope - offset - fast
+    return _Lines(receiving, fast, paired, upload, fit, floor, padded_floor, offset, threshold, excess)
+
+
+def _evidence(ev: ParsingEvidence, lines: _Lines) -> dict[str, Any]:
+    """The lines' numbers, how requests were timed, and the threshold."""
+    evidence = _fit_evidence(ev, lines.fit, lines.fast, lines.upload)
+    evidence["timed_from"] = (
+        "upload start, minus the same body rejected at byte 0 (paired, new connections)"
+        if lines.paired
+        else evidence["timed_from"]
+    )
+    evidence["server_ms_per_mb_fastest"] = round(lines.padded_floor.slope, 3)
+    evidence["receive_ms_per_mb"] = None if lines.receiving is None else round(lines.receiving, 3)
+    evidence["threshold_ms_per_mb"] = round(lines.threshold, 3)
+    return evidence
+
+
+def _against_threshold(lines: _Lines, evidence: dict[str, Any]) -> Clear | Inconclusive | None:
+    """Clear when both lines are below the threshold, inconclusive when only one is, None when neither is."""
+    fit, floor, fast, threshold = lines.fit, lines.floor, lines.fast, lines.threshold
+    receiving, offset, excess = lines.receiving, lines.offset, lines.excess
+    assert fit.slope_se is not None
+    low = fit.slope - SLOPE_Z * fit.slope_se
     if floor.slope < threshold and low < threshold:
         return Clear(
             PARSE_ID,
@@ -286,11 +347,18 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             "more samples or larger bodies would settle it",
             evidence,
         )
+    return None
+
+
+def _not_parsing_alone(lines: _Lines, evidence: dict[str, Any]) -> Inconclusive | None:
+    """Inconclusive when the time beyond receiving is not in a line, or not clear of the server's cost of receiving
+    the bytes; None otherwise."""
+    fit, floor, excess = lines.fit, lines.floor, lines.excess
     # a line through every request, or through each size's fastest (one stalled request on a busy host bends the
     # first, not the second; a step between sizes bends both)
     line_r2 = max(fit.r2, floor.r2)
     evidence["r2_fastest"] = round(floor.r2, 4)
-    if paired and line_r2 < MIN_PAIRED_R2:
+    if lines.paired and line_r2 < MIN_PAIRED_R2:
         evidence["excess_ms_per_mb"] = round(excess, 3)
         return Inconclusive(
             PARSE_ID,
@@ -300,17 +368,23 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             evidence,
         )
     # the server's own CPU receiving the bytes: what the control measured, less what a network carries slowly
-    receive_cpu = None if receiving is None else min(receiving, RECEIVE_CPU_MAX_MS_PER_MB)
+    receive_cpu = None if lines.receiving is None else min(lines.receiving, RECEIVE_CPU_MAX_MS_PER_MB)
     if receive_cpu is not None and excess < RECEIVE_RATIO * receive_cpu:
         evidence["excess_ms_per_mb"] = round(excess, 3)
         return Inconclusive(
             PARSE_ID,
             f"the server spends {excess:.2f} ms per MB beyond receiving the body and a fast parser, above the "
-            f"{threshold:.2f} ms/MB threshold but under {RECEIVE_RATIO:g}× the {receive_cpu:.2f} ms/MB it needs to "
-            "receive the same bytes: a busy host stretches both alike; a run on a quiet host, or the server's own "
-            "parse timing (Server-Timing), would settle it",
+            f"{lines.threshold:.2f} ms/MB threshold but under {RECEIVE_RATIO:g}× the {receive_cpu:.2f} ms/MB it "
+            "needs to receive the same bytes: a busy host stretches both alike; a run on a quiet host, or the "
+            "server's own parse timing (Server-Timing), would settle it",
             evidence,
         )
+    return None
+
+
+def _finding(ev: ParsingEvidence, reference: Reference | None, lines: _Lines, evidence: dict[str, Any]) -> Outcome:
+    """The finding, unless the server's own parse timing says the time went elsewhere (inconclusive)."""
+    fit, fast, receiving, excess = lines.fit, lines.fast, lines.receiving, lines.excess
     reported = _server_reported_slope(ev)
     confirmed = reported is not None and abs(reported - excess) <= CONFIRM_TOLERANCE * excess
     if reported is not None:
@@ -321,9 +395,9 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             # between the client and the parser (a proxy buffering the body, the network), not into parsing
             return Inconclusive(
                 PARSE_ID,
-                f"server-side time grows {padded_floor.slope:.2f} ms per MB of body ({excess:.2f} beyond receiving "
-                f"it and a fast parser), but the server reports only {reported:.2f} ms per MB of parsing and "
-                "validation: the time goes elsewhere on the path (a proxy in front, the network)",
+                f"server-side time grows {lines.padded_floor.slope:.2f} ms per MB of body ({excess:.2f} beyond "
+                f"receiving it and a fast parser), but the server reports only {reported:.2f} ms per MB of parsing "
+                "and validation: the time goes elsewhere on the path (a proxy in front, the network)",
                 evidence,
             )
     remote = ev.rtt_ms is not None and ev.rtt_ms >= REMOTE_RTT_MS
@@ -349,8 +423,8 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
         cost_basis=basis,
         evidence=evidence,
         rule=(
-            f"server time grows {padded_floor.slope:.2f} ms per MB of padding ({ev.padding}); beyond receiving the "
-            f"body that is ≥ {SLOW_PARSE_RATIO:g}× the fast parser's {fast:.2f} ms/MB and ≥ "
+            f"server time grows {lines.padded_floor.slope:.2f} ms per MB of padding ({ev.padding}); beyond receiving "
+            f"the body that is ≥ {SLOW_PARSE_RATIO:g}× the fast parser's {fast:.2f} ms/MB and ≥ "
             f"{SLOW_PARSE_MIN_EXCESS_MS_PER_MB:g} ms/MB above it"
         ),
         confidence=confidence,

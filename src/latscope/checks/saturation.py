@@ -205,6 +205,16 @@ def _quietest(level: SaturationLevel) -> float:
     return min(means) if means else _mean(level.ttfts_ms)
 
 
+@dataclass(frozen=True, slots=True)
+class _Lone:
+    """A lone request's fastest TTFT and end-to-end time (ms, connection setup excluded) and its connection's round
+    trip (ms, None where not reported): what the levels are measured against."""
+
+    ttft: float
+    e2e: float
+    rtt: float | None
+
+
 def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | None) -> Outcome:
     """Finding when some concurrency of the sweep made requests wait (:func:`level_waited`); the capacity is the
     level before it, the cost the mean TTFT that level added over the one before."""
@@ -212,31 +222,67 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
     broken = failures.too_many_failed(samples)
     if broken:
         return NotTested(SATURATION_ID, f"the target misbehaved during the concurrency sweep: {broken}")
-    lone = next((lv for lv in ev.levels if lv.concurrency == 1), None)
-    if lone is None or not lone.ttfts_ms or len(ev.levels) < 2:
+    lone_level = next((lv for lv in ev.levels if lv.concurrency == 1), None)
+    if lone_level is None or not lone_level.ttfts_ms or len(ev.levels) < 2:
         reason = failures.summarise(samples) or "the sweep did not get past one request"
         return NotTested(SATURATION_ID, f"the concurrency sweep could not measure: {reason}")
-    lone_ttft = min(lone.ttfts_ms)
-    e2es = [s.e2e_after_setup_ms for s in lone.samples if s.ok and s.e2e_after_setup_ms is not None]
+    lone = _lone(lone_level)
+    rows = _rows(ev, lone)
+    evidence = _evidence(ev, rows, lone)
+    if lone.e2e - lone.ttft < MIN_SERVICE_SPAN_MS:
+        return NotTested(
+            SATURATION_ID,
+            f"a lone request streams its {ev.max_tokens} tokens in {lone.e2e - lone.ttft:.1f} ms: too little service "
+            "time to tell waiting for a slot from noise",
+        )
+    waited = next(
+        (lv for lv in ev.levels if lv.concurrency > 1 and level_waited(lv, lone.ttft, lone.e2e, lone.rtt)), None
+    )
+    top = ev.levels[-1].concurrency
+    if waited is None:
+        return Clear(
+            SATURATION_ID,
+            f"up to {top} concurrent short requests started without waiting for a slot (TTFT p90 "
+            f"{rows[-1]['ttft_p90_ms']} ms vs {lone.ttft:.1f} ms alone)",
+            evidence,
+        )
+    not_for_a_slot = _not_for_a_slot(ev, waited, lone, evidence)
+    if not_for_a_slot is not None:
+        return not_for_a_slot
+    return _finding(ev, reference, waited, lone, evidence)
+
+
+def _lone(level: SaturationLevel) -> _Lone:
+    """The lone request's costs, from the sweep's level of one."""
+    lone_ttft = min(level.ttfts_ms)
+    e2es = [s.e2e_after_setup_ms for s in level.samples if s.ok and s.e2e_after_setup_ms is not None]
     lone_e2e = min(e2es) if e2es else lone_ttft
-    rtt = lone_rtt_ms(lone.samples)
-    rows = [
+    return _Lone(lone_ttft, lone_e2e, lone_rtt_ms(level.samples))
+
+
+def _rows(ev: SaturationEvidence, lone: _Lone) -> list[dict[str, Any]]:
+    """Each level's TTFTs, failures and waiters per round."""
+    return [
         {
             "concurrency": lv.concurrency,
             "ttft_p50_ms": _round(median(lv.ttfts_ms)),
             "ttft_p90_ms": _round(percentile(lv.ttfts_ms, 90.0)),
             "ttft_max_ms": _round(max(lv.ttfts_ms, default=None) if lv.ttfts_ms else None),
             "failed": len(lv.failed),
-            "waited": [waiters(lv, i, lone_ttft, lone_e2e, rtt) for i in range(len(lv.rounds))],
+            "waited": [waiters(lv, i, lone.ttft, lone.e2e, lone.rtt) for i in range(len(lv.rounds))],
             **({"set_aside": len(lv.set_aside)} if lv.set_aside else {}),
         }
         for lv in ev.levels
     ]
-    evidence: dict[str, Any] = {
+
+
+def _evidence(ev: SaturationEvidence, rows: list[dict[str, Any]], lone: _Lone) -> dict[str, Any]:
+    """The levels, the lone request and the server's gauges."""
+    return {
         "levels": rows,
-        "lone_ttft_ms": _round(lone_ttft),
-        "lone_e2e_ms": _round(lone_e2e),
-        "lone_rtt_ms": _round(rtt),
+        "lone_ttft_ms": _round(lone.ttft),
+        "lone_e2e_ms": _round(lone.e2e),
+        "lone_rtt_ms": _round(lone.rtt),
         "max_tokens": ev.max_tokens,
         "waiting_gauge_max": ev.waiting_gauge,
         "running_gauge_max": ev.running_gauge,
@@ -244,22 +290,13 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
         "batch_series": [list(point) for point in ev.batch_series],
         "level_starts": [list(start) for start in ev.level_starts],
     }
-    if lone_e2e - lone_ttft < MIN_SERVICE_SPAN_MS:
-        return NotTested(
-            SATURATION_ID,
-            f"a lone request streams its {ev.max_tokens} tokens in {lone_e2e - lone_ttft:.1f} ms: too little service "
-            "time to tell waiting for a slot from noise",
-        )
-    waited = next((lv for lv in ev.levels if lv.concurrency > 1 and level_waited(lv, lone_ttft, lone_e2e, rtt)), None)
-    top = ev.levels[-1].concurrency
-    if waited is None:
-        return Clear(
-            SATURATION_ID,
-            f"up to {top} concurrent short requests started without waiting for a slot (TTFT p90 "
-            f"{rows[-1]['ttft_p90_ms']} ms vs {lone_ttft:.1f} ms alone)",
-            evidence,
-        )
-    share = reported_queue_share(waited, lone_ttft, lone_e2e)
+
+
+def _not_for_a_slot(
+    ev: SaturationEvidence, waited: SaturationLevel, lone: _Lone, evidence: dict[str, Any]
+) -> Clear | None:
+    """Clear when the server's own clocks or queue gauge say the late requests did not wait for a slot, else None."""
+    share = reported_queue_share(waited, lone.ttft, lone.e2e)
     evidence["reported_queue_share"] = _round(share)
     if share is not None and share < MIN_REPORTED_QUEUE_SHARE:
         # the server's own clocks say the waiting requests were hardly queued: they waited before reaching it
@@ -280,10 +317,23 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
             "sweep: the engine admitted the burst over several steps (prefill), nothing waited for a slot",
             evidence,
         )
+    return None
+
+
+def _finding(
+    ev: SaturationEvidence,
+    reference: Reference | None,
+    waited: SaturationLevel,
+    lone: _Lone,
+    evidence: dict[str, Any],
+) -> Outcome:
+    """The finding: the capacity is the level before ``waited``, the cost the mean TTFT ``waited`` added."""
     index = ev.levels.index(waited)
     knee = ev.levels[index - 1].concurrency
     # the requests that did not wait had a slot: the capacity, as far as this level shows it
-    started = min(waited.concurrency - waiters(waited, i, lone_ttft, lone_e2e, rtt) for i in range(len(waited.rounds)))
+    started = min(
+        waited.concurrency - waiters(waited, i, lone.ttft, lone.e2e, lone.rtt) for i in range(len(waited.rounds))
+    )
     capacity = max(knee, started)
     # one step past the knee against the knee itself: both levels pay what concurrency costs without waiting (a
     # larger prefill step, the host's and the network's share of a burst); only the waiting differs
@@ -309,7 +359,7 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
         evidence=evidence,
         rule=(
             f"at {waited.concurrency} concurrent short requests, in every round, some waited for others to finish "
-            f"(TTFT beyond a lone request's by more than {WAIT_SHARE:.0%} of its {lone_e2e - lone_ttft:.0f} ms "
+            f"(TTFT beyond a lone request's by more than {WAIT_SHARE:.0%} of its {lone.e2e - lone.ttft:.0f} ms "
             f"stream); capacity about {capacity} concurrent requests (none waited at {knee}){gauge}"
         ),
         confidence=Confidence.HIGH if confirm or len(waited.ttfts_ms) >= 4 else Confidence.MEDIUM,

@@ -15,12 +15,11 @@ fastest image minus its fastest control (a busy host only ever adds time, so the
 cost). A finding needs the fastest-line slope at or above :data:`MIN_EXCESS_MS_PER_MB` on a steady line
 (:data:`MIN_FLOOR_R2`), the line through each size's median pair difference at or above it too (across a network
 path time is also taken away: a 1 MB upload on a connection whose congestion window an earlier one opened saves
-whole round trips, and one control 45 ms faster than its two repeats made the fastest line's slope 61 ms/MB where
-the sizes' median pairs gave 4 ms/MB; the median of a size's pairs is the image's cost whichever way one request
-strays), no more than one control in :data:`SLOW_CONTROL_SHARE` at the largest size as slow as the images there (a
-delay that controls show too is not the image's: behind nginx with ``tcp_nodelay off`` the origin gets a body's last
-segment 40 ms late, its delayed ACK, on any request at random, and across a 20 ms path all six 1 MB images of one
-run met it while two controls of six did: the fastest line read 67 ms/MB where the server spent 6), and the cost at
+whole round trips, so one fast control can steepen the fastest line; the median of a size's pairs is the image's cost
+whichever way one request strays), no more than one control in :data:`SLOW_CONTROL_SHARE` at the largest size as
+slow as the images there (a delay that controls show too is not the image's: behind nginx with ``tcp_nodelay off``
+the origin gets a body's last segment 40 ms late, its delayed ACK, on any request at random, and may meet every
+image of a size), and the cost at
 the largest image at least :data:`NOISE_MULTIPLE` × the scatter of one request here (the controls', measured in the
 same run) and :data:`MIN_COST_MS`; clear needs the fastest-line slope below the threshold and the all-pairs slope's
 lower edge (:data:`SLOPE_Z` standard errors) below it too; anything else is inconclusive. Not tested when the
@@ -43,8 +42,8 @@ from latscope.units import BYTES_PER_MB
 MULTIMODAL_ID = "multimodal-preprocessing"
 
 #: The experiment's images are incompressible PNGs, the fewest pixels per MB any image format carries, so a
-#: compiled decoder spends only a few ms per MB of them (Pillow, base64 included: 4–8 ms per MB measured on a busy
-#: 2-core host, under 10 ms/MB at worst). Twice that worst beyond the same bytes as text is preprocessing well past
+#: compiled decoder spends only a few ms per MB of them (Pillow, base64 included: under 10 ms/MB even on a busy
+#: host). Twice that worst beyond the same bytes as text is preprocessing well past
 #: decoding: resizing and normalising in Python, or a processor queued behind other work.
 MIN_EXCESS_MS_PER_MB = 20.0
 #: The all-pairs slope's uncertainty band is ± this many standard errors (≈ 95 %).

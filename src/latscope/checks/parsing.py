@@ -47,17 +47,16 @@ SLOPE_Z = 2.0
 CONFIRM_TOLERANCE = 0.5
 #: Parsing must cost at least this many times what the same server spends receiving the same bytes (the control's
 #: per-MB cost). Receiving and parsing use the same CPU, so when the host is busy both stretch by the same factor and
-#: this ratio does not, while the absolute thresholds above do not hold on an oversubscribed host: measured on a
-#: 2-core host shared with other test runs, llama-cpp-python (stdlib json + pydantic, about 1 ms/MB idle) showed 12
-#: ms/MB beyond receiving at a receiving cost of 6.8 ms/MB (1.8×); the lab's slow-parse regexes, 60–70 ms/MB, are over
-#: ten times their server's receiving cost.
+#: this ratio does not, while the absolute thresholds above do not hold on an oversubscribed host (there
+#: llama-cpp-python's stdlib json + pydantic stays under twice its receiving cost; the lab's slow-parse regexes are
+#: over ten times theirs).
 RECEIVE_RATIO = 3.0
 #: A server whose own parse/validate report covers less than this share of the excess contradicts the client-side
 #: slope: the excess is real time, but not spent parsing (the server would have timed it). The lower edge of the
 #: confirmation band, so a report either confirms, contradicts, or (above the band) leaves the finding as measured.
 CONTRADICT_SHARE = 1.0 - CONFIRM_TOLERANCE
-#: Receiving costs a server's CPU at most this much per MB (an interpreted HTTP stack on a busy 2-core host measured
-#: 6.8; C stacks well under 1): a control that takes longer is waiting for the network (a link's bandwidth, round
+#: Receiving costs a server's CPU at most this much per MB (an interpreted HTTP stack on a busy host several ms, C
+#: stacks well under 1): a control that takes longer is waiting for the network (a link's bandwidth, round
 #: trips), which does not stretch with the host's load like parsing, so only this much of it counts for the ratio
 #: above.
 RECEIVE_CPU_MAX_MS_PER_MB = 10.0

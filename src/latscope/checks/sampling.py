@@ -8,8 +8,8 @@ and with those parameters, alternately on one connection, so the only difference
 compares the two streams' time per output token, with its noise. A stream's time per token is its mean gap, from
 its first token to its last: the decode time the stream took, whatever its reads looked like. Its median gap is not
 (measured): across a network path a fast stream's tokens arrive several to one read, and servers hold tokens back
-and release them together (llama-cpp-python's greedy streams of a tiny model: a 7–8 ms hold, then ten tokens 0.2 ms
-apart), so most gaps of such a stream are near 0 and its median says nothing of the steps.
+and release them together (llama-cpp-python holds a tiny model's greedy tokens back, then sends ten at once), so most
+gaps of such a stream are near 0 and its median says nothing of the steps.
 """
 
 from __future__ import annotations
@@ -29,14 +29,13 @@ SAMPLING_ID = "decode-host-overhead"
 #: Sampling is material when it adds at least this share of the greedy time per token …
 MATERIAL_SHARE = 0.10
 #: … and at least this much (ms per token): the size of one read's user-space stamping jitter on a quiet host, so a
-#: difference below it is not one the client can vouch for. Above it the share decides: a CPU server decoding in
-#: 0.9 ms per token that spends 0.25 more on sampling loses a quarter of its decode time to it (llama-cpp-python).
+#: difference below it is not one the client can vouch for. Above it the share decides (a CPU server such as
+#: llama-cpp-python decodes in about a millisecond per token).
 MIN_ADDED_MS = 0.1
 #: The difference must stand this many standard errors above zero.
 NOISE_Z = 3.0
 #: A clear needs the difference this many standard errors below the material line: a median under it that the
-#: pairs' spread could lift over it is not the fast path measured (llama-cpp-python's three pairs +0.16, +0.79 and
-#: -0.11 ms per token: a median under the line, a cost of 0.4–0.8 ms the next runs found).
+#: pairs' spread could lift over it is not the fast path measured (llama-cpp-python's pairs scatter that widely).
 CLEAR_Z = 2.0
 #: Streams needed on each side.
 MIN_STREAMS = 2
@@ -44,15 +43,13 @@ MIN_STREAMS = 2
 #: whole of it for a clear) …
 PAIR_SHARE = 0.5
 #: … but one in four, from this many pairs on: a stream of one pair held up by the host (a stall inside it moves its
-#: mean) is not the sampling path, while a difference the host's load carries from pair to pair misses in several.
-#: (On llama-cpp-python here about one pair in five was held up, so eight pairs often had two.)
+#: mean) is not the sampling path, while a difference the host's load carries from pair to pair misses in several
+#: (on a busy host llama-cpp-python holds up about one pair in five).
 PAIRS_FOR_A_MISS = 5
 #: … or more misses than that, when so many pairs were slower at all that noise favouring neither stream would make
 #: that many at most this seldom (a one-sided sign test; about four pairs in five): a cost only a little above the
 #: pairs' own noise misses half the line in one pair of three while nearly every pair still leans its way, where a
-#: difference that some pairs carry and the others do not leaves the others slower or faster alike. (llama-cpp-python
-#: after a whole diagnosis: +0.17 ms per token in the median of 20 pairs, 8 of them under half the line, 16 slower at
-#: all: p 0.006. Eleven pairs at +0.3 and nine scattered about zero make 15 slower: p 0.02, not enough.)
+#: difference that some pairs carry and the others do not leaves the others slower or faster alike.
 SIGN_TEST_P = 0.01
 
 

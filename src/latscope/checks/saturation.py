@@ -49,8 +49,7 @@ MIN_WAITERS_LARGE = 2
 MIN_SERVICE_SPAN_MS = 10.0
 #: A server's waiting-requests gauge read this many times over the sweep (diagnose scrapes every 50 ms) and never
 #: above zero outweighs the client's view: an engine that admits a burst over several prefill steps spreads its
-#: first tokens as a queue would (llama.cpp's llama-server on a CPU: 8 of 8 running, none deferred, first tokens
-#: 50–230 ms apart).
+#: first tokens as a queue would (llama.cpp's llama-server on a CPU, every request running, none deferred).
 MIN_GAUGE_SCRAPES = 5
 #: Where the server reports its queue time, the waiting requests' reported queue time must cover at least this
 #: share of what they waited beyond a lone request for the wait to have been for a slot: a request held in front of
@@ -162,8 +161,8 @@ def busy_at_start(level: SaturationLevel, index: int, lone_ttft_ms: float, lone_
     """The level's burst ``index`` got its earliest first token later than a lone request by more than
     :data:`WAIT_SHARE` of a lone stream. The burst's first request cannot have waited for a slot that another of
     the burst held (none had started), so the server or the host was busy with something else when the burst
-    arrived, and a round without waiters shows nothing about slots (measured on llama-cpp-python, once in a full
-    test run: a burst of two whose first token came 48 ms late, then 19 ms between the two)."""
+    arrived, and a round without waiters shows nothing about slots (seen on llama-cpp-python: a burst whose first
+    token came late, its second soon after)."""
     ttfts = [s.ttft_after_setup_ms for s in level.rounds[index] if s.ok and s.ttft_after_setup_ms is not None]
     return bool(ttfts) and min(ttfts) > lone_ttft_ms + WAIT_SHARE * (lone_e2e_ms - lone_ttft_ms)
 

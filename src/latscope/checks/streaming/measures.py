@@ -26,8 +26,8 @@ FILL_SEGMENTS_HIGH = 1.6
 FILL_MIN_INTERVALS = 2.0
 #: Nagle's clock: partial-segment reads spaced this share of the round trip or more (median) waited for ACKs. Not a
 #: whole round trip: over TLS a read is what the records it completed decrypt to, not a wire segment, and a second
-#: partial read per round trip is common (through nginx with ``tcp_nodelay off`` over TLS at a 40 ms round trip the
-#: median came at 62–73 % of it, every run; a run of full-segment reads in between shortens a gap too). A stream
+#: partial read per round trip is common (through nginx with ``tcp_nodelay off`` over TLS the median spacing is about
+#: two thirds of the round trip; a run of full-segment reads in between shortens a gap too). A stream
 #: written as it is generated reads one token interval apart, at most a third of the round trip where the clock is
 #: read at all (:data:`ACK_CLOCK_MIN_TOKENS_PER_RTT`) …
 ACK_CLOCK_SHARE = 0.5
@@ -44,7 +44,8 @@ ACK_CLOCK_GROWTH_SPACINGS = 1.25
 
 @dataclass(frozen=True, slots=True)
 class AckClock:
-    """How the partial segments of some streams were paced, against the round trip (see the module docstring).
+    """How the partial segments of some streams were paced, against the round trip (see
+    :mod:`latscope.checks.streaming`).
 
     ``rtt_ms``: the connection's round trip (TCP_INFO, median over the streams); ``interval_ms``: the server's time
     per token (median of the streams' mean inter-token gaps); ``spacing_ms``: the median gap between partial-segment

@@ -324,7 +324,7 @@ def _segment_fill_finding(
     evidence: dict[str, Any],
 ) -> Finding:
     """Nagle found by its other release: the first token waited, with quickack on, for about one segment's worth
-    of data to be written (see the module docstring)."""
+    of data to be written (see :mod:`latscope.checks.streaming`)."""
     short = median(ttfts(ev.quickack_short))
     start = median(ttfts(samples))
     assert short is not None and start is not None
@@ -352,7 +352,7 @@ def _segment_fill_finding(
 
 
 def _ack_clock_finding(reference: Reference | None, clock: AckClock, evidence: dict[str, Any]) -> Finding:
-    """Nagle found by its clock: the partial segments came a round trip apart (see the module docstring)."""
+    """Nagle found by its clock: the partial segments came a round trip apart (see :mod:`latscope.checks.streaming`)."""
     first = clock.first_hold_ms
     cost = first if first > 0 else clock.token_hold_ms
     return costed_finding(

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 from latscope.checks import failures
 from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
-from latscope.checks.stats import LineFit, fit_line, median
+from latscope.checks.stats import MAD_TO_SD, LineFit, fit_line, median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
 from latscope.timeline.model import PHASES_BEFORE_FIRST_TOKEN
 from latscope.units import BYTES_PER_MB
@@ -51,8 +51,6 @@ SLOPE_Z = 2.0
 #: The cost at the largest image must stand this many times above the noise of one request here: the controls'
 #: scatter around their own line (a robust standard deviation, :func:`control_noise_ms`).
 NOISE_MULTIPLE = 3.0
-#: A median absolute deviation times this is a standard deviation (for normally distributed noise).
-MAD_TO_SD = 1.4826
 #: Each size's fastest pair must lie on a line this well (R²) for a finding: preprocessing grows with the image's
 #: bytes, while a difference that jumps between sizes is something else (or a stall that hit every repeat).
 MIN_FLOOR_R2 = 0.8

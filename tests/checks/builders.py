@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from latscope.checks.evidence import Reference, RequestSample
+from latscope.checks.samples import Reference, RequestSample
 
 #: A typical request: 10 ms to the first token, 200 ms end to end, 12 ms between tokens.
 REF = Reference(ttft_ms=10.0, e2e_ms=200.0, itl_ms=12.0)

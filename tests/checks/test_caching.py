@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from latscope.checks.caching import check_response_cached
-from latscope.checks.evidence import CachedReply, CachingEvidence, RequestSample
+from latscope.checks.caching import CachedReply, CachingEvidence, check_response_cached
+from latscope.checks.samples import RequestSample
 from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Severity
 from latscope.signals.cache import CacheSignal
 from tests.checks.builders import REF, failed, ok

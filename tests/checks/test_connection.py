@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from latscope.checks.connection import check_connection_reuse, check_http2, check_tls_resumption
-from latscope.checks.evidence import ConcurrencyEvidence, ConnectionEvidence, RequestSample
+from latscope.checks.connection import (
+    ConcurrencyEvidence,
+    ConnectionEvidence,
+    check_connection_reuse,
+    check_http2,
+    check_tls_resumption,
+)
+from latscope.checks.samples import RequestSample
 from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Severity
 from tests.checks.builders import REF, failed, ok, reset
 

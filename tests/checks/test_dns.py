@@ -3,8 +3,9 @@ lookup (dns phase) and TCP connect (the control: one round trip to the server)."
 
 from __future__ import annotations
 
+from latscope.checks.connection import ConnectionEvidence
 from latscope.checks.dns import check_slow_dns
-from latscope.checks.evidence import ConnectionEvidence, RequestSample
+from latscope.checks.samples import RequestSample
 from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Severity
 from tests.checks.builders import REF, failed, ok
 

@@ -6,22 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from latscope.checks.batching import check_batching_window
-from latscope.checks.evidence import (
-    BatchingEvidence,
-    KvEvidence,
-    PairPoint,
-    PrefillEvidence,
-    PrefillPoint,
-    RequestSample,
-    SamplingEvidence,
-    SaturationEvidence,
-    SaturationLevel,
-)
-from latscope.checks.kvcache import check_kv_cache_pressure
-from latscope.checks.prefill import check_prefill_superlinear, floor_points
-from latscope.checks.sampling import check_decode_host_overhead
-from latscope.checks.saturation import check_capacity_saturation
+from latscope.checks.batching import BatchingEvidence, PairPoint, check_batching_window
+from latscope.checks.kvcache import KvEvidence, check_kv_cache_pressure
+from latscope.checks.prefill import PrefillEvidence, PrefillPoint, check_prefill_superlinear, floor_points
+from latscope.checks.samples import RequestSample
+from latscope.checks.sampling import SamplingEvidence, check_decode_host_overhead
+from latscope.checks.saturation import SaturationEvidence, SaturationLevel, check_capacity_saturation
 from latscope.findings import Clear, Finding, Inconclusive, NotTested, Severity
 from latscope.timeline.model import ServerPhase
 from tests.checks.builders import REF, failed, ok

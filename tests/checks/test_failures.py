@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from latscope.checks import failures
-from latscope.checks.evidence import RequestSample
+from latscope.checks.samples import RequestSample
 from tests.checks.builders import failed, ok, reset
 
 

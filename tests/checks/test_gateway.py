@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from latscope.checks.evidence import GatewayQueueEvidence, RequestSample
-from latscope.checks.gateway import check_gateway_queueing, unaccounted_ms
+from latscope.checks.gateway import GatewayQueueEvidence, check_gateway_queueing, unaccounted_ms
+from latscope.checks.samples import RequestSample
 from latscope.findings import Clear, Finding, NotTested
 from latscope.timeline.model import ServerPhase
 from tests.checks.builders import REF, failed, ok

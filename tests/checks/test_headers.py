@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from latscope.checks.evidence import HeaderEvidence, HeaderPoint
-from latscope.checks.headers import check_header_bloat
+from latscope.checks.headers import HeaderEvidence, HeaderPoint, check_header_bloat
 from latscope.findings import Clear, Confidence, Finding, NotTested
 from tests.checks.builders import REF, failed, ok
 

@@ -3,8 +3,12 @@ text), per MB of image."""
 
 from __future__ import annotations
 
-from latscope.checks.evidence import ImagePair, MultimodalEvidence
-from latscope.checks.multimodal import MIN_EXCESS_MS_PER_MB, check_multimodal_preprocessing
+from latscope.checks.multimodal import (
+    MIN_EXCESS_MS_PER_MB,
+    ImagePair,
+    MultimodalEvidence,
+    check_multimodal_preprocessing,
+)
 from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested
 from tests.checks.builders import REF, failed, ok
 

@@ -3,14 +3,15 @@ agree on; not tested without ``--direct`` or with two URLs for one server."""
 
 from __future__ import annotations
 
-from latscope.checks.evidence import GatewayOverheadEvidence, RequestSample
 from latscope.checks.overhead import (
     MATERIAL_FLOOR_MS,
+    GatewayOverheadEvidence,
     check_gateway_overhead,
     chunk_delay_ms,
     gap_growth_ms,
     median_interval,
 )
+from latscope.checks.samples import RequestSample
 from latscope.findings import Clear, Finding, Inconclusive, NotTested, Severity
 from tests.checks.builders import REF, failed, ok
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from latscope.checks.evidence import ParsePoint, ParsingEvidence
-from latscope.checks.parsing import check_request_parsing
+from latscope.checks.parsing import ParsePoint, ParsingEvidence, check_request_parsing
 from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Severity
 from tests.checks.builders import REF, failed, ok
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from latscope.checks.evidence import QueueEvidence, RequestSample
-from latscope.checks.queueing import check_queue_head_of_line
+from latscope.checks.queueing import QueueEvidence, check_queue_head_of_line
+from latscope.checks.samples import RequestSample
 from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Severity
 from tests.checks.builders import REF, failed
 

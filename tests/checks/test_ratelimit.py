@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from latscope.checks.evidence import RateLimitAnswer, RateLimitEvidence, RequestSample
-from latscope.checks.ratelimit import check_rate_limited
+from latscope.checks.ratelimit import RateLimitAnswer, RateLimitEvidence, check_rate_limited
+from latscope.checks.samples import RequestSample
 from latscope.findings import Clear, Finding, NotTested, Severity
 from latscope.signals.ratelimit import rate_limit_state
 from tests.checks.builders import REF, failed, ok

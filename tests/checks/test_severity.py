@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from latscope.checks.evidence import Reference
+from latscope.checks.samples import Reference
 from latscope.checks.severity import cost_context, severity_for, structural_severity
 from latscope.findings import Severity
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from latscope.checks.evidence import RequestSample, StreamEvidence
-from latscope.checks.streaming import check_nagle, check_proxy_buffering
+from latscope.checks.samples import RequestSample
+from latscope.checks.streaming import StreamEvidence, check_nagle, check_proxy_buffering
 from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Severity
 from tests.checks.builders import REF, ok, reset
 

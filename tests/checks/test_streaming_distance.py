@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 
-from latscope.checks.evidence import RequestSample, StreamEvidence
-from latscope.checks.streaming import ack_clock, check_nagle, check_proxy_buffering
+from latscope.checks.samples import RequestSample
+from latscope.checks.streaming import StreamEvidence, check_nagle, check_proxy_buffering
+from latscope.checks.streaming.measures import ack_clock
 from latscope.findings import Clear, Finding, Inconclusive
 from latscope.timeline.model import ConnectionInfo, EventKind, Read, StreamEvent, TcpInfo, Timeline
 from tests.checks.builders import REF, ok

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from latscope.checks.evidence import RequestSample, TraceContextEvidence
-from latscope.checks.tracecontext import check_trace_context
+from latscope.checks.samples import RequestSample
+from latscope.checks.tracecontext import TraceContextEvidence, check_trace_context
 from latscope.findings import Clear, Finding, NotTested, Severity
 from latscope.signals.traceresponse import ReturnedTraceId
 from tests.checks.builders import REF, failed, ok

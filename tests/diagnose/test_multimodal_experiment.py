@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from latscope.checks.evidence import MultimodalEvidence
+from latscope.checks.multimodal import MultimodalEvidence
 from latscope.diagnose import diagnose
 from latscope.diagnose.context import REQUEST_TIMEOUTS, Context
 from latscope.diagnose.experiments import multimodal

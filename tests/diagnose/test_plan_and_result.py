@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from latscope.checks.evidence import BaselineEvidence, RequestSample, SweepPoint
+from latscope.checks.baseline import BaselineEvidence, SweepPoint
+from latscope.checks.samples import RequestSample
 from latscope.diagnose import SCHEMA, Diagnosis, ExperimentRun, UnknownFindingError, diagnosed_ids
 from latscope.diagnose.plan import families_for, select
 from latscope.diagnose.summary import baseline_summary, reference, timeline_summary

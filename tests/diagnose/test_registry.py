@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from latscope.checks import CHECKS
-from latscope.checks.evidence import ConnectionEvidence
+from latscope.checks.connection import ConnectionEvidence
 from latscope.diagnose import diagnose, plan
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments import EXPERIMENTS, Experiment, Prior, register_experiment

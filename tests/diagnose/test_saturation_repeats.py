@@ -3,8 +3,8 @@ requests waiting for a slot, and only then (:func:`latscope.diagnose.experiments
 
 from __future__ import annotations
 
-from latscope.checks.evidence import RequestSample, SaturationEvidence, SaturationLevel
-from latscope.checks.saturation import busy_at_start, check_capacity_saturation
+from latscope.checks.samples import RequestSample
+from latscope.checks.saturation import SaturationEvidence, SaturationLevel, busy_at_start, check_capacity_saturation
 from latscope.diagnose.experiments.saturation import _held_up
 from latscope.findings import Finding
 from tests.checks.builders import ok

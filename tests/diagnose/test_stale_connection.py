@@ -8,7 +8,7 @@ servers here do that on purpose, on every second request of a connection.
 
 from __future__ import annotations
 
-from latscope.checks.evidence import RequestSample
+from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import REQUEST_TIMEOUTS, Context
 from latscope.wire.target import Target
 from tests.support.stream_server import Handler, Received, Reply, StreamServer, paced_stream

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from latscope.checks.evidence import RequestSample
+from latscope.checks.samples import RequestSample
 from latscope.diagnose import Diagnosis, diagnose
 from latscope.diagnose.context import REQUEST_TIMEOUTS, Context
 from latscope.diagnose.experiments import baseline, parsing

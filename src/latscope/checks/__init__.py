@@ -1,6 +1,7 @@
 """Checks: pure functions from an experiment's evidence to one outcome (Finding, NotTested, Inconclusive, Clear).
 
-One module per family, each holding its thresholds as named constants next to the check:
+One module per family (a package where it is large), each holding its evidence class and its thresholds as named
+constants next to the check:
 
 * :mod:`~latscope.checks.dns` — ``slow-dns`` (reads the connection experiment's new connections)
 * :mod:`~latscope.checks.connection` — ``no-connection-reuse``, ``tls-no-resumption``, ``http2-not-negotiated``
@@ -15,7 +16,8 @@ One module per family, each holding its thresholds as named constants next to th
 * :mod:`~latscope.checks.saturation` — ``capacity-saturation``
 * :mod:`~latscope.checks.kvcache` — ``kv-cache-pressure``
 * :mod:`~latscope.checks.sampling` — ``decode-host-overhead``
-* :mod:`~latscope.checks.streaming` — ``stream-coalescing-nagle``, ``stream-proxy-buffering``
+* :mod:`~latscope.checks.streaming` — ``stream-coalescing-nagle``, ``stream-proxy-buffering`` (a package: evidence,
+  measures, one module per check)
 * :mod:`~latscope.checks.gateway` — ``gateway-queueing``
 * :mod:`~latscope.checks.overhead` — ``gateway-overhead`` (against the upstream named by ``--direct``)
 * :mod:`~latscope.checks.ratelimit` — ``rate-limited``
@@ -23,7 +25,8 @@ One module per family, each holding its thresholds as named constants next to th
   diagnosis experiment, so it is not in :data:`CHECKS`; :func:`latscope.load.bench.finish_run` runs it per step
 
 :data:`CHECKS` is the registry: finding id → the evidence family it reads and the function. Checks never import
-:mod:`latscope.diagnose` (it imports them); their evidence classes live in :mod:`~latscope.checks.evidence`.
+:mod:`latscope.diagnose` (it imports them). The types every family shares (one request, the typical request) are
+in :mod:`~latscope.checks.samples`; the baseline's evidence, which no check reads, in :mod:`~latscope.checks.baseline`.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ from latscope.checks.batching import check_batching_window
 from latscope.checks.caching import check_response_cached
 from latscope.checks.connection import check_connection_reuse, check_http2, check_tls_resumption
 from latscope.checks.dns import check_slow_dns
-from latscope.checks.evidence import Reference
 from latscope.checks.gateway import check_gateway_queueing
 from latscope.checks.headers import check_header_bloat
 from latscope.checks.kvcache import check_kv_cache_pressure
@@ -46,6 +48,7 @@ from latscope.checks.parsing import check_request_parsing
 from latscope.checks.prefill import check_prefill_superlinear
 from latscope.checks.queueing import check_queue_head_of_line
 from latscope.checks.ratelimit import check_rate_limited
+from latscope.checks.samples import Reference
 from latscope.checks.sampling import check_decode_host_overhead
 from latscope.checks.saturation import check_capacity_saturation
 from latscope.checks.streaming import check_nagle, check_proxy_buffering

@@ -14,10 +14,11 @@ than the wait it explains). Offsets are fractions of that idle wait, so the expe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import BatchingEvidence, PairPoint, Reference
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -35,6 +36,34 @@ MIN_IDLE_WAIT_MS = 4.0
 MIN_PAIRS = 3
 #: The window is found when at least this share of the pairs at offsets below the estimated window started together.
 FINDING_SHARE = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class PairPoint:
+    """Two short requests sent ``offset_ms`` apart on two connections with nothing else in flight, and the gap
+    between their first tokens (ms, second − first; negative when the second came first)."""
+
+    offset_ms: float
+    first_token_gap_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingEvidence:
+    """The batching experiment. TTFTs are ``ttft_after_setup_ms`` (the client's connection setup excluded).
+
+    Fields:
+        prompt_tokens: the short prompt's size (about).
+        alone_ms: short TTFTs with nothing else in flight.
+        pairs: staggered pairs, in the order sent (offsets are fractions of the idle TTFT beyond the round trip).
+        rtt_ms: the connections' TCP round-trip time (None where not reported).
+        failures: requests that failed.
+    """
+
+    prompt_tokens: int
+    alone_ms: tuple[float, ...] = ()
+    pairs: tuple[PairPoint, ...] = ()
+    rtt_ms: float | None = None
+    failures: tuple[RequestSample, ...] = ()
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

@@ -25,25 +25,56 @@ its cost, as a correctness risk: severities otherwise rank a finding's share of 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import CachedReply, CachingEvidence, Reference
+from latscope.checks.samples import Reference, RequestSample
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome, Severity, make_finding
+from latscope.signals.cache import CacheSignal
 
 CACHE_ID = "response-cached"
 
 #: A replay's first token comes after at most this share of the control's server time: generation takes a prefill
 #: and a decode step, a replay only a lookup. Loose, because the round trip subtracted is TCP's minimum and a path's
-#: jitter stays in (across a 40 ms path, measured: a replay 1.7 ms against a 5.2 ms control, 0.33).
+#: jitter stays in.
 FIRST_TOKEN_SHARE = 0.5
 #: A replay's stream spans at most this share of the control's (first to last token): a replay sends the stored
-#: tokens together, generation at the decode pace; no round trip is in either span (measured: 0.0 against 42 ms).
+#: tokens together, generation at the decode pace; no round trip is in either span.
 SPAN_SHARE = 0.25
 #: Below this control server time (ms) a replay cannot be told from generation by its first token.
 MIN_CONTROL_SERVER_MS = 2.0
 #: Below this control stream span (ms: first to last token) the stream is too short to show decode pace.
 MIN_CONTROL_SPAN_MS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class CachedReply:
+    """One request of the caching experiment with what its response said about caching.
+
+    Fields:
+        sample: the request.
+        cache: the response's cache headers (``Age``, ``X-Cache``, ``CF-Cache-Status``, ``Cache-Status`` …).
+        output_sha256: hex digest of the generated text (None when it generated none or failed).
+    """
+
+    sample: RequestSample
+    cache: CacheSignal = field(default_factory=CacheSignal)
+    output_sha256: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CachingEvidence:
+    """The caching experiment: a request, a varied one of the same size (the control), then the first again, byte
+    for byte, on one connection.
+
+    Fields:
+        first: the first request. control: the varied one. repeat: the first one's exact repeat.
+    """
+
+    first: CachedReply | None = None
+    control: CachedReply | None = None
+    repeat: CachedReply | None = None
 
 
 def _round(value: float | None) -> float | None:

@@ -7,10 +7,11 @@ severity is at least medium (see :mod:`latscope.checks.severity`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import ConnectionEvidence, Reference, RequestSample
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, percentile
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -45,6 +46,49 @@ MIN_REFUSED_HANDSHAKES = 2
 
 #: A pool wait below this (ms) is the pool's own bookkeeping, not a request queued behind another one.
 QUEUED_MIN_POOL_MS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionEvidence:
+    """The connection experiment.
+
+    Fields:
+        tls: the target is https.
+        sequential: three (or more) requests one after another on one client pool, in order.
+        fresh: requests forced onto new connections (``new_connection``), each offered the saved TLS session.
+        offered_alpn: the ALPN protocols the client offered (empty without TLS).
+        concurrency: the HTTP/1.1-under-concurrency measurement (None when not run: plain HTTP, or h2 negotiated).
+        idle: ``(pause_s, sample)``: a request sent on the same pool after the pool sat idle ``pause_s`` seconds (a
+            user reading an answer): does the connection survive the pause?
+        host: the target's host as its URL names it (a DNS name, or an IP literal); empty when not recorded.
+        host_is_ip: ``host`` is an IPv4 or IPv6 address, so no connection resolves a name (no dns phase).
+
+    Every new connection among ``sequential``, ``idle`` and ``fresh`` resolved ``host`` by itself (its ``dns_ms``,
+    next to its own ``connect_ms``): these lookups, in that order, are the ``slow-dns`` evidence.
+    """
+
+    tls: bool
+    sequential: tuple[RequestSample, ...]
+    fresh: tuple[RequestSample, ...] = ()
+    offered_alpn: tuple[str, ...] = ()
+    concurrency: ConcurrencyEvidence | None = None
+    idle: tuple[tuple[float, RequestSample], ...] = ()
+    host: str = ""
+    host_is_ip: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ConcurrencyEvidence:
+    """Bursts of requests sent at once through a pool of ``connections_per_origin`` HTTP/1.1 connections (what a
+    browser does: 6 per host): ``rounds`` holds each burst's samples in send order."""
+
+    connections_per_origin: int
+    rounds: tuple[tuple[RequestSample, ...], ...]
+
+    @property
+    def samples(self) -> tuple[RequestSample, ...]:
+        """Every request of every burst."""
+        return tuple(s for burst in self.rounds for s in burst)
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

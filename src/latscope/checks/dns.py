@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import ConnectionEvidence, Reference, RequestSample
+from latscope.checks.connection import ConnectionEvidence
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, percentile
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -25,10 +26,9 @@ from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcom
 DNS_ID = "slow-dns"
 
 #: A lookup answered on the client's own host (``/etc/hosts``, nscd, a caching stub resolver on loopback) takes less
-#: than this (ms). Measured here through ``loop.getaddrinfo``'s worker thread: a hosts-file name 0.1–0.3 ms, a
-#: resolver on loopback that answers at once 0.7–1.6 ms (glibc asks A and AAAA over UDP). A query that leaves the host
-#: costs a round trip to a resolver and its work on top. Below it a lookup is never slow, however short the connect
-#: it is compared with (on loopback a connect takes 0.05 ms).
+#: than this (ms), ``loop.getaddrinfo``'s worker thread included (glibc asks A and AAAA over UDP). A query that leaves
+#: the host costs a round trip to a resolver and its work on top. Below it a lookup is never slow, however short the
+#: connect it is compared with (on loopback a connect takes a fraction of a millisecond).
 LOCAL_ANSWER_MS = 2.0
 
 #: A lookup this many of the connection's own TCP connects (one round trip to the server) or more makes resolution

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from latscope.checks.evidence import RequestSample
+from latscope.checks.samples import RequestSample
 from latscope.timeline.model import ErrorKind
 
 #: How much of one error message a summary quotes.

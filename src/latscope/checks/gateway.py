@@ -16,10 +16,11 @@ Without a server-reported queue time, a gateway's queue cannot be told from the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import GatewayQueueEvidence, Reference, RequestSample
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median
 from latscope.findings import Clear, Confidence, NotTested, Outcome
@@ -46,15 +47,15 @@ GROWTH_SPREADS = 3.0
 #: with concurrency: a busy client reads several streams at once) …
 GROWTH_SHARE = 0.5
 #: … and this floor, ms: a loopback control's spread can be a fraction of a millisecond, while a busy client host
-#: delays a burst's streams by several (measured on 2 shared cores: 6 streams at once over TLS and HTTP/2 reached
-#: 7–9 ms before any server phase against 3–4 ms at a low rate); a gateway queue worth naming holds requests longer.
+#: delays a burst's streams by several (reading six TLS streams at once); a gateway queue worth naming holds requests
+#: longer.
 GROWTH_FLOOR_MS = 20.0
 #: Requests of the burst that must have waited: a queue holds each one a refill interval longer than the one
 #: before, so more than one waits; one slow request is a stall.
 MIN_WAITERS = 2
 #: A queue lets its requests through one after another: each waiter waited a refill interval (or a service time)
-#: longer than the one before, so the waiters' waits spread over at least half of the longest (the lab's queue:
-#: 91, 192, 291 and 391 ms beyond the control). A stall of the host or the server delays the requests it catches
+#: longer than the one before, so the waiters' waits spread over at least half of the longest (the lab's queue is
+#: such a stair). A stall of the host or the server delays the requests it catches
 #: alike: waits whose spread is under this share of the longest are one hold, not a line.
 MIN_STAIR_SHARE = 0.3
 #: The server's reported queue time may grow by at most this share of the unaccounted growth: beyond it, the burst
@@ -62,6 +63,24 @@ MIN_STAIR_SHARE = 0.3
 MAX_ENGINE_SHARE = 0.25
 #: Requests of each phase that must have measured values.
 MIN_MEASURED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayQueueEvidence:
+    """The offered-rate step: the same short requests at a low rate, then as many at once.
+
+    Fields:
+        low_interval_ms: the low rate's spacing between sends (ms).
+        low: the low-rate requests (the control), in send order.
+        high: the requests sent at once, in send order.
+        high_request_ids: the server's ``x-request-id`` of the ``high`` requests that carried one (lets a test find
+            them in a server's own records).
+    """
+
+    low_interval_ms: float
+    low: tuple[RequestSample, ...] = ()
+    high: tuple[RequestSample, ...] = ()
+    high_request_ids: tuple[str, ...] = ()
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:

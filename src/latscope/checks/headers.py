@@ -30,9 +30,10 @@ credentials (reference tokens) and fewer cookies — never truncating a signed t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from latscope.checks.evidence import HeaderEvidence, HeaderPoint, Reference
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import LineFit, fit_line
 from latscope.findings import Clear, Confidence, NotTested, Outcome
@@ -53,6 +54,39 @@ MIN_FIT_R2 = 0.8
 GOOD_FIT_R2 = 0.9
 
 KB = 1024.0
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderPoint:
+    """One request of the header-size sweep: ``pad_bytes`` of harmless padding headers added to the client's own."""
+
+    pad_bytes: int
+    sample: RequestSample
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderEvidence:
+    """The header-size sweep: the same short request with growing padding headers (``X-Latscope-Pad-N``), each size
+    on a new connection and then on a reused one, the client's own headers (credentials included) unchanged.
+
+    Fields:
+        own_header_bytes: size of the client's own request headers, bytes (``name: value`` plus CRLF each; the
+            values are never kept).
+        points: the requests on reused connections, in the order sent, the first without padding (the control).
+        refused_at_bytes: the padding at which the server refused the request (431, 400, 494, or closed the
+            connection) on either kind of connection, None when it accepted every size; the sweep stops there.
+        refused: what the server answered then.
+        fresh: the same sizes, each on a new connection (``new_connection``), in the order sent, the first without
+            padding: a head past TCP's initial congestion window (RFC 6928: ten segments, about 14 KB) waits for the
+            first acknowledgements there, a round trip more at a distance, so this sweep's time per KB can exceed
+            the reused one's. Empty when not run.
+    """
+
+    own_header_bytes: int
+    points: tuple[HeaderPoint, ...] = ()
+    refused_at_bytes: int | None = None
+    refused: str | None = None
+    fresh: tuple[HeaderPoint, ...] = ()
 
 
 def _waits(points: Sequence[HeaderPoint]) -> list[tuple[float, float]] | None:

@@ -14,11 +14,12 @@ and one held just under the threshold is still priced), or per stalled stream wi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import KvEvidence, Reference, RequestSample
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -38,6 +39,31 @@ MIN_STALLED = 2
 WENT_ON_SHARE = 0.5
 #: KV usage (0–1) at which the cache counts as full.
 FULL_USAGE = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class KvEvidence:
+    """The KV-cache experiment: long streams alone, then many at once.
+
+    Fields:
+        prompt_tokens / max_tokens / concurrency: each stream's prompt (about) and length, and the burst's size.
+        alone: the same streams one at a time (the control: how a stream flows without pressure).
+        burst: ``concurrency`` of them sent at once.
+        preemptions: the server's preemption counter's increase over the burst (None: not read).
+        kv_usage_max: the server's KV-cache usage gauge (0–1) at its highest during the burst (None: not read).
+        metrics: which metrics were read (the server family), or why none were.
+        skipped: why the burst was not sent (the target too slow for a bounded burst), None when it was.
+    """
+
+    prompt_tokens: int
+    max_tokens: int
+    concurrency: int
+    alone: tuple[RequestSample, ...] = ()
+    burst: tuple[RequestSample, ...] = ()
+    preemptions: float | None = None
+    kv_usage_max: float | None = None
+    metrics: str | None = None
+    skipped: str | None = None
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -120,10 +146,64 @@ def _went_on(times: tuple[float, ...], start: float, end: float) -> bool:
     return bool(inside) and inside[-1] - inside[0] >= WENT_ON_SHARE * (end - start)
 
 
+@dataclass(frozen=True, slots=True)
+class _Burst:
+    """What the check reads of the streams: ``load`` (the burst, in words), the control and burst streams that
+    completed, the stall threshold (ms), each control's and each burst stream's stall (ms), and whether the server's
+    metrics counted a preemption (``preempted``) or a full cache (``full``)."""
+
+    load: str
+    alone: list[RequestSample]
+    burst: list[RequestSample]
+    threshold: float
+    control: list[float]
+    stalls: list[float]
+    preempted: bool
+    full: bool
+
+
 def check_kv_cache_pressure(ev: KvEvidence, reference: Reference | None) -> Outcome:
     """Finding when streams of the burst stalled mid-decode (:data:`MIN_STALLED`, or one that the server's preemption
     counter confirms) while none of the control streams did; the cost is the stall time per preempted stream (per
     stalled stream without a preemption count)."""
+    unmeasured = _unmeasured(ev)
+    if unmeasured is not None:
+        return unmeasured
+    b = _burst(ev)
+    stalled = [v for v in b.stalls if v > 0]
+    evidence = _evidence(ev, b, stalled)
+    not_the_cache = _not_the_cache(ev, b, stalled, evidence)
+    if not_the_cache is not None:
+        return not_the_cache
+    # one stalled stream is enough when the server says it preempted; without that, one could be a host stall, and
+    # stalls every stream shared are not a preemption's
+    needed = 1 if b.preempted else MIN_STALLED
+    if not b.preempted and len(stalled) >= needed:
+        lone = stalled_alone(b.burst, b.threshold)
+        evidence["stalled_alone"] = sum(lone)
+        if sum(lone) < needed:
+            return Inconclusive(
+                KV_ID,
+                f"{len(stalled)} of {len(b.burst)} streams stalled mid-decode, but every stream stopped at once (only "
+                f"{sum(lone)} stalled while another went on): something in front of them all held them (the host, "
+                "a gateway, the client), not a preempted sequence; no server metrics say whether the cache filled",
+                evidence,
+            )
+        stalled = [v for v, by_itself in zip(b.stalls, lone, strict=True) if v > 0 and by_itself]
+    if len(stalled) < needed:
+        return _too_few_stalled(ev, b, stalled, evidence)
+    if ev.preemptions is not None and not b.preempted and not b.full:
+        return Inconclusive(
+            KV_ID,
+            f"{len(stalled)} of {len(b.burst)} streams stalled mid-decode, but the server reports no preemption and KV "
+            f"usage at most {ev.kv_usage_max if ev.kv_usage_max is not None else 'unknown'}: something else held them",
+            evidence,
+        )
+    return _finding(ev, reference, b, stalled, evidence)
+
+
+def _unmeasured(ev: KvEvidence) -> NotTested | None:
+    """Why the burst cannot be judged (not sent, a misbehaving target, too few streams), None when it can."""
     if ev.skipped is not None:
         return NotTested(KV_ID, f"the burst was not sent: {ev.skipped}")
     samples = (*ev.alone, *ev.burst)
@@ -135,76 +215,86 @@ def check_kv_cache_pressure(ev: KvEvidence, reference: Reference | None) -> Outc
     if not alone or len(burst) < MIN_STALLED:
         reason = failures.summarise(samples) or "too few streams completed"
         return NotTested(KV_ID, f"the KV-cache experiment could not measure: {reason}")
+    return None
+
+
+def _burst(ev: KvEvidence) -> _Burst:
+    """The completed streams, the stall threshold and every stream's stall."""
+    alone = [s for s in ev.alone if s.ok and s.itl_ms]
+    burst = [s for s in ev.burst if s.ok and s.itl_ms]
     # the control's TTFT less the round trip it paid: the prefill alone, on a remote target too
     prefill = min(
         (max(0.0, s.ttft_after_setup_ms - (s.rtt_ms or 0.0)) for s in alone if s.ttft_after_setup_ms is not None),
         default=0.0,
     )
     threshold = max(MIN_STALL_MS, ev.concurrency * prefill)
-    control = [stall_ms(s, threshold) for s in alone]
-    stalls = [stall_ms(s, threshold) for s in burst]
-    stalled = [v for v in stalls if v > 0]
-    load = f"{ev.concurrency} streams of {ev.prompt_tokens} + {ev.max_tokens} tokens at once"
-    evidence: dict[str, Any] = {
-        "load": load,
+    return _Burst(
+        load=f"{ev.concurrency} streams of {ev.prompt_tokens} + {ev.max_tokens} tokens at once",
+        alone=alone,
+        burst=burst,
+        threshold=threshold,
+        control=[stall_ms(s, threshold) for s in alone],
+        stalls=[stall_ms(s, threshold) for s in burst],
+        preempted=ev.preemptions is not None and ev.preemptions > 0,
+        full=ev.kv_usage_max is not None and ev.kv_usage_max >= FULL_USAGE,
+    )
+
+
+def _evidence(ev: KvEvidence, b: _Burst, stalled: list[float]) -> dict[str, Any]:
+    """The load, the stalls and the server's metrics."""
+    return {
+        "load": b.load,
         "prompt_tokens": ev.prompt_tokens,
         "max_tokens": ev.max_tokens,
         "concurrency": ev.concurrency,
-        "stall_threshold_ms": _round(threshold),
-        "streams": len(burst),
+        "stall_threshold_ms": _round(b.threshold),
+        "streams": len(b.burst),
         "stalled_streams": len(stalled),
-        "stall_ms": [_round(v) for v in stalls],
-        "control_stall_ms": [_round(v) for v in control],
-        "cadence_alone_ms": _round(median([g for s in alone for g in s.itl_ms])),
+        "stall_ms": [_round(v) for v in b.stalls],
+        "control_stall_ms": [_round(v) for v in b.control],
+        "cadence_alone_ms": _round(median([g for s in b.alone for g in s.itl_ms])),
         "preemptions": ev.preemptions,
         "kv_usage_max": ev.kv_usage_max,
         "metrics": ev.metrics,
     }
-    preempted = ev.preemptions is not None and ev.preemptions > 0
-    full = ev.kv_usage_max is not None and ev.kv_usage_max >= FULL_USAGE
-    if ev.kv_usage_max is not None and not full and not preempted:
+
+
+def _not_the_cache(
+    ev: KvEvidence, b: _Burst, stalled: list[float], evidence: dict[str, Any]
+) -> NotTested | Inconclusive | None:
+    """Not tested when the cache never came near full, inconclusive when the controls stalled too; else None."""
+    if ev.kv_usage_max is not None and not b.full and not b.preempted:
         # the situation the experiment sets up never happened: whatever stalled, it was not a full cache
         seen = f"; {len(stalled)} stream(s) stalled for other reasons" if stalled else ""
         return NotTested(
             KV_ID,
-            f"{load} never came near filling the KV cache (usage peaked at {ev.kv_usage_max:.0%}, no preemption): "
+            f"{b.load} never came near filling the KV cache (usage peaked at {ev.kv_usage_max:.0%}, no preemption): "
             f"this load does not test it{seen}",
         )
-    if any(v > 0 for v in control):
+    if any(v > 0 for v in b.control):
         return Inconclusive(KV_ID, "streams stalled even one at a time: the stalls are not the cache's", evidence)
-    # one stalled stream is enough when the server says it preempted; without that, one could be a host stall, and
-    # stalls every stream shared are not a preemption's
-    needed = 1 if preempted else MIN_STALLED
-    if not preempted and len(stalled) >= needed:
-        lone = stalled_alone(burst, threshold)
-        evidence["stalled_alone"] = sum(lone)
-        if sum(lone) < needed:
-            return Inconclusive(
-                KV_ID,
-                f"{len(stalled)} of {len(burst)} streams stalled mid-decode, but every stream stopped at once (only "
-                f"{sum(lone)} stalled while another went on): something in front of them all held them (the host, "
-                "a gateway, the client), not a preempted sequence; no server metrics say whether the cache filled",
-                evidence,
-            )
-        stalled = [v for v, by_itself in zip(stalls, lone, strict=True) if v > 0 and by_itself]
-    if len(stalled) < needed:
-        if full or preempted:
-            what = f"{ev.preemptions:g} preemption(s)" if preempted else f"usage peaked at {ev.kv_usage_max:.0%}"
-            stalls_seen = f"only {len(stalled)} stream stalled" if stalled else "no stream stalled"
-            return Clear(KV_ID, f"{load}: the cache was full ({what}) but {stalls_seen} mid-decode", evidence)
-        return NotTested(KV_ID, f"no stream stalled at {load}, and no KV metrics say whether the cache was near full")
-    if ev.preemptions is not None and not preempted and not full:
-        return Inconclusive(
-            KV_ID,
-            f"{len(stalled)} of {len(burst)} streams stalled mid-decode, but the server reports no preemption and KV "
-            f"usage at most {ev.kv_usage_max if ev.kv_usage_max is not None else 'unknown'}: something else held them",
-            evidence,
-        )
+    return None
+
+
+def _too_few_stalled(ev: KvEvidence, b: _Burst, stalled: list[float], evidence: dict[str, Any]) -> Clear | NotTested:
+    """Too few streams stalled: clear when the cache was full, else not tested."""
+    if b.full or b.preempted:
+        what = f"{ev.preemptions:g} preemption(s)" if b.preempted else f"usage peaked at {ev.kv_usage_max:.0%}"
+        stalls_seen = f"only {len(stalled)} stream stalled" if stalled else "no stream stalled"
+        return Clear(KV_ID, f"{b.load}: the cache was full ({what}) but {stalls_seen} mid-decode", evidence)
+    return NotTested(KV_ID, f"no stream stalled at {b.load}, and no KV metrics say whether the cache was near full")
+
+
+def _finding(
+    ev: KvEvidence, reference: Reference | None, b: _Burst, stalled: list[float], evidence: dict[str, Any]
+) -> Outcome:
+    """The finding: the stall time per preempted stream (per stalled stream without a preemption count)."""
+    preempted, full, burst, load = b.preempted, b.full, b.burst, b.load
     if preempted and ev.preemptions is not None:
         # every preemption holds its victim once: the server's count says how many of the burst's longest holds are
         # preemptions, the threshold no longer needed (a hold just under it is still one; a victim readmitted at
         # once holds about nothing)
-        priced = preemption_holds_ms(burst, max(stall_gaps(burst, threshold), round(ev.preemptions)))
+        priced = preemption_holds_ms(burst, max(stall_gaps(burst, b.threshold), round(ev.preemptions)))
         evidence["priced_holds_ms"] = [_round(v) for v in priced]
         cost = sum(priced) / len(priced)
         per = (
@@ -225,11 +315,12 @@ def check_kv_cache_pressure(ev: KvEvidence, reference: Reference | None) -> Outc
         reference,
         cost_basis=(
             f"ms a preempted stream spent stopped mid-decode: {per}; a stall is a gap beyond the stream's own "
-            f"cadence over {threshold:.0f} ms and {STALL_FACTOR:g}× that cadence"
+            f"cadence over {b.threshold:.0f} ms and {STALL_FACTOR:g}× that cadence"
         ),
         evidence=evidence,
         rule=(
-            f"{len(stalled)} of {len(burst)} streams stalled mid-decode at {load}, none of {len(alone)} alone{confirm}"
+            f"{len(stalled)} of {len(burst)} streams stalled mid-decode at {load}, none of {len(b.alone)} alone"
+            f"{confirm}"
         ),
         confidence=Confidence.HIGH if preempted or full else Confidence.MEDIUM,
     )

@@ -15,12 +15,11 @@ fastest image minus its fastest control (a busy host only ever adds time, so the
 cost). A finding needs the fastest-line slope at or above :data:`MIN_EXCESS_MS_PER_MB` on a steady line
 (:data:`MIN_FLOOR_R2`), the line through each size's median pair difference at or above it too (across a network
 path time is also taken away: a 1 MB upload on a connection whose congestion window an earlier one opened saves
-whole round trips, and one control 45 ms faster than its two repeats made the fastest line's slope 61 ms/MB where
-the sizes' median pairs gave 4 ms/MB; the median of a size's pairs is the image's cost whichever way one request
-strays), no more than one control in :data:`SLOW_CONTROL_SHARE` at the largest size as slow as the images there (a
-delay that controls show too is not the image's: behind nginx with ``tcp_nodelay off`` the origin gets a body's last
-segment 40 ms late, its delayed ACK, on any request at random, and across a 20 ms path all six 1 MB images of one
-run met it while two controls of six did: the fastest line read 67 ms/MB where the server spent 6), and the cost at
+whole round trips, so one fast control can steepen the fastest line; the median of a size's pairs is the image's cost
+whichever way one request strays), no more than one control in :data:`SLOW_CONTROL_SHARE` at the largest size as
+slow as the images there (a delay that controls show too is not the image's: behind nginx with ``tcp_nodelay off``
+the origin gets a body's last segment 40 ms late, its delayed ACK, on any request at random, and may meet every
+image of a size), and the cost at
 the largest image at least :data:`NOISE_MULTIPLE` × the scatter of one request here (the controls', measured in the
 same run) and :data:`MIN_COST_MS`; clear needs the fastest-line slope below the threshold and the all-pairs slope's
 lower edge (:data:`SLOPE_Z` standard errors) below it too; anything else is inconclusive. Not tested when the
@@ -29,12 +28,13 @@ dialect has no image parts or the server refused an image (the status is given).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from latscope.checks import failures
-from latscope.checks.evidence import ImagePair, MultimodalEvidence, Reference, RequestSample
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
-from latscope.checks.stats import LineFit, fit_line, median
+from latscope.checks.stats import MAD_TO_SD, LineFit, fit_line, median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
 from latscope.timeline.model import PHASES_BEFORE_FIRST_TOKEN
 from latscope.units import BYTES_PER_MB
@@ -42,8 +42,8 @@ from latscope.units import BYTES_PER_MB
 MULTIMODAL_ID = "multimodal-preprocessing"
 
 #: The experiment's images are incompressible PNGs, the fewest pixels per MB any image format carries, so a
-#: compiled decoder spends only a few ms per MB of them (Pillow, base64 included: 4–8 ms per MB measured on a busy
-#: 2-core host, under 10 ms/MB at worst). Twice that worst beyond the same bytes as text is preprocessing well past
+#: compiled decoder spends only a few ms per MB of them (Pillow, base64 included: under 10 ms/MB even on a busy
+#: host). Twice that worst beyond the same bytes as text is preprocessing well past
 #: decoding: resizing and normalising in Python, or a processor queued behind other work.
 MIN_EXCESS_MS_PER_MB = 20.0
 #: The all-pairs slope's uncertainty band is ± this many standard errors (≈ 95 %).
@@ -51,8 +51,6 @@ SLOPE_Z = 2.0
 #: The cost at the largest image must stand this many times above the noise of one request here: the controls'
 #: scatter around their own line (a robust standard deviation, :func:`control_noise_ms`).
 NOISE_MULTIPLE = 3.0
-#: A median absolute deviation times this is a standard deviation (for normally distributed noise).
-MAD_TO_SD = 1.4826
 #: Each size's fastest pair must lie on a line this well (R²) for a finding: preprocessing grows with the image's
 #: bytes, while a difference that jumps between sizes is something else (or a stall that hit every repeat).
 MIN_FLOOR_R2 = 0.8
@@ -70,6 +68,38 @@ MIN_SIZES = 3
 SIZE_BUCKET_BYTES = 32 * 1024
 #: A fit this good through each size's fastest pair is high-confidence evidence on its own.
 HIGH_CONFIDENCE_R2 = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePair:
+    """One size of the image experiment, sent twice: the short prompt with an image part of ``image_bytes`` (the
+    image file's size; its ``data:`` URI is a third longer), and the control, the same prompt carrying the very same
+    URI text where the model never reads it (same body bytes, no image)."""
+
+    image_bytes: int
+    image: RequestSample
+    text: RequestSample
+
+
+@dataclass(frozen=True, slots=True)
+class MultimodalEvidence:
+    """The image experiment: the same short prompt with an image part of growing size, each next to a control of
+    the same bytes as text.
+
+    Fields:
+        dialect: the dialect of the run.
+        supported: the dialect carries image parts (OpenAI chat ``image_url``); when False nothing was sent.
+        control: how the control carries the bytes: ``"user"`` (OpenAI's ``user`` string, never tokenised) or
+            ``"whitespace"`` (JSON whitespace), None when no control was accepted.
+        probe: a small image sent first: does the server accept image parts at all? (None when nothing was sent.)
+        pairs: every size's image and control, in the order sent; failed requests included (their samples say why).
+    """
+
+    dialect: str
+    supported: bool = True
+    control: str | None = None
+    probe: RequestSample | None = None
+    pairs: tuple[ImagePair, ...] = ()
 
 
 def _usable(sample: RequestSample) -> float | None:
@@ -194,9 +224,67 @@ def _evidence(ev: MultimodalEvidence, fit: LineFit, floor: LineFit, paired: list
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Cost:
+    """The image's cost: ``fit`` (the line through every pair) and ``floor`` (through each size's fastest pair, the
+    decision and the cost), the largest image (MB), and the control's TTFT per MB as text (ms/MB, None when it has
+    no line)."""
+
+    fit: LineFit
+    floor: LineFit
+    largest: float
+    text_rate: float | None
+
+    @property
+    def excess(self) -> float:
+        """ms per MB of image beyond the same bytes as text, on each size's fastest pair."""
+        return self.floor.slope
+
+    @property
+    def at_largest(self) -> float:
+        """That cost at the largest image (ms)."""
+        return self.excess * self.largest
+
+
 def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference | None) -> Outcome:
     """Finding when a MB of image costs the server at least :data:`MIN_EXCESS_MS_PER_MB` before the first token
     beyond the same bytes as text, clearly above the noise (see the module docstring)."""
+    unmeasured = _unmeasured(ev)
+    if unmeasured is not None:
+        return unmeasured
+    paired = paired_ttfts(ev.pairs)
+    groups = _by_size(paired)
+    if len(paired) < MIN_PAIRS or len(groups) < MIN_SIZES:
+        return _too_few_pairs(ev, paired, groups)
+    fit = fit_line([p.image_mb for p in paired], [p.excess_ms for p in paired])
+    floors = _floors(groups)
+    floor = fit_line([x for x, _ in floors], [y for _, y in floors])
+    if fit is None or floor is None or fit.slope_se is None:
+        return Inconclusive(MULTIMODAL_ID, "the image sizes did not span enough for a line; run again")
+    evidence = _evidence(ev, fit, floor, paired)
+    reported = _server_slope(ev.pairs)
+    if reported is not None:
+        evidence["server_reported_ms_per_mb"] = round(reported, 3)
+    c = _Cost(fit, floor, max(p.image_mb for p in paired), evidence["text_ttft_ms_per_mb"])
+    evidence["cost_at_largest_ms"] = round(c.at_largest, 3)
+    clear = _clear(c, evidence)
+    if clear is not None:
+        return clear
+    noise = control_noise_ms(paired)
+    evidence["control_noise_ms"] = round(noise, 3)
+    medians = _pair_medians(groups)
+    typical = fit_line([x for x, _ in medians], [y for _, y in medians])
+    typical_slope = c.excess if typical is None else typical.slope
+    evidence["excess_ms_per_mb_pair_medians"] = round(typical_slope, 3)
+    undecided = _undecided(c, groups, typical_slope, noise, evidence)
+    if undecided is not None:
+        return undecided
+    return _finding(reference, c, noise, evidence)
+
+
+def _unmeasured(ev: MultimodalEvidence) -> NotTested | None:
+    """Why no image could be compared with its control (no image parts, the probe refused, no control accepted),
+    None when one could."""
     if not ev.supported:
         return NotTested(
             MULTIMODAL_ID, f"images are sent only as OpenAI chat image_url parts; the {ev.dialect} dialect has none"
@@ -213,44 +301,42 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
         return NotTested(MULTIMODAL_ID, why)
     if ev.control is None:
         return NotTested(MULTIMODAL_ID, "the server accepted no control carrying the same bytes as text")
-    paired = paired_ttfts(ev.pairs)
-    groups = _by_size(paired)
-    if len(paired) < MIN_PAIRS or len(groups) < MIN_SIZES:
-        images = [p.image for p in ev.pairs]
-        failed = failures.summarise([*images, *(p.text for p in ev.pairs)], total=2 * len(ev.pairs))
-        refused = [s for s in images if s.status is not None and 400 <= s.status < 500]
-        reason = f"only {len(paired)} image/text pair(s) over {len(groups)} size(s) completed"
-        if refused:
-            reason += f"; the server refused larger images (HTTP {refused[0].status})"
-        return NotTested(MULTIMODAL_ID, reason + (f" ({failed})" if failed else ""))
-    fit = fit_line([p.image_mb for p in paired], [p.excess_ms for p in paired])
-    floors = _floors(groups)
-    floor = fit_line([x for x, _ in floors], [y for _, y in floors])
-    if fit is None or floor is None or fit.slope_se is None:
-        return Inconclusive(MULTIMODAL_ID, "the image sizes did not span enough for a line; run again")
-    evidence = _evidence(ev, fit, floor, paired)
-    reported = _server_slope(ev.pairs)
-    if reported is not None:
-        evidence["server_reported_ms_per_mb"] = round(reported, 3)
-    largest = max(p.image_mb for p in paired)
-    excess = floor.slope
-    at_largest = excess * largest
-    evidence["cost_at_largest_ms"] = round(at_largest, 3)
-    low = fit.slope - SLOPE_Z * fit.slope_se
-    text_rate = evidence["text_ttft_ms_per_mb"]
+    return None
+
+
+def _too_few_pairs(ev: MultimodalEvidence, paired: list[PairedTtft], groups: list[list[PairedTtft]]) -> NotTested:
+    """Too few pairs, or sizes, completed for a line: why."""
+    images = [p.image for p in ev.pairs]
+    failed = failures.summarise([*images, *(p.text for p in ev.pairs)], total=2 * len(ev.pairs))
+    refused = [s for s in images if s.status is not None and 400 <= s.status < 500]
+    reason = f"only {len(paired)} image/text pair(s) over {len(groups)} size(s) completed"
+    if refused:
+        reason += f"; the server refused larger images (HTTP {refused[0].status})"
+    return NotTested(MULTIMODAL_ID, reason + (f" ({failed})" if failed else ""))
+
+
+def _clear(c: _Cost, evidence: dict[str, Any]) -> Clear | None:
+    """Clear when both lines are below :data:`MIN_EXCESS_MS_PER_MB` (the all-pairs one at its lower edge)."""
+    assert c.fit.slope_se is not None
+    excess = c.excess
+    low = c.fit.slope - SLOPE_Z * c.fit.slope_se
     if excess < MIN_EXCESS_MS_PER_MB and low < MIN_EXCESS_MS_PER_MB:
         return Clear(
             MULTIMODAL_ID,
             f"a MB of image costs the server {excess:.2f} ms before the first token beyond the same bytes as text "
-            f"({text_rate} ms/MB as text), below {MIN_EXCESS_MS_PER_MB:g} ms/MB",
+            f"({c.text_rate} ms/MB as text), below {MIN_EXCESS_MS_PER_MB:g} ms/MB",
             evidence,
         )
-    noise = control_noise_ms(paired)
-    evidence["control_noise_ms"] = round(noise, 3)
-    medians = _pair_medians(groups)
-    typical = fit_line([x for x, _ in medians], [y for _, y in medians])
-    typical_slope = excess if typical is None else typical.slope
-    evidence["excess_ms_per_mb_pair_medians"] = round(typical_slope, 3)
+    return None
+
+
+def _undecided(
+    c: _Cost, groups: list[list[PairedTtft]], typical_slope: float, noise: float, evidence: dict[str, Any]
+) -> Inconclusive | None:
+    """Inconclusive when the cost is not in a line above the threshold, not on the median pairs, met by the
+    controls too, or within the noise; None when it makes a finding."""
+    fit, floor, excess, largest, at_largest = c.fit, c.floor, c.excess, c.largest, c.at_largest
+    assert fit.slope_se is not None
     if excess < MIN_EXCESS_MS_PER_MB or floor.r2 < MIN_FLOOR_R2:
         return Inconclusive(
             MULTIMODAL_ID,
@@ -288,7 +374,13 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
             "images would settle it",
             evidence,
         )
-    steady = floor.r2 >= HIGH_CONFIDENCE_R2 and fit.r2 >= HIGH_CONFIDENCE_R2
+    return None
+
+
+def _finding(reference: Reference | None, c: _Cost, noise: float, evidence: dict[str, Any]) -> Outcome:
+    """The finding: ms per MB of image."""
+    excess, largest, at_largest = c.excess, c.largest, c.at_largest
+    steady = c.floor.r2 >= HIGH_CONFIDENCE_R2 and c.fit.r2 >= HIGH_CONFIDENCE_R2
     confidence = Confidence.HIGH if steady else Confidence.MEDIUM
     return costed_finding(
         MULTIMODAL_ID,
@@ -300,7 +392,7 @@ def check_multimodal_preprocessing(ev: MultimodalEvidence, reference: Reference 
         ),
         evidence=evidence,
         rule=(
-            f"TTFT grows {excess:.2f} ms per MB of image beyond the same bytes as text ({text_rate} ms/MB as text), "
+            f"TTFT grows {excess:.2f} ms per MB of image beyond the same bytes as text ({c.text_rate} ms/MB as text), "
             f"≥ {MIN_EXCESS_MS_PER_MB:g} ms/MB and {at_largest:.1f} ms at {largest:.2f} MB, ≥ {NOISE_MULTIPLE:g}× "
             f"the controls' own scatter ({noise:.1f} ms)"
         ),

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import GatewayOverheadEvidence, Reference, RequestSample
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -42,6 +43,30 @@ INTERVAL_COVERAGE = 0.9
 MATERIAL_FLOOR_MS = 2.0
 #: … nor one below this share of the direct path's own time to the first token (the severity rule's medium share).
 MATERIAL_SHARE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayOverheadEvidence:
+    """The paired comparison of the target (a gateway) with its upstream reached directly (``--direct``).
+
+    Fields:
+        gateway_url: the target's base URL.
+        direct_url: the upstream's base URL, None when ``--direct`` was not given (nothing was sent).
+        gateway_address / direct_address: ``"address:port"`` each path's connection reached (None when unknown):
+            two URLs that reach the same listener are one server, and their difference is noise.
+        warmup: the first request on each path, ``(gateway, direct)``, not compared (each opens its path's
+            connection); None when the experiment sent none.
+        pairs: ``(gateway, direct)`` samples of requests of one shape (the same prompt length and ``max_tokens``,
+            each with a prompt of its own), sent one after the other on kept-alive connections, in send order; the
+            first pair sends the gateway's request first, the next the direct one, and so on alternately.
+    """
+
+    gateway_url: str
+    direct_url: str | None = None
+    gateway_address: str | None = None
+    direct_address: str | None = None
+    warmup: tuple[RequestSample, RequestSample] | None = None
+    pairs: tuple[tuple[RequestSample, RequestSample], ...] = ()
 
 
 def median_interval(values: Sequence[float], coverage: float = INTERVAL_COVERAGE) -> tuple[float, float] | None:

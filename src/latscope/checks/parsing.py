@@ -15,10 +15,11 @@ the server's cost per MB. Two controls, both measured in this run:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import ParsePoint, ParsingEvidence, Reference
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import LineFit, fit_line, median
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -46,17 +47,16 @@ SLOPE_Z = 2.0
 CONFIRM_TOLERANCE = 0.5
 #: Parsing must cost at least this many times what the same server spends receiving the same bytes (the control's
 #: per-MB cost). Receiving and parsing use the same CPU, so when the host is busy both stretch by the same factor and
-#: this ratio does not, while the absolute thresholds above do not hold on an oversubscribed host: measured on a
-#: 2-core host shared with other test runs, llama-cpp-python (stdlib json + pydantic, about 1 ms/MB idle) showed 12
-#: ms/MB beyond receiving at a receiving cost of 6.8 ms/MB (1.8×); the lab's slow-parse regexes, 60–70 ms/MB, are over
-#: ten times their server's receiving cost.
+#: this ratio does not, while the absolute thresholds above do not hold on an oversubscribed host (there
+#: llama-cpp-python's stdlib json + pydantic stays under twice its receiving cost; the lab's slow-parse regexes are
+#: over ten times theirs).
 RECEIVE_RATIO = 3.0
 #: A server whose own parse/validate report covers less than this share of the excess contradicts the client-side
 #: slope: the excess is real time, but not spent parsing (the server would have timed it). The lower edge of the
 #: confirmation band, so a report either confirms, contradicts, or (above the band) leaves the finding as measured.
 CONTRADICT_SHARE = 1.0 - CONFIRM_TOLERANCE
-#: Receiving costs a server's CPU at most this much per MB (an interpreted HTTP stack on a busy 2-core host measured
-#: 6.8; C stacks well under 1): a control that takes longer is waiting for the network (a link's bandwidth, round
+#: Receiving costs a server's CPU at most this much per MB (an interpreted HTTP stack on a busy host several ms, C
+#: stacks well under 1): a control that takes longer is waiting for the network (a link's bandwidth, round
 #: trips), which does not stretch with the host's load like parsing, so only this much of it counts for the ratio
 #: above.
 RECEIVE_CPU_MAX_MS_PER_MB = 10.0
@@ -67,6 +67,52 @@ MIN_PAIRED_R2 = 0.8
 HIGH_CONFIDENCE_R2 = 0.9
 #: A target further away than this (ms of RTT) adds upload transfer time to the server-side time.
 REMOTE_RTT_MS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ParsePoint:
+    """One padded request of the parsing experiment: its body size (bytes) and the server-side time (``wait_ms``:
+    first response byte − request fully written), the upload time, what the server reported for parsing and
+    validating (ms, None when it reports nothing), and whether it went on a reused connection (None: unknown)."""
+
+    body_bytes: int
+    server_ms: float
+    send_ms: float | None = None
+    server_parse_ms: float | None = None
+    reused: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsingEvidence:
+    """The parsing experiment.
+
+    Fields:
+        padding: how bodies were padded: ``"user"`` (OpenAI's ``user`` string, never tokenised), ``"whitespace"``
+            (JSON whitespace) or None when the server accepted neither.
+        points: every padded request that completed.
+        control: the same bodies made invalid at their first byte, which the server must receive whole and then
+            rejects at once (400): their ``server_ms`` is the cost of receiving a body (network, TLS, HTTP framing)
+            without parsing it. Empty when the server answered them in an unusable way.
+        fast_parser: ``(body_bytes, ms)``: ``orjson.loads`` of the same bodies in the client process, best of a few.
+        failures: padded requests and controls that failed (samples with their errors).
+        probe_failures: the first padded requests that found out whether the server accepts a padding kind and
+            failed: a refusal there chose the other kind (or showed that neither is accepted).
+        rejected: why padding was refused (the server's answer), when it was.
+        size_limit_bytes: the largest body the server accepted when it refused a larger one (413), else None.
+        rtt_ms: the connection's TCP round-trip time (a remote target adds upload transfer time to ``server_ms``).
+        upload_rate_bps: the rate the path carried the largest bodies at (bytes/s, the kernel's estimate).
+    """
+
+    padding: str | None
+    points: tuple[ParsePoint, ...] = ()
+    control: tuple[ParsePoint, ...] = ()
+    fast_parser: tuple[tuple[int, float], ...] = ()
+    failures: tuple[RequestSample, ...] = ()
+    rejected: str | None = None
+    size_limit_bytes: int | None = None
+    rtt_ms: float | None = None
+    probe_failures: tuple[RequestSample, ...] = ()
+    upload_rate_bps: float | None = None
 
 
 def _fast_parser_ms_per_mb(points: tuple[tuple[int, float], ...]) -> float | None:
@@ -166,6 +212,30 @@ def _paired_floors(ev: ParsingEvidence) -> list[tuple[float, float]]:
     return [(padded[b][0], padded[b][1] - control[b][1]) for b in sorted(padded) if b in control]
 
 
+@dataclass(frozen=True, slots=True)
+class _Lines:
+    """The lines the parsing check decides on (slopes in ms per MB of body).
+
+    ``receiving``: the control's time per MB (None without a control); ``fast``: the fast parser's; ``paired``: the
+    series is each body's time beyond its control; ``upload``: times run from the upload's start; ``fit``: the line
+    through every request; ``floor``: through each size's fastest; ``padded_floor``: through each size's fastest
+    padded request (the control not subtracted); ``offset``: receiving, where the series still contains it;
+    ``threshold``: the slope that means slow parsing; ``excess``: the fastest line's slope beyond receiving and the
+    fast parser.
+    """
+
+    receiving: float | None
+    fast: float
+    paired: bool
+    upload: bool
+    fit: LineFit
+    floor: LineFit
+    padded_floor: LineFit
+    offset: float
+    threshold: float
+    excess: float
+
+
 def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> Outcome:
     """Finding when the server's per-MB time is at least :data:`SLOW_PARSE_RATIO` × a fast parser's and at least
     :data:`SLOW_PARSE_MIN_EXCESS_MS_PER_MB` above it.
@@ -175,6 +245,24 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
     both slopes at or above the threshold; clear needs the robust slope below it and the all-requests slope's lower
     95 % edge below it too; anything else is inconclusive.
     """
+    unmeasured = _unmeasured(ev)
+    if unmeasured is not None:
+        return unmeasured
+    lines = _lines(ev)
+    if lines is None:
+        return Inconclusive(PARSE_ID, "the padded requests did not span enough sizes for a line; run again")
+    evidence = _evidence(ev, lines)
+    undecided = _against_threshold(lines, evidence)
+    if undecided is None:
+        undecided = _not_parsing_alone(lines, evidence)
+    if undecided is not None:
+        return undecided
+    return _finding(ev, reference, lines, evidence)
+
+
+def _unmeasured(ev: ParsingEvidence) -> NotTested | None:
+    """Why the padded requests cannot be judged (no padding accepted, a misbehaving target, too few sizes), None
+    when they can."""
     if ev.padding is None:
         return NotTested(PARSE_ID, f"no padded body was accepted: {ev.rejected or 'the server refused the padding'}")
     # refusals the experiment expects (the body-size limit, a padding kind: probe_failures) are not misbehaviour
@@ -194,6 +282,12 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             + (f" ({reason})" if reason else "")
             + limit,
         )
+    return None
+
+
+def _lines(ev: ParsingEvidence) -> _Lines | None:
+    """The lines through the padded requests and the threshold they are held to, None where a line cannot be
+    fitted."""
     receiving = control_ms_per_mb(ev)
     fast = _fast_parser_ms_per_mb(ev.fast_parser)
     pairs = paired_differences(ev)
@@ -208,21 +302,34 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
     floor = fit_line([x for x, _ in floors], [y for _, y in floors])
     padded_floor = fit_line(*zip(*floor_points(ev.points, from_upload_start=upload), strict=True))
     if fit is None or floor is None or padded_floor is None or fast is None or fit.slope_se is None:
-        return Inconclusive(PARSE_ID, "the padded requests did not span enough sizes for a line; run again")
+        return None
     offset = 0.0 if paired else (receiving or 0.0)  # receiving, where the series still contains it
-    evidence = _fit_evidence(ev, fit, fast, upload)
-    evidence["timed_from"] = (
-        "upload start, minus the same body rejected at byte 0 (paired, new connections)"
-        if paired
-        else evidence["timed_from"]
-    )
-    evidence["server_ms_per_mb_fastest"] = round(padded_floor.slope, 3)
-    evidence["receive_ms_per_mb"] = None if receiving is None else round(receiving, 3)
     # the slopes are compared with what a fast parser would need plus the margin (plus receiving, where included)
     threshold = offset + max(fast * SLOW_PARSE_RATIO, fast + SLOW_PARSE_MIN_EXCESS_MS_PER_MB)
-    evidence["threshold_ms_per_mb"] = round(threshold, 3)
-    low = fit.slope - SLOPE_Z * fit.slope_se
     excess = floor.slope - offset - fast
+    return _Lines(receiving, fast, paired, upload, fit, floor, padded_floor, offset, threshold, excess)
+
+
+def _evidence(ev: ParsingEvidence, lines: _Lines) -> dict[str, Any]:
+    """The lines' numbers, how requests were timed, and the threshold."""
+    evidence = _fit_evidence(ev, lines.fit, lines.fast, lines.upload)
+    evidence["timed_from"] = (
+        "upload start, minus the same body rejected at byte 0 (paired, new connections)"
+        if lines.paired
+        else evidence["timed_from"]
+    )
+    evidence["server_ms_per_mb_fastest"] = round(lines.padded_floor.slope, 3)
+    evidence["receive_ms_per_mb"] = None if lines.receiving is None else round(lines.receiving, 3)
+    evidence["threshold_ms_per_mb"] = round(lines.threshold, 3)
+    return evidence
+
+
+def _against_threshold(lines: _Lines, evidence: dict[str, Any]) -> Clear | Inconclusive | None:
+    """Clear when both lines are below the threshold, inconclusive when only one is, None when neither is."""
+    fit, floor, fast, threshold = lines.fit, lines.floor, lines.fast, lines.threshold
+    receiving, offset, excess = lines.receiving, lines.offset, lines.excess
+    assert fit.slope_se is not None
+    low = fit.slope - SLOPE_Z * fit.slope_se
     if floor.slope < threshold and low < threshold:
         return Clear(
             PARSE_ID,
@@ -239,11 +346,18 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             "more samples or larger bodies would settle it",
             evidence,
         )
+    return None
+
+
+def _not_parsing_alone(lines: _Lines, evidence: dict[str, Any]) -> Inconclusive | None:
+    """Inconclusive when the time beyond receiving is not in a line, or not clear of the server's cost of receiving
+    the bytes; None otherwise."""
+    fit, floor, excess = lines.fit, lines.floor, lines.excess
     # a line through every request, or through each size's fastest (one stalled request on a busy host bends the
     # first, not the second; a step between sizes bends both)
     line_r2 = max(fit.r2, floor.r2)
     evidence["r2_fastest"] = round(floor.r2, 4)
-    if paired and line_r2 < MIN_PAIRED_R2:
+    if lines.paired and line_r2 < MIN_PAIRED_R2:
         evidence["excess_ms_per_mb"] = round(excess, 3)
         return Inconclusive(
             PARSE_ID,
@@ -253,17 +367,23 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             evidence,
         )
     # the server's own CPU receiving the bytes: what the control measured, less what a network carries slowly
-    receive_cpu = None if receiving is None else min(receiving, RECEIVE_CPU_MAX_MS_PER_MB)
+    receive_cpu = None if lines.receiving is None else min(lines.receiving, RECEIVE_CPU_MAX_MS_PER_MB)
     if receive_cpu is not None and excess < RECEIVE_RATIO * receive_cpu:
         evidence["excess_ms_per_mb"] = round(excess, 3)
         return Inconclusive(
             PARSE_ID,
             f"the server spends {excess:.2f} ms per MB beyond receiving the body and a fast parser, above the "
-            f"{threshold:.2f} ms/MB threshold but under {RECEIVE_RATIO:g}× the {receive_cpu:.2f} ms/MB it needs to "
-            "receive the same bytes: a busy host stretches both alike; a run on a quiet host, or the server's own "
-            "parse timing (Server-Timing), would settle it",
+            f"{lines.threshold:.2f} ms/MB threshold but under {RECEIVE_RATIO:g}× the {receive_cpu:.2f} ms/MB it "
+            "needs to receive the same bytes: a busy host stretches both alike; a run on a quiet host, or the "
+            "server's own parse timing (Server-Timing), would settle it",
             evidence,
         )
+    return None
+
+
+def _finding(ev: ParsingEvidence, reference: Reference | None, lines: _Lines, evidence: dict[str, Any]) -> Outcome:
+    """The finding, unless the server's own parse timing says the time went elsewhere (inconclusive)."""
+    fit, fast, receiving, excess = lines.fit, lines.fast, lines.receiving, lines.excess
     reported = _server_reported_slope(ev)
     confirmed = reported is not None and abs(reported - excess) <= CONFIRM_TOLERANCE * excess
     if reported is not None:
@@ -274,9 +394,9 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
             # between the client and the parser (a proxy buffering the body, the network), not into parsing
             return Inconclusive(
                 PARSE_ID,
-                f"server-side time grows {padded_floor.slope:.2f} ms per MB of body ({excess:.2f} beyond receiving "
-                f"it and a fast parser), but the server reports only {reported:.2f} ms per MB of parsing and "
-                "validation: the time goes elsewhere on the path (a proxy in front, the network)",
+                f"server-side time grows {lines.padded_floor.slope:.2f} ms per MB of body ({excess:.2f} beyond "
+                f"receiving it and a fast parser), but the server reports only {reported:.2f} ms per MB of parsing "
+                "and validation: the time goes elsewhere on the path (a proxy in front, the network)",
                 evidence,
             )
     remote = ev.rtt_ms is not None and ev.rtt_ms >= REMOTE_RTT_MS
@@ -302,8 +422,8 @@ def check_request_parsing(ev: ParsingEvidence, reference: Reference | None) -> O
         cost_basis=basis,
         evidence=evidence,
         rule=(
-            f"server time grows {padded_floor.slope:.2f} ms per MB of padding ({ev.padding}); beyond receiving the "
-            f"body that is ≥ {SLOW_PARSE_RATIO:g}× the fast parser's {fast:.2f} ms/MB and ≥ "
+            f"server time grows {lines.padded_floor.slope:.2f} ms per MB of padding ({ev.padding}); beyond receiving "
+            f"the body that is ≥ {SLOW_PARSE_RATIO:g}× the fast parser's {fast:.2f} ms/MB and ≥ "
             f"{SLOW_PARSE_MIN_EXCESS_MS_PER_MB:g} ms/MB above it"
         ),
         confidence=confidence,

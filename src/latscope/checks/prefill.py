@@ -18,10 +18,11 @@ add it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import PrefillEvidence, PrefillPoint, Reference
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import fit_quadratic
 from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
@@ -45,6 +46,33 @@ MIN_SPAN_MS = 5.0
 #: Prompts whose sizes (tokens) differ by less than this share are repeats of one sweep size: a server's tokenizer
 #: counts two prompts of different words a few tokens apart. The sweep's sizes are at least twice apart.
 SAME_SIZE_SHARE = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillPoint:
+    """One prompt of the prefill sweep: its size (tokens, as the server counted them where it said, else as sent)
+    and TTFT without connection setup (ms)."""
+
+    prompt_tokens: int
+    ttft_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillEvidence:
+    """The prefill experiment: TTFT against prompt length, the baseline's sweep extended towards the server's
+    context limit (``max_tokens`` 1).
+
+    Fields:
+        points: every prompt that completed (the baseline's sweep points included).
+        refused_at: the smallest prompt (tokens) the server refused for its length, None when none was.
+        budget_stopped_at: the first size not sent because its predicted TTFT was over the experiment's budget.
+        failures: prompts that failed other than by a refusal.
+    """
+
+    points: tuple[PrefillPoint, ...] = ()
+    refused_at: int | None = None
+    budget_stopped_at: int | None = None
+    failures: tuple[RequestSample, ...] = ()
 
 
 def size_groups(points: tuple[PrefillPoint, ...]) -> list[list[PrefillPoint]]:

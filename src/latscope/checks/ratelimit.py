@@ -12,18 +12,70 @@ so answer "not tested" rather than decide on the survivors.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import RateLimitAnswer, RateLimitEvidence, Reference
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median
 from latscope.findings import Clear, Confidence, NotTested, Outcome
+from latscope.signals.ratelimit import RateLimitState
 
 RATE_LIMITED_ID = "rate-limited"
 
 #: Refusals quoted in the evidence, first ones first: enough to show what the server said, bounded for the report.
 MAX_QUOTED = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitAnswer:
+    """One response that carried rate-limit information, as the run saw it.
+
+    Fields:
+        experiment: the experiment that sent the request (``ratelimit`` for the probe itself).
+        label: what the experiment sent it for.
+        status: the HTTP status (429, a 503 with ``Retry-After``, or a success that reported its quota).
+        state: every rate-limit header of the response, parsed (:func:`latscope.signals.ratelimit.rate_limit_state`;
+            times in seconds from the response's arrival).
+    """
+
+    experiment: str
+    label: str
+    status: int | None
+    state: RateLimitState
+
+    @property
+    def refused(self) -> bool:
+        """The server refused the request for its rate: 429, or 503 with ``Retry-After`` (RFC 9110 §15.6.4)."""
+        return self.status == 429 or (self.status == 503 and self.state.retry_after_s is not None)
+
+    @property
+    def wait_ms(self) -> float | None:
+        """The wait the refusal imposes, ms: ``Retry-After`` (``retry-after-ms`` first), else the soonest reset of an
+        exhausted window; None when the server said neither."""
+        if self.state.retry_after_s is not None:
+            return self.state.retry_after_s * 1000.0
+        resets = [w.reset_s for w in self.state.exhausted if w.reset_s is not None]
+        return min(resets) * 1000.0 if resets else None
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitEvidence:
+    """The rate-limit probe, with what every other experiment of the run met.
+
+    Fields:
+        probe_limit: the most requests the probe would send (it stops at the first refusal).
+        probe: the probe's requests in order: short prompts, one token each, sent back to back on one connection.
+        refusals: every rate-limit refusal of the run (:attr:`RateLimitAnswer.refused`), from any experiment, the
+            probe's included, in order.
+        quota: the last answered request's rate-limit headers (None when no answer carried any).
+    """
+
+    probe_limit: int
+    probe: tuple[RequestSample, ...] = ()
+    refusals: tuple[RateLimitAnswer, ...] = ()
+    quota: RateLimitAnswer | None = None
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:

@@ -25,10 +25,11 @@ wait for a slot (``gateway-queueing`` is that finding).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from latscope.checks import failures
-from latscope.checks.evidence import Reference, RequestSample, SaturationEvidence, SaturationLevel
+from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, percentile
 from latscope.findings import Clear, Confidence, NotTested, Outcome
@@ -48,8 +49,7 @@ MIN_WAITERS_LARGE = 2
 MIN_SERVICE_SPAN_MS = 10.0
 #: A server's waiting-requests gauge read this many times over the sweep (diagnose scrapes every 50 ms) and never
 #: above zero outweighs the client's view: an engine that admits a burst over several prefill steps spreads its
-#: first tokens as a queue would (llama.cpp's llama-server on a CPU: 8 of 8 running, none deferred, first tokens
-#: 50–230 ms apart).
+#: first tokens as a queue would (llama.cpp's llama-server on a CPU, every request running, none deferred).
 MIN_GAUGE_SCRAPES = 5
 #: Where the server reports its queue time, the waiting requests' reported queue time must cover at least this
 #: share of what they waited beyond a lone request for the wait to have been for a slot: a request held in front of
@@ -57,6 +57,64 @@ MIN_GAUGE_SCRAPES = 5
 MIN_REPORTED_QUEUE_SHARE = 0.25
 #: The phases in which a server reports a wait for a slot (the lab's and Server-Timing's ``queue``, Ollama's ``load``).
 QUEUE_PHASES = (ServerPhase.QUEUE, ServerPhase.LOAD)
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationLevel:
+    """One step of the concurrency sweep: ``concurrency`` short requests sent at once, in each of a few rounds.
+
+    ``first_token_lags_ms`` (aligned with ``rounds``; empty when not known) gives of each request the ms from the
+    earliest first token of the others in its burst to its own (None where either is missing): a request that
+    waited for a slot got its first token about a whole stream after the first ones of its burst. ``set_aside``
+    holds the rounds the experiment sent again because the server was busy before they began
+    (:func:`latscope.checks.saturation.busy_at_start`): kept for the record, not judged.
+    """
+
+    concurrency: int
+    rounds: tuple[tuple[RequestSample, ...], ...]
+    first_token_lags_ms: tuple[tuple[float | None, ...], ...] = ()
+    set_aside: tuple[tuple[RequestSample, ...], ...] = ()
+
+    @property
+    def samples(self) -> tuple[RequestSample, ...]:
+        """Every request of every round."""
+        return tuple(s for burst in self.rounds for s in burst)
+
+    @property
+    def ttfts_ms(self) -> list[float]:
+        """TTFTs without connection setup of the requests that completed, every round."""
+        return [s.ttft_after_setup_ms for s in self.samples if s.ok and s.ttft_after_setup_ms is not None]
+
+    @property
+    def failed(self) -> list[RequestSample]:
+        """The requests that failed."""
+        return [s for s in self.samples if not s.ok]
+
+
+@dataclass(frozen=True, slots=True)
+class SaturationEvidence:
+    """The saturation experiment: a bounded concurrency sweep of short prompts (every level's connections opened
+    before it is measured).
+
+    Fields:
+        prompt_tokens / max_tokens: each request's prompt (about) and tokens generated.
+        levels: the steps, in increasing concurrency; the sweep stops one step after requests started to wait.
+        waiting_gauge / running_gauge: the server's waiting- and running-requests gauges at their highest during
+            the sweep, where its metrics had them (None: not read).
+        metrics: which metrics were read (the server family), or why none were.
+        batch_series: the server's running-requests gauge over the sweep (its batch size), ``(seconds since the
+            sweep began, running, waiting)`` per scrape (waiting None where the server has no such gauge).
+        level_starts: ``(concurrency, seconds since the sweep began)`` of each level.
+    """
+
+    prompt_tokens: int
+    max_tokens: int
+    levels: tuple[SaturationLevel, ...] = ()
+    waiting_gauge: float | None = None
+    running_gauge: float | None = None
+    metrics: str | None = None
+    batch_series: tuple[tuple[float, float, float | None], ...] = ()
+    level_starts: tuple[tuple[int, float], ...] = ()
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -103,8 +161,8 @@ def busy_at_start(level: SaturationLevel, index: int, lone_ttft_ms: float, lone_
     """The level's burst ``index`` got its earliest first token later than a lone request by more than
     :data:`WAIT_SHARE` of a lone stream. The burst's first request cannot have waited for a slot that another of
     the burst held (none had started), so the server or the host was busy with something else when the burst
-    arrived, and a round without waiters shows nothing about slots (measured on llama-cpp-python, once in a full
-    test run: a burst of two whose first token came 48 ms late, then 19 ms between the two)."""
+    arrived, and a round without waiters shows nothing about slots (seen on llama-cpp-python: a burst whose first
+    token came late, its second soon after)."""
     ttfts = [s.ttft_after_setup_ms for s in level.rounds[index] if s.ok and s.ttft_after_setup_ms is not None]
     return bool(ttfts) and min(ttfts) > lone_ttft_ms + WAIT_SHARE * (lone_e2e_ms - lone_ttft_ms)
 
@@ -146,6 +204,16 @@ def _quietest(level: SaturationLevel) -> float:
     return min(means) if means else _mean(level.ttfts_ms)
 
 
+@dataclass(frozen=True, slots=True)
+class _Lone:
+    """A lone request's fastest TTFT and end-to-end time (ms, connection setup excluded) and its connection's round
+    trip (ms, None where not reported): what the levels are measured against."""
+
+    ttft: float
+    e2e: float
+    rtt: float | None
+
+
 def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | None) -> Outcome:
     """Finding when some concurrency of the sweep made requests wait (:func:`level_waited`); the capacity is the
     level before it, the cost the mean TTFT that level added over the one before."""
@@ -153,31 +221,67 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
     broken = failures.too_many_failed(samples)
     if broken:
         return NotTested(SATURATION_ID, f"the target misbehaved during the concurrency sweep: {broken}")
-    lone = next((lv for lv in ev.levels if lv.concurrency == 1), None)
-    if lone is None or not lone.ttfts_ms or len(ev.levels) < 2:
+    lone_level = next((lv for lv in ev.levels if lv.concurrency == 1), None)
+    if lone_level is None or not lone_level.ttfts_ms or len(ev.levels) < 2:
         reason = failures.summarise(samples) or "the sweep did not get past one request"
         return NotTested(SATURATION_ID, f"the concurrency sweep could not measure: {reason}")
-    lone_ttft = min(lone.ttfts_ms)
-    e2es = [s.e2e_after_setup_ms for s in lone.samples if s.ok and s.e2e_after_setup_ms is not None]
+    lone = _lone(lone_level)
+    rows = _rows(ev, lone)
+    evidence = _evidence(ev, rows, lone)
+    if lone.e2e - lone.ttft < MIN_SERVICE_SPAN_MS:
+        return NotTested(
+            SATURATION_ID,
+            f"a lone request streams its {ev.max_tokens} tokens in {lone.e2e - lone.ttft:.1f} ms: too little service "
+            "time to tell waiting for a slot from noise",
+        )
+    waited = next(
+        (lv for lv in ev.levels if lv.concurrency > 1 and level_waited(lv, lone.ttft, lone.e2e, lone.rtt)), None
+    )
+    top = ev.levels[-1].concurrency
+    if waited is None:
+        return Clear(
+            SATURATION_ID,
+            f"up to {top} concurrent short requests started without waiting for a slot (TTFT p90 "
+            f"{rows[-1]['ttft_p90_ms']} ms vs {lone.ttft:.1f} ms alone)",
+            evidence,
+        )
+    not_for_a_slot = _not_for_a_slot(ev, waited, lone, evidence)
+    if not_for_a_slot is not None:
+        return not_for_a_slot
+    return _finding(ev, reference, waited, lone, evidence)
+
+
+def _lone(level: SaturationLevel) -> _Lone:
+    """The lone request's costs, from the sweep's level of one."""
+    lone_ttft = min(level.ttfts_ms)
+    e2es = [s.e2e_after_setup_ms for s in level.samples if s.ok and s.e2e_after_setup_ms is not None]
     lone_e2e = min(e2es) if e2es else lone_ttft
-    rtt = lone_rtt_ms(lone.samples)
-    rows = [
+    return _Lone(lone_ttft, lone_e2e, lone_rtt_ms(level.samples))
+
+
+def _rows(ev: SaturationEvidence, lone: _Lone) -> list[dict[str, Any]]:
+    """Each level's TTFTs, failures and waiters per round."""
+    return [
         {
             "concurrency": lv.concurrency,
             "ttft_p50_ms": _round(median(lv.ttfts_ms)),
             "ttft_p90_ms": _round(percentile(lv.ttfts_ms, 90.0)),
             "ttft_max_ms": _round(max(lv.ttfts_ms, default=None) if lv.ttfts_ms else None),
             "failed": len(lv.failed),
-            "waited": [waiters(lv, i, lone_ttft, lone_e2e, rtt) for i in range(len(lv.rounds))],
+            "waited": [waiters(lv, i, lone.ttft, lone.e2e, lone.rtt) for i in range(len(lv.rounds))],
             **({"set_aside": len(lv.set_aside)} if lv.set_aside else {}),
         }
         for lv in ev.levels
     ]
-    evidence: dict[str, Any] = {
+
+
+def _evidence(ev: SaturationEvidence, rows: list[dict[str, Any]], lone: _Lone) -> dict[str, Any]:
+    """The levels, the lone request and the server's gauges."""
+    return {
         "levels": rows,
-        "lone_ttft_ms": _round(lone_ttft),
-        "lone_e2e_ms": _round(lone_e2e),
-        "lone_rtt_ms": _round(rtt),
+        "lone_ttft_ms": _round(lone.ttft),
+        "lone_e2e_ms": _round(lone.e2e),
+        "lone_rtt_ms": _round(lone.rtt),
         "max_tokens": ev.max_tokens,
         "waiting_gauge_max": ev.waiting_gauge,
         "running_gauge_max": ev.running_gauge,
@@ -185,22 +289,13 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
         "batch_series": [list(point) for point in ev.batch_series],
         "level_starts": [list(start) for start in ev.level_starts],
     }
-    if lone_e2e - lone_ttft < MIN_SERVICE_SPAN_MS:
-        return NotTested(
-            SATURATION_ID,
-            f"a lone request streams its {ev.max_tokens} tokens in {lone_e2e - lone_ttft:.1f} ms: too little service "
-            "time to tell waiting for a slot from noise",
-        )
-    waited = next((lv for lv in ev.levels if lv.concurrency > 1 and level_waited(lv, lone_ttft, lone_e2e, rtt)), None)
-    top = ev.levels[-1].concurrency
-    if waited is None:
-        return Clear(
-            SATURATION_ID,
-            f"up to {top} concurrent short requests started without waiting for a slot (TTFT p90 "
-            f"{rows[-1]['ttft_p90_ms']} ms vs {lone_ttft:.1f} ms alone)",
-            evidence,
-        )
-    share = reported_queue_share(waited, lone_ttft, lone_e2e)
+
+
+def _not_for_a_slot(
+    ev: SaturationEvidence, waited: SaturationLevel, lone: _Lone, evidence: dict[str, Any]
+) -> Clear | None:
+    """Clear when the server's own clocks or queue gauge say the late requests did not wait for a slot, else None."""
+    share = reported_queue_share(waited, lone.ttft, lone.e2e)
     evidence["reported_queue_share"] = _round(share)
     if share is not None and share < MIN_REPORTED_QUEUE_SHARE:
         # the server's own clocks say the waiting requests were hardly queued: they waited before reaching it
@@ -221,10 +316,23 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
             "sweep: the engine admitted the burst over several steps (prefill), nothing waited for a slot",
             evidence,
         )
+    return None
+
+
+def _finding(
+    ev: SaturationEvidence,
+    reference: Reference | None,
+    waited: SaturationLevel,
+    lone: _Lone,
+    evidence: dict[str, Any],
+) -> Outcome:
+    """The finding: the capacity is the level before ``waited``, the cost the mean TTFT ``waited`` added."""
     index = ev.levels.index(waited)
     knee = ev.levels[index - 1].concurrency
     # the requests that did not wait had a slot: the capacity, as far as this level shows it
-    started = min(waited.concurrency - waiters(waited, i, lone_ttft, lone_e2e, rtt) for i in range(len(waited.rounds)))
+    started = min(
+        waited.concurrency - waiters(waited, i, lone.ttft, lone.e2e, lone.rtt) for i in range(len(waited.rounds))
+    )
     capacity = max(knee, started)
     # one step past the knee against the knee itself: both levels pay what concurrency costs without waiting (a
     # larger prefill step, the host's and the network's share of a burst); only the waiting differs
@@ -250,7 +358,7 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
         evidence=evidence,
         rule=(
             f"at {waited.concurrency} concurrent short requests, in every round, some waited for others to finish "
-            f"(TTFT beyond a lone request's by more than {WAIT_SHARE:.0%} of its {lone_e2e - lone_ttft:.0f} ms "
+            f"(TTFT beyond a lone request's by more than {WAIT_SHARE:.0%} of its {lone.e2e - lone.ttft:.0f} ms "
             f"stream); capacity about {capacity} concurrent requests (none waited at {knee}){gauge}"
         ),
         confidence=Confidence.HIGH if confirm or len(waited.ttfts_ms) >= 4 else Confidence.MEDIUM,

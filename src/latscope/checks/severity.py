@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from latscope.checks.evidence import Reference
+from latscope.checks.samples import Reference
 from latscope.findings import Confidence, Finding, Severity, make_finding
 
 #: A quarter of the typical TTFT: a user waiting for the first token notices that much added time.

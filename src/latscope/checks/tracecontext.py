@@ -19,11 +19,30 @@ the typical TTFT a finding costs, :mod:`latscope.checks.severity`) and never out
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from latscope.checks import failures
-from latscope.checks.evidence import Reference, TraceContextEvidence
+from latscope.checks.samples import Reference, RequestSample
 from latscope.findings import Clear, Confidence, NotTested, Outcome, Severity, make_finding
+from latscope.signals.traceresponse import ReturnedTraceId
 
 TRACE_ID = "trace-context-dropped"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceContextEvidence:
+    """The trace-context experiment: one request carrying a fresh W3C ``traceparent``.
+
+    Fields:
+        sample: the request (None when none was sent).
+        sent_trace_id: the trace id of the ``traceparent`` it carried, 32 hex digits (None when it carried none).
+        returned: the trace ids the response named (``traceresponse``, Server-Timing, id headers containing the
+            sent id; see :mod:`latscope.signals.traceresponse`).
+    """
+
+    sample: RequestSample | None = None
+    sent_trace_id: str | None = None
+    returned: tuple[ReturnedTraceId, ...] = ()
 
 
 def check_trace_context(ev: TraceContextEvidence, reference: Reference | None) -> Outcome:

@@ -2,7 +2,7 @@
 
 Experiments send through :meth:`Context.send`, which records the request's timeline, joins the server's own signals
 (Server-Timing, ``timings``, the lab's object) into it, counts it for progress, and turns it into a
-:class:`~latscope.checks.evidence.RequestSample`. Requests never raise for a failed request: the sample says why.
+:class:`~latscope.checks.samples.RequestSample`. Requests never raise for a failed request: the sample says why.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from latscope.checks.evidence import RateLimitAnswer, RequestSample
+from latscope.checks.ratelimit import RateLimitAnswer
+from latscope.checks.samples import RequestSample
 from latscope.dialects.base import Dialect, RequestSpec
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.signals.join import join_server_signals

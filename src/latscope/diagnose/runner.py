@@ -17,7 +17,9 @@ from functools import partial
 from typing import Any
 
 from latscope.checks import CHECKS
-from latscope.checks.evidence import BaselineEvidence, ParsingEvidence, Reference
+from latscope.checks.baseline import BaselineEvidence
+from latscope.checks.parsing import ParsingEvidence
+from latscope.checks.samples import Reference
 from latscope.diagnose import discovery, plan, summary
 from latscope.diagnose.context import REQUEST_TIMEOUTS, Context, ProgressCallback
 from latscope.diagnose.experiments import EXPERIMENTS, Prior

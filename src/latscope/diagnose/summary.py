@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from latscope.checks.evidence import SERVER_PHASES, BaselineEvidence, Reference, RequestSample
+from latscope.checks.baseline import BaselineEvidence
+from latscope.checks.samples import SERVER_PHASES, Reference, RequestSample
 from latscope.checks.stats import fit_line, median, percentile
 
 #: Phases of the summary, in request order: connection setup (paid only on a new connection), upload, the server's

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from latscope.checks.evidence import BaselineEvidence
+from latscope.checks.baseline import BaselineEvidence
 from latscope.diagnose.context import Context
 
 
@@ -26,8 +26,8 @@ class Experiment:
 
     ``planned_requests(ctx)`` is the request count the progress display counts towards (about: an experiment may
     stop early or add a few); ``run(ctx, prior)`` sends its requests and returns its evidence (an instance of the
-    family's class in :mod:`latscope.checks.evidence`). ``needs_sweep``: the baseline's prompt-length sweep is run
-    because this experiment uses it.
+    class its family's check module defines, e.g. :class:`latscope.checks.parsing.ParsingEvidence`).
+    ``needs_sweep``: the baseline's prompt-length sweep is run because this experiment uses it.
     """
 
     family: str

@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from latscope.checks.evidence import BaselineEvidence, RequestSample, SweepPoint
+from latscope.checks.baseline import BaselineEvidence, SweepPoint
+from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 
 #: Prompt sizes of the sweep (tokens, about): short chat turns to a long document.

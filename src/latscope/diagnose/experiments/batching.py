@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 
-from latscope.checks.batching import MIN_IDLE_WAIT_MS, together
-from latscope.checks.evidence import BatchingEvidence, PairPoint, RequestSample
+from latscope.checks.batching import MIN_IDLE_WAIT_MS, BatchingEvidence, PairPoint, together
+from latscope.checks.samples import RequestSample
 from latscope.checks.stats import median
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from latscope.checks.evidence import CachedReply, CachingEvidence
+from latscope.checks.caching import CachedReply, CachingEvidence
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.dialects.base import RequestSpec

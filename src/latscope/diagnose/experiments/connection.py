@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import urlsplit
 
-from latscope.checks.evidence import ConcurrencyEvidence, ConnectionEvidence, RequestSample
+from latscope.checks.connection import ConcurrencyEvidence, ConnectionEvidence
+from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.wire.connection import is_ip_literal

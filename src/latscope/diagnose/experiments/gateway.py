@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 
-from latscope.checks.evidence import GatewayQueueEvidence, RequestSample
+from latscope.checks.gateway import GatewayQueueEvidence
+from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.timeline.model import Timeline

@@ -19,8 +19,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from latscope.checks.evidence import HeaderEvidence, HeaderPoint, RequestSample
 from latscope.checks.failures import describe
+from latscope.checks.headers import HeaderEvidence, HeaderPoint
+from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 
-from latscope.checks.evidence import KvEvidence, RequestSample
+from latscope.checks.kvcache import KvEvidence
+from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.diagnose.metrics import scraping

@@ -16,10 +16,9 @@ server's).
 
 A finding is confirmed before it is reported: when the check names one on the planned repeats, or cannot decide on
 them, another round of :data:`REPEATS` pairs per size is sent, up to :data:`EXTRA_ROUNDS` rounds, and the check
-judges all the pairs; a finding stands once a round has been added to the pairs it was named on. A server whose
-parsing costs 100–150 ms of CPU per MB of body (the lab's ``slow-parse``) moves each 1 MB request ±20 ms on a busy
-2-core host (a pair's difference: 13 ± 17 ms at 1 MB over 12 runs), against 2–6 ms per MB the images really cost:
-on three pairs per size the check once named a false 20 ms/MB cost in a full test run.
+judges all the pairs; a finding stands once a round has been added to the pairs it was named on: a server whose
+parsing costs a lot of CPU per MB of body (the lab's ``slow-parse``) scatters a large request on a busy host by more
+than the images really cost, enough for three pairs per size to show a false cost.
 """
 
 from __future__ import annotations
@@ -32,8 +31,8 @@ import zlib
 
 import orjson
 
-from latscope.checks.evidence import ImagePair, MultimodalEvidence, RequestSample
-from latscope.checks.multimodal import check_multimodal_preprocessing
+from latscope.checks.multimodal import ImagePair, MultimodalEvidence, check_multimodal_preprocessing
+from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.dialects.base import RequestSpec

@@ -12,7 +12,8 @@ one server (:mod:`latscope.checks.overhead` reads all of it).
 
 from __future__ import annotations
 
-from latscope.checks.evidence import GatewayOverheadEvidence, RequestSample
+from latscope.checks.overhead import GatewayOverheadEvidence
+from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.timeline.model import Timeline

@@ -21,7 +21,8 @@ import time
 import orjson
 
 from latscope.checks import failures
-from latscope.checks.evidence import ParsePoint, ParsingEvidence, RequestSample
+from latscope.checks.parsing import ParsePoint, ParsingEvidence
+from latscope.checks.samples import RequestSample
 from latscope.checks.stats import median
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
@@ -36,8 +37,8 @@ SIZES_MB_QUICK = (0.0, 1.0, 2.0)
 #: Repeats per size: the check keeps each size's fastest, so a stall must hit every repeat to bias it.
 REPEATS = 3
 #: Each repeat's body is this many bytes longer than the one before: a prime, so no two repeats split alike into TCP
-#: segments or 16 KB TLS records. A stall tied to how a body splits (a proxy's upstream hop holding a body's last
-#: small segment for a delayed ACK: measured through nginx, +40 ms on some body sizes) then cannot hit every
+#: segments or 16 KB TLS records. A stall tied to how a body splits (nginx's upstream hop holding a body's last
+#: small segment for the origin's delayed ACK, on some body sizes) then cannot hit every
 #: repeat of a size alike. Three repeats stay far inside one size bucket of the check (64 KB).
 SIZE_JITTER_BYTES = 4099
 #: The first padded request (bytes) finds out whether the server accepts the padding at all.

@@ -11,7 +11,8 @@ late answer there must not stand alone (the check fits each size's fastest repea
 
 from __future__ import annotations
 
-from latscope.checks.evidence import PrefillEvidence, PrefillPoint, RequestSample
+from latscope.checks.prefill import PrefillEvidence, PrefillPoint
+from latscope.checks.samples import RequestSample
 from latscope.checks.stats import fit_line, fit_quadratic
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior

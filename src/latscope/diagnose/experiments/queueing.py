@@ -23,7 +23,9 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from latscope.checks.evidence import BaselineEvidence, QueueEvidence, RequestSample
+from latscope.checks.baseline import BaselineEvidence
+from latscope.checks.queueing import QueueEvidence
+from latscope.checks.samples import RequestSample
 from latscope.checks.stats import fit_line, median
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior

@@ -9,7 +9,8 @@ stops at the first refusal (429, or 503 with ``Retry-After``).
 
 from __future__ import annotations
 
-from latscope.checks.evidence import RateLimitEvidence, RequestSample
+from latscope.checks.ratelimit import RateLimitEvidence
+from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 

@@ -3,25 +3,23 @@
 :data:`PAIRS` greedy/sampled pairs (``max_tokens`` the typical request's, quickack on, one connection), greedy first in
 odd pairs and second in even ones so drift on the server cannot favour either. Both streams of a pair share one prompt,
 so what a stream's time per token owes to its prompt is the same on both sides, and each pair has a new one, so no body
-is sent twice and a cache in front of the server answers none (llama-cpp-python after a whole diagnosis, four rounds of
-twelve pairs each way: no pair of one prompt fell under half the material difference, four pairs of two prompts did). A
-greedy warm-up request opens the connection first and is not measured: a connection's first stream is slower (measured
-on llama-cpp-python: on loopback 1.2 ms per token against 0.6–0.8 for the streams after it; across a 20 ms path its last
-eight tokens waited 11 ms together, for the first acknowledgements of TCP's initial window). When the check cannot
+is sent twice and a cache in front of the server answers none (on llama-cpp-python, pairs of two prompts fell under
+half the material difference where pairs of one did not). A greedy warm-up request opens the connection first and is
+not measured: a connection's first stream is slower (llama-cpp-python's, and across a network path its last tokens wait
+for the first acknowledgements of TCP's initial window). When the check cannot
 decide on those pairs (:func:`~latscope.checks.sampling.check_decode_host_overhead` inconclusive: some pair did not show
 a difference the others did, or the pairs' spread leaves it within the noise), :data:`EXTRA_PAIRS` more are sent, up to
-:data:`EXTRA_ROUNDS` times (a busy host moved llama-cpp-python's pairs from 0.04 to 1.07 ms apart: six pairs, every one
-showing the cost, still left it 2.6 standard errors clear, not 3; across a 20 ms path twelve pairs left +0.22 ms per
-token 2.7 standard errors clear, where eighteen would put the same spread's mean 3.3 clear). The sampled requests ask
+:data:`EXTRA_ROUNDS` times (a busy host or a network path spreads the pairs so that six or twelve of them, every one
+showing the cost, can leave it under three standard errors clear). The sampled requests ask
 for every parameter of :data:`SAMPLED` the server accepts: a refusal (4xx) of the whole set falls back to
 :data:`SAMPLED_FALLBACK`; a refusal of that too leaves the check not tested.
 """
 
 from __future__ import annotations
 
-from latscope.checks.evidence import RequestSample, SamplingEvidence
 from latscope.checks.failures import describe
-from latscope.checks.sampling import check_decode_host_overhead
+from latscope.checks.samples import RequestSample
+from latscope.checks.sampling import SamplingEvidence, check_decode_host_overhead
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.findings import Inconclusive

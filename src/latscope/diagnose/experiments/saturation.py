@@ -24,8 +24,16 @@ import math
 import time
 from collections.abc import Callable
 
-from latscope.checks.evidence import RequestSample, SaturationEvidence, SaturationLevel
-from latscope.checks.saturation import busy_at_start, level_waited, lone_rtt_ms, needed_waiters, waiters
+from latscope.checks.samples import RequestSample
+from latscope.checks.saturation import (
+    SaturationEvidence,
+    SaturationLevel,
+    busy_at_start,
+    level_waited,
+    lone_rtt_ms,
+    needed_waiters,
+    waiters,
+)
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.diagnose.metrics import scraping

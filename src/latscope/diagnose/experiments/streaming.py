@@ -19,7 +19,8 @@ Per-read analysis (events per read, burst sizes, gaps) comes with every sample; 
 
 from __future__ import annotations
 
-from latscope.checks.evidence import RequestSample, StreamEvidence
+from latscope.checks.samples import RequestSample
+from latscope.checks.streaming import StreamEvidence
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.wire.tcpinfo import delayed_ack_supported, quickack_supported

@@ -4,7 +4,7 @@ first bytes of its body, are the evidence (:mod:`latscope.signals.traceresponse`
 
 from __future__ import annotations
 
-from latscope.checks.evidence import TraceContextEvidence
+from latscope.checks.tracecontext import TraceContextEvidence
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.signals.traceresponse import returned_trace_ids

@@ -13,14 +13,12 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     # ``latscope.probe(url)`` / ``latscope.diagnose(url)`` without importing the submodule first; those modules are
     # callable (see callable_module)
-    if name in ("probe", "diagnose"):
-        import importlib
+    import importlib
 
+    if name in ("probe", "diagnose"):
         return importlib.import_module(f"latscope.{name}")
     if name == "Target":  # ``latscope.Target.resolve(url, ...)``: what probe, diagnose and bench are pointed at
-        from latscope.wire.target import Target
-
-        return Target
+        return importlib.import_module("latscope.wire.target").Target
     raise AttributeError(f"module 'latscope' has no attribute {name!r}")
 
 

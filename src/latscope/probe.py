@@ -30,6 +30,7 @@ from latscope.signals.scrape import MetricsScraper, MetricsWindow, NotAvailable,
 from latscope.timeline import metrics
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.serialize import timeline_to_dict
+from latscope.units import NS_PER_MS
 from latscope.wire import Client, ModelListError, Timeouts, WireError
 from latscope.wire.models import OriginStats
 from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST
@@ -86,6 +87,26 @@ class TtftSides:
         for part in split.parts:
             sums[ttft_side(part.name)] += part.ns
         return cls(split.ttft_ns, sums["client"], sums["server"], sums["unattributed"])
+
+    @property
+    def ttft_ms(self) -> float:
+        """The TTFT, ms."""
+        return self.ttft_ns / NS_PER_MS
+
+    @property
+    def client_ms(self) -> float:
+        """Client-side time, ms."""
+        return self.client_ns / NS_PER_MS
+
+    @property
+    def server_ms(self) -> float:
+        """Server-reported time, ms."""
+        return self.server_ns / NS_PER_MS
+
+    @property
+    def unattributed_ms(self) -> float:
+        """Network round trip + unreported time, ms."""
+        return self.unattributed_ns / NS_PER_MS
 
 
 class ProbeError(Exception):

@@ -111,26 +111,27 @@ def parse_tcp_info(raw: bytes) -> TcpInfo | None:
 
 def read_tcp_info(sock: socket.socket | None) -> TcpInfo | None:
     """A :class:`TcpInfo` snapshot of ``sock``; None off Linux, for a closed socket, or when the call fails."""
+    raw = _raw_tcp_info(sock)
+    return None if raw is None else parse_tcp_info(raw)
+
+
+def _raw_tcp_info(sock: socket.socket | None) -> bytes | None:
+    """``sock``'s ``struct tcp_info`` as the kernel gives it; None off Linux, for a closed socket, or when the call
+    fails."""
     if _TCP_INFO is None or sock is None:
         return None
     try:
-        raw = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, TCP_INFO_BYTES)
+        return sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, TCP_INFO_BYTES)
     except OSError:
         return None
-    return parse_tcp_info(raw)
 
 
 def send_backlog(sock: socket.socket | None) -> int | None:
     """What this side has written and the peer has not acknowledged yet: segments sent and unacknowledged plus bytes
     not sent at all (``tcpi_unacked`` + ``tcpi_notsent_bytes``). 0 means everything written so far has reached the
     peer's kernel. None off Linux, before kernel 4.6, for a closed socket, or when the call fails."""
-    if _TCP_INFO is None or sock is None:
-        return None
-    try:
-        raw = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, TCP_INFO_BYTES)
-    except OSError:
-        return None
-    if len(raw) < _NOTSENT_BYTES + 4:
+    raw = _raw_tcp_info(sock)
+    if raw is None or len(raw) < _NOTSENT_BYTES + 4:
         return None
     unacked, notsent = _BACKLOG_FIELDS.unpack_from(raw)
     return int(unacked) + int(notsent)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from latscope.checks import CHECKS
 from latscope.cli.main import cli
-from latscope.diagnose import diagnose, runner, target
+from latscope.diagnose import diagnose, discovery, runner
 from latscope.findings import NotTested
 from tests.diagnose.flaky_server import flaky_handler
 from tests.support.stream_server import Received, Reply, ServerThread, StreamServer
@@ -53,7 +53,7 @@ async def test_a_target_that_stops_answering_costs_one_time_bound_not_one_per_ex
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(runner, "EXPERIMENT_TIMEOUT_S", 3.0)  # quick mode: 1.5 s per experiment
-    monkeypatch.setattr(target, "ALIVE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(discovery, "ALIVE_TIMEOUT_S", 1.0)
     release = asyncio.Event()
     answered = flaky_handler(every_429=0, every_reset=0)
     count = 0

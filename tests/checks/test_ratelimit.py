@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from latscope.checks.ratelimit import RateLimitAnswer, RateLimitEvidence, check_rate_limited
+from latscope.checks.ratelimit import (
+    RateLimitAnswer,
+    RateLimitEvidence,
+    RecoveryTry,
+    check_rate_limited,
+    measured_wait,
+)
 from latscope.checks.samples import RequestSample
 from latscope.findings import Clear, Finding, NotTested, Severity
 from latscope.signals.ratelimit import rate_limit_state
@@ -86,3 +92,33 @@ def test_nothing_measured_is_not_tested() -> None:
     )
     assert isinstance(check_rate_limited(RateLimitEvidence(6, broken), REF), NotTested)
     assert isinstance(check_rate_limited(RateLimitEvidence(6), REF), NotTested)
+
+
+def _retries(*tries: tuple[float, int | None]) -> tuple[RecoveryTry, ...]:
+    return tuple(RecoveryTry(after_s, status, status == 200) for after_s, status in tries)
+
+
+def test_a_bare_429_is_costed_by_the_retry_the_limiter_admitted() -> None:
+    recovery = _retries((0.05, 429), (0.15, 429), (0.35, 429), (0.75, 200))
+    outcome = check_rate_limited(
+        RateLimitEvidence(6, _probe(2), (_answer([], experiment="ratelimit"),), None, recovery), REF
+    )
+    assert isinstance(outcome, Finding)
+    assert outcome.cost_ms == pytest.approx(750.0)
+    assert outcome.evidence["measured_wait_ms"] == {"at_least": 350.0, "at_most": 750.0}
+    assert outcome.severity is not Severity.LOW  # 0.75 s held back against a 200 ms typical request
+    assert "measured" in outcome.cost_basis
+
+
+def test_a_limiter_that_admits_none_of_the_retries_holds_a_client_at_least_that_long() -> None:
+    recovery = _retries((0.05, 429), (0.15, 429), (0.35, 429), (0.75, 429), (1.55, 429), (3.15, 429), (6.35, 429))
+    outcome = check_rate_limited(RateLimitEvidence(6, _probe(1), (_answer([]),), None, recovery), REF)
+    assert isinstance(outcome, Finding) and outcome.cost_ms == pytest.approx(6350.0)
+    assert "at least" in outcome.cost_basis and outcome.evidence["measured_wait_ms"]["at_most"] is None
+
+
+def test_a_retry_that_failed_otherwise_leaves_the_wait_unknown() -> None:
+    recovery = (RecoveryTry(0.05, 429, False), RecoveryTry(0.15, None, False))
+    assert measured_wait(recovery) is None
+    outcome = check_rate_limited(RateLimitEvidence(6, _probe(1), (_answer([]),), None, recovery), REF)
+    assert isinstance(outcome, Finding) and outcome.cost_ms == 0.0 and "unknown" in outcome.cost_basis

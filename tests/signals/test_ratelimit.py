@@ -118,6 +118,9 @@ def test_x_ratelimit_reset_after_is_explicitly_relative() -> None:
         ({"retry-after": "1.5"}, 1.5, "retry-after"),
         ({"retry-after": "Wed, 15 Jan 2025 10:01:00 GMT"}, 60.0, "retry-after"),
         ({"retry-after": "1", "retry-after-ms": "250"}, 0.25, "retry-after-ms"),
+        # LiteLLM's proxy passes the provider's headers on prefixed, and its own router's 429 carries only those
+        ({"llm_provider-retry-after": "7"}, 7.0, "llm_provider-retry-after"),
+        ({"retry-after": "2", "llm_provider-retry-after": "7"}, 2.0, "retry-after"),
     ],
 )
 def test_retry_after_in_seconds(headers: dict[str, str], seconds: float, source: str) -> None:

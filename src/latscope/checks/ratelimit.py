@@ -5,7 +5,10 @@ to come back: ``Retry-After`` / ``retry-after-ms``, or a quota window that reads
 many seconds (OpenAI, Anthropic, IETF and X-RateLimit headers, :mod:`latscope.signals.ratelimit`). A client that
 honours it waits that long before the request can even start, so the cost of one refusal is that wait. The
 evidence is every refusal the run met, in any experiment, plus a short probe that stops at its first refusal. A
-server without a limiter answers the probe and never refuses: clear. Those refusals also leave the other
+refusal that names no wait is priced by what the probe measured: its retries at doubling intervals after the
+refusal, the first one admitted bounding the wait from above and the last one refused from below (a limiter that
+admitted none within them holds a client at least that long). A server without a limiter answers the probe and never
+refuses: clear. Those refusals also leave the other
 experiments with failed requests, which their checks count (:func:`latscope.checks.failures.too_many_failed`) and
 so answer "not tested" rather than decide on the survivors.
 """
@@ -61,6 +64,49 @@ class RateLimitAnswer:
 
 
 @dataclass(frozen=True, slots=True)
+class RecoveryTry:
+    """One retry of the probe after a refusal that named no wait.
+
+    Fields:
+        after_s: when it was sent, s after the refusal arrived.
+        status: its HTTP status (None when it failed before a response).
+        ok: it completed with a stream.
+    """
+
+    after_s: float
+    status: int | None
+    ok: bool
+
+    @property
+    def refused(self) -> bool:
+        """Refused again for the rate (429, or a 503: the limiter's answer while it still holds the client)."""
+        return self.status in (429, 503)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredWait:
+    """The wait a limiter imposed, from the probe's retries, ms: between ``at_least_ms`` (the last retry refused)
+    and ``at_most_ms`` (the first admitted; None when none was)."""
+
+    at_least_ms: float
+    at_most_ms: float | None
+
+
+def measured_wait(tries: tuple[RecoveryTry, ...]) -> MeasuredWait | None:
+    """What the retries after a refusal say of the wait; None when there were none, or one failed otherwise than by
+    a refusal before any was admitted (nothing to tell from)."""
+    at_least = 0.0
+    for attempt in tries:
+        if attempt.refused:
+            at_least = attempt.after_s * 1000.0
+        elif attempt.ok:
+            return MeasuredWait(at_least, attempt.after_s * 1000.0)
+        else:
+            return None
+    return MeasuredWait(at_least, None) if tries else None
+
+
+@dataclass(frozen=True, slots=True)
 class RateLimitEvidence:
     """The rate-limit probe, with what every other experiment of the run met.
 
@@ -70,12 +116,15 @@ class RateLimitEvidence:
         refusals: every rate-limit refusal of the run (:attr:`RateLimitAnswer.refused`), from any experiment, the
             probe's included, in order.
         quota: the last answered request's rate-limit headers (None when no answer carried any).
+        recovery: after a probe refusal that named no wait, its retries at doubling intervals, in order (empty when
+            the refusal named its wait, or the probe met none).
     """
 
     probe_limit: int
     probe: tuple[RequestSample, ...] = ()
     refusals: tuple[RateLimitAnswer, ...] = ()
     quota: RateLimitAnswer | None = None
+    recovery: tuple[RecoveryTry, ...] = ()
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:
@@ -117,9 +166,30 @@ def _quota_text(answer: RateLimitAnswer | None) -> str:
     return "; the server's quota headers said: " + ", ".join(parts)
 
 
+def _measured(ev: RateLimitEvidence, evidence: dict[str, Any]) -> tuple[float | None, str]:
+    """The wait of refusals that named none, as the probe's retries measured it (into ``evidence``), and the cost
+    basis that says how it was found."""
+    unknown = "the server refused without saying when to retry (no Retry-After, no reset)"
+    evidence["recovery"] = [[round(t.after_s * 1000.0, 1), t.status] for t in ev.recovery]
+    found = measured_wait(ev.recovery)
+    if found is None:
+        return None, f"{unknown}, and the probe could not measure it: the wait is unknown"
+    evidence["measured_wait_ms"] = {"at_least": _round(found.at_least_ms), "at_most": _round(found.at_most_ms)}
+    if found.at_most_ms is None:
+        return found.at_least_ms, (
+            f"{unknown}; ms a refused client waits at least: the probe's {len(ev.recovery)} retries at doubling "
+            f"intervals were all refused, the last {found.at_least_ms:.0f} ms after the refusal"
+        )
+    return found.at_most_ms, (
+        f"{unknown}; ms a refused client waits before it is admitted again, measured: the probe's retry "
+        f"{found.at_most_ms:.0f} ms after the refusal was admitted, the one at {found.at_least_ms:.0f} ms refused"
+    )
+
+
 def check_rate_limited(ev: RateLimitEvidence, reference: Reference | None) -> Outcome:
     """Finding when any request of the run was refused for its rate; cost = the median wait a refusal imposed
-    (``Retry-After``, else the exhausted window's reset). Clear when the probe's requests all went through."""
+    (``Retry-After``, else the exhausted window's reset, else what the probe's retries measured). Clear when the
+    probe's requests all went through."""
     refusals = ev.refusals
     sent = len(ev.probe)
     evidence: dict[str, Any] = {
@@ -139,13 +209,13 @@ def check_rate_limited(ev: RateLimitEvidence, reference: Reference | None) -> Ou
         where = ", ".join(evidence["refused_in"])
         exhausted = sorted({f"{w.dimension} ({w.source})" for r in refusals for w in r.state.exhausted})
         said = f"; quota exhausted: {', '.join(exhausted)}" if exhausted else ""
-        if wait is None:
-            basis = "the server refused without saying when to retry (no Retry-After, no reset): the wait is unknown"
-        else:
+        if wait is not None:
             basis = (
                 f"ms a client must wait per refused request before it may retry (median of {len(waits)} "
                 "Retry-After / reset values the server sent)"
             )
+        else:
+            wait, basis = _measured(ev, evidence)
         return costed_finding(
             RATE_LIMITED_ID,
             wait or 0.0,

@@ -17,7 +17,8 @@ Formats read (server-signals.md, "Hosted APIs"):
   (10⁹ s is 31.7 years, so no real delta is that large, and every Unix time since September 2001 is larger); at least
   10¹² is a Unix time in milliseconds; anything smaller is seconds from now. An HTTP date is accepted as well.
 * ``Retry-After`` (RFC 9110 §10.2.3: delay seconds, leniently a decimal, or an HTTP date), OpenAI's ``retry-after-ms``
-  (preferred when present, as the OpenAI SDKs do) and ``x-should-retry`` (``true`` / ``false``).
+  (preferred when present, as the OpenAI SDKs do) and ``x-should-retry`` (``true`` / ``false``); either with the
+  ``llm_provider-`` prefix of LiteLLM's proxy when the bare one is absent.
 
 All times are seconds. Absolute times in the past clamp to 0 (the window has already reset); negative durations are
 malformed and ignored with a warning.
@@ -79,7 +80,8 @@ class RateLimitState:
 
     windows: tuple[RateLimitWindow, ...] = ()
     retry_after_s: float | None = None  #: how long the server asks the client to wait before retrying
-    retry_after_source: str | None = None  #: ``retry-after-ms`` or ``retry-after``
+    #: ``retry-after-ms`` or ``retry-after``, or either with a gateway's ``llm_provider-`` prefix (LiteLLM)
+    retry_after_source: str | None = None
     should_retry: bool | None = None  #: ``x-should-retry``, when sent
 
     def window(self, dimension: str, source: str | None = None) -> RateLimitWindow | None:
@@ -336,20 +338,35 @@ def _reset_heuristic(raw: str, now_s: float) -> float | None:
     return max(0.0, value)
 
 
+#: Where a gateway passes on the provider's own headers: LiteLLM's proxy prefixes them (``llm_provider-retry-after``)
+#: and answers its own router's refusals with them alone, no bare ``Retry-After``.
+_RETRY_AFTER_PREFIXES = ("", "llm_provider-")
+
+
 def _retry_after(r: _Reader) -> tuple[float | None, str | None]:
-    ms = r.seconds("retry-after-ms", parse_finite_float, "milliseconds")
+    for prefix in _RETRY_AFTER_PREFIXES:
+        found = _prefixed_retry_after(r, prefix)
+        if found[0] is not None:
+            return found
+    return None, None
+
+
+def _prefixed_retry_after(r: _Reader, prefix: str) -> tuple[float | None, str | None]:
+    """``{prefix}retry-after-ms``, else ``{prefix}retry-after`` (delay seconds or an HTTP date), with its name."""
+    ms = r.seconds(f"{prefix}retry-after-ms", parse_finite_float, "milliseconds")
     if ms is not None:
-        return ms / 1000.0, "retry-after-ms"
-    raw = r.get("retry-after")
+        return ms / 1000.0, f"{prefix}retry-after-ms"
+    name = f"{prefix}retry-after"
+    raw = r.get(name)
     if raw is None:
         return None, None
     seconds = parse_finite_float(raw)
     if seconds is not None and seconds >= 0:
-        return seconds, "retry-after"
+        return seconds, name
     date = parse_http_date(raw)
     if date is not None:
-        return r.until(date), "retry-after"
-    warn(r.warnings, f"rate-limit: retry-after: {raw!r} is neither delay seconds nor an HTTP date; ignored")
+        return r.until(date), name
+    warn(r.warnings, f"rate-limit: {name}: {raw!r} is neither delay seconds nor an HTTP date; ignored")
     return None, None
 
 

@@ -29,7 +29,7 @@ import pytest
 from latscope.diagnose import Diagnosis, diagnose
 from latscope.diagnose.context import REQUEST_TIMEOUTS
 from latscope.diagnose.experiments import overhead
-from latscope.findings import Clear, Finding
+from latscope.findings import Clear, Finding, Severity
 from latscope.lab.app import Lab
 from latscope.wire.target import Target
 from tests.diagnose.truth import TEST_COST
@@ -159,9 +159,13 @@ def test_litellms_router_rpm_refusal_is_named_rate_limited_with_its_quota(
     assert finding is not None, explain(result) + "\n" + log
     ev = finding.evidence
     assert ev["answers"][0]["status"] == 429 and ev["probe_statuses"][-1] == 429, ev
-    # LiteLLM says nothing of when to come back: no Retry-After, no reset, so the wait is unknown, not invented
+    # LiteLLM says nothing of when to come back: no Retry-After, no reset; the probe measured the wait instead, by
+    # retrying at doubling intervals (its rpm window is a minute, so none or a late retry was admitted)
     assert ev["answers"][0]["retry_after_ms"] is None and ev["answers"][0]["windows"] == [], ev
-    assert ev["wait_ms_per_refusal"] is None and finding.cost_ms == 0.0, ev
+    assert ev["wait_ms_per_refusal"] is None and ev["recovery"], ev
+    measured = ev["measured_wait_ms"]
+    assert measured["at_most"] is not None or measured["at_least"] >= 6000.0, ev
+    assert finding.cost_ms > 0 and finding.severity is not Severity.LOW, ev
     # its admitted answers said what the quota is: the deployment's rpm, in OpenAI's header names, without a reset
     [window] = ev["quota"]["windows"]
     assert (window["dimension"], window["source"], window["limit"]) == ("requests", "openai", RPM), ev

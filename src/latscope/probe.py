@@ -126,9 +126,9 @@ RequestStarted = Callable[[int, int, Timeline], None]
 class ProbeResult:
     """What a probe found: the target facts and one timeline per request, in the order sent."""
 
-    base_url: str
+    #: the target the requests went to, as resolved (its settings are in ``to_dict()``'s ``target.settings``)
+    target: Target
     model: str
-    dialect: str  #: the dialect spoken, e.g. "openai.chat" (:data:`latscope.dialects.DIALECTS`)
     models: list[str] = field(default_factory=list)  #: the ids the model list gave (empty when model was given)
     timelines: list[Timeline] = field(default_factory=list)
     pool: dict[str, OriginStats] = field(default_factory=dict)  #: the probe client's pool statistics per origin
@@ -139,15 +139,27 @@ class ProbeResult:
     #: the requests went at once through a browser's pool (:data:`~latscope.wire.pool.BROWSER_CONNECTIONS_PER_HOST`
     #: connections per host), not one after another
     browser: bool = False
-    #: the requests went over HTTP/3 (QUIC, :class:`~latscope.wire.h3.H3Client`); their handshake is the tls phase
-    http3: bool = False
     #: with ``http3`` and ``compare_tcp``: the same requests sent again over TCP+TLS afterwards, for comparison
     tcp_timelines: list[Timeline] = field(default_factory=list)
-    #: the target the requests went to, as resolved (its settings are in ``to_dict()``'s ``target.settings``)
-    target: Target | None = None
     #: Ctrl-C (or a cancellation) stopped the probe: ``timelines`` holds the requests sent so far, the one in flight
     #: with a "cancelled" error
     interrupted: bool = False
+
+    @property
+    def base_url(self) -> str:
+        """The target's base URL, normalised for its dialect."""
+        return self.target.base_url
+
+    @property
+    def dialect(self) -> str:
+        """The dialect spoken, e.g. "openai.chat" (:data:`latscope.dialects.DIALECTS`)."""
+        return self.target.dialect.name
+
+    @property
+    def http3(self) -> bool:
+        """The requests went over HTTP/3 (QUIC, :class:`~latscope.wire.h3.H3Client`); their handshake is the tls
+        phase."""
+        return self.target.http3
 
     @property
     def ok(self) -> bool:
@@ -208,7 +220,7 @@ class ProbeResult:
             "target": {
                 **self.facts(),
                 "models": list(self.models),
-                "settings": None if self.target is None else self.target.to_dict(),
+                "settings": self.target.to_dict(),
             },
             "pool": {origin: asdict(stats) for origin, stats in self.pool.items()},
             "requests": [
@@ -314,16 +326,7 @@ async def probe(
         model = models[0]
     # the streamed request a probe sends (usage asked for, so token counts come from the server when it can)
     spec = target.dialect.build_request(model, _prompt(prompt, prompt_tokens), max_tokens)
-    result = ProbeResult(
-        base_url=target.base_url,
-        model=model,
-        dialect=target.dialect.name,
-        models=models,
-        models_timeline=models_timeline,
-        browser=browser,
-        http3=target.http3,
-        target=target,
-    )
+    result = ProbeResult(target, model, models=models, models_timeline=models_timeline, browser=browser)
     scraper: MetricsScraper | None = None
     metrics_client: Client | None = None
     if scrape_metrics:

@@ -61,8 +61,8 @@ class Context:
     credential, never recorded: timelines keep headers redacted); ``model`` the model every request names; ``quick``
     asks every experiment for its smaller plan; ``direct_url`` is the target's upstream reached directly
     (``--direct``: what the gateway-overhead experiment compares the target with), None when not given;
-    ``timelines``, when a list, receives every timeline :meth:`send` records (for ``--otlp``), and then the requests
-    carry a W3C ``traceparent``."""
+    ``timelines``, when a list, receives every timeline :meth:`send` records (for ``--otlp``; the runner then resolves
+    the target with ``trace_context`` on, so the requests carry a W3C ``traceparent``)."""
 
     target: Target
     model: str
@@ -106,7 +106,7 @@ class Context:
 
     def client(self, **options: Any) -> Client:
         """A fresh measuring client for this target; ``options`` go to :class:`~latscope.wire.Client`."""
-        return self.target.client(**{"trace_context": self.timelines is not None, **options})
+        return self.target.client(**options)
 
     def next_seed(self) -> int:
         """A seed no other request of this run used (prompts differ from their first word)."""

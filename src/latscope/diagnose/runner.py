@@ -134,7 +134,8 @@ async def diagnose(
         target = Target.resolve(target, timeouts=REQUEST_TIMEOUTS)
     started = time.monotonic()
     ctx = Context(
-        target=target,
+        # a traceparent on every request only where the spans are exported (``keep_timelines``, for --otlp)
+        target=target.replace(trace_context=keep_timelines),
         model=model or "",
         quick=quick,
         direct_url=None if direct_url is None else target.at(direct_url).base_url,

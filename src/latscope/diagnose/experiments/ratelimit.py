@@ -66,7 +66,7 @@ async def _recover(ctx: Context, client: Client) -> tuple[RecoveryTry, ...]:
         after_s = time.monotonic() - refused_at
         sample = await ctx.send(client, ctx.spec(PROMPT_TOKENS, MAX_TOKENS), label=f"recovery {index + 1}")
         tries.append(RecoveryTry(after_s, sample.status, sample.ok))
-        if sample.status != 429 and sample.status != 503:
+        if not tries[-1].refused:
             break
         wait *= 2
     return tuple(tries)

@@ -60,7 +60,7 @@ from latscope.dialects.templates import PROBE as _PROBE
 from latscope.dialects.usage import token_usage
 from latscope.sse.limits import DEFAULT_LIMITS, StreamLimits
 from latscope.sse.parser import SSEEvent
-from latscope.timeline.model import EventKind, Usage
+from latscope.timeline.model import VLLM_METRICS_FIELD, VLLM_METRICS_KEYS, EventKind, Usage
 
 CHAT_NAME = "openai.chat"
 COMPLETIONS_NAME = "openai.completions"
@@ -168,16 +168,19 @@ class OpenAIStreamDecoder(SSEStreamDecoder):
     Kinds: a role-only delta → ROLE; non-empty text → CONTENT (tokens=1); ``delta.reasoning_content`` /
     ``delta.reasoning`` → REASONING (tokens=1); ``delta.tool_calls`` with a function name or argument text →
     TOOL_CALL (tokens=1, the argument text as its text); ``finish_reason`` without text → FINISH (a text chunk that
-    carries it keeps CONTENT and has ``finish_reason`` set); ``usage`` or ``timings`` with nothing more token-relevant →
+    carries it keeps CONTENT and has ``finish_reason`` set, as does vLLM's empty-text finish chunk, which carries its
+    last token — told by the ``token_ids`` member vLLM's choices have); ``usage`` or ``timings`` with nothing more token-relevant →
     USAGE; an explicitly empty text (``"content": ""`` / ``"text": ""``) with none of those and no role → CONTENT
-    with no text (tokens=1: llama-cpp-python sends one per generated token whose text is not printable yet); an
-    error object → ERROR; ``[DONE]`` → DONE; a known shape carrying nothing (an empty delta, ``choices: []`` alone)
+    with no text (tokens=1: llama-cpp-python and vLLM send one per generated token whose text is not printable yet);
+    a choice's ``token_ids`` list (vLLM's ``return_token_ids``) counts as many tokens as it lists; an error object →
+    ERROR; ``[DONE]`` → DONE; a known shape carrying nothing (an empty delta, ``choices: []`` alone)
     → OTHER; an unknown shape → OTHER and a warning (once). ``choices[0]`` is read and its ``index`` becomes the
     chunk's ``choice`` (servers send one choice per chunk when ``n > 1``).
 
     ``usage`` / ``timings`` / the lab's ``latscope`` object are picked up from whichever chunk carries them: a
     ``latscope.sent_ns`` integer (monotonic ns, sent by ``latscope lab --truth``) becomes ``server_sent_ns`` and the
-    object is kept as ``extra["latscope"]``.
+    object is kept as ``extra["latscope"]``; vLLM's per-request ``metrics`` object (``--enable-per-request-metrics``)
+    as ``extra["vllm_metrics"]``.
 
     Invalid JSON raises :class:`EventDecodeError` (a :class:`StreamDecodeError`) naming the event (1-based) and its
     stream byte offset, with the chunks of the same feed decoded before it in ``chunks``. Invalid UTF-8 is replaced
@@ -195,6 +198,7 @@ class OpenAIStreamDecoder(SSEStreamDecoder):
         "_plain",
         "_template",
         "_template_builds",
+        "_token_ids_seen",
         "_unknown_warned",
         "mode",
     )
@@ -215,6 +219,12 @@ class OpenAIStreamDecoder(SSEStreamDecoder):
         self._template: _Template | None = None
         self._template_builds = 0
         self._parsed = 0  # text chunks whose JSON was parsed (the others were decoded by templates, mostly)
+        self._token_ids_seen = False
+
+    @property
+    def counted_token_ids(self) -> bool:
+        """True once an event's tokens were counted from the token ids it listed (vLLM's ``return_token_ids``)."""
+        return self._token_ids_seen
 
     @property
     def saw_done(self) -> bool:
@@ -380,6 +390,8 @@ class OpenAIStreamDecoder(SSEStreamDecoder):
         role = False
         content = None
         index = 0
+        token_ids = None
+        per_output = False
         if choices:
             try:
                 choice = choices[0]
@@ -405,6 +417,8 @@ class OpenAIStreamDecoder(SSEStreamDecoder):
                         kind = _CONTENT
                         text = content
                 finish = choice.get("finish_reason")
+                token_ids = choice.get("token_ids")
+                per_output = "token_ids" in choice
             except (KeyError, IndexError, TypeError, AttributeError):
                 return self._unknown(event, obj)
             if text.__class__ is not str or (finish is not None and finish.__class__ is not str):
@@ -418,7 +432,10 @@ class OpenAIStreamDecoder(SSEStreamDecoder):
         lab = obj.get("latscope")
         if kind is None:
             if finish:
-                kind = _FINISH
+                # vLLM sends one event per engine output, each with a token (its choices carry a `token_ids`
+                # member, null unless asked for): its finish chunk is its last token, with empty text when the
+                # token's bytes completed no character. llama.cpp's finish chunk has the same empty text and no token.
+                kind = _CONTENT if content == "" and per_output else _FINISH
             elif usage or timings:
                 kind = _USAGE
             elif role:
@@ -441,8 +458,25 @@ class OpenAIStreamDecoder(SSEStreamDecoder):
             sent_ns = lab.get("sent_ns")
             if sent_ns.__class__ is not int:
                 sent_ns = None
+        metrics = obj.get("metrics")
+        if metrics.__class__ is dict and any(key in metrics for key in VLLM_METRICS_KEYS):
+            extra = {**(extra or {}), VLLM_METRICS_FIELD: metrics}
         tokens = 1 if kind is _CONTENT or kind is _REASONING or kind is _TOOL_CALL else 0
+        if token_ids.__class__ is list:
+            kind, tokens = self._count_ids(kind, text, token_ids)
         return _new_chunk(Chunk, (kind, text, tokens, finish, usage_obj, timings, None, sent_ns, extra, index))
+
+    def _count_ids(self, kind: EventKind, text: str, token_ids: list[Any]) -> tuple[EventKind, int]:
+        """The kind and token count of an event whose choice lists the token ids it carries (vLLM's
+        ``return_token_ids``): as many tokens as ids, whatever the text — the finish chunk and an event of partial
+        UTF-8 bytes carry a token with no text, and with ``--stream-interval`` above 1 one event carries several."""
+        self._token_ids_seen = True
+        count = len(token_ids)
+        if count and kind not in (_CONTENT, _REASONING, _TOOL_CALL):
+            return _CONTENT, count
+        if not count and kind is _CONTENT and not text:
+            return _OTHER, 0
+        return kind, count if count else (1 if kind in (_CONTENT, _REASONING, _TOOL_CALL) else 0)
 
     def _unknown(self, event: SSEEvent, obj: dict[str, Any] | None) -> Chunk:
         """An event of a shape this decoder does not know: OTHER, a warning the first time, fields kept."""
@@ -502,6 +536,8 @@ def _plain_chat(obj: Any) -> Chunk | None:
             text = delta.get("reasoning_content") or delta.get("reasoning")
         finish = choice.get("finish_reason")
         index = choice.get("index", 0)
+        if choice.get("token_ids") is not None:
+            return None  # vLLM's return_token_ids: the ids, not the event, count the tokens
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
     return _plain_text_chunk(obj, kind, text, finish, index)
@@ -514,6 +550,8 @@ def _plain_completions(obj: Any) -> Chunk | None:
         text = choice["text"]
         finish = choice.get("finish_reason")
         index = choice.get("index", 0)
+        if choice.get("token_ids") is not None:
+            return None  # vLLM's return_token_ids: the ids, not the event, count the tokens
     except (KeyError, IndexError, TypeError, AttributeError):
         return None
     return _plain_text_chunk(obj, _CONTENT, text, finish, index)

@@ -14,6 +14,10 @@ Ollama                 ``prompt_eval_duration``        ns          ``prefill``
 Ollama                 ``eval_duration``               ns          ``decode``
 Ollama (derived)       total − load − prompt − eval    ns          ``slot_wait_templating``
 SGLang native          ``meta_info.e2e_latency``       s (float)   ``e2e``
+vLLM                   ``metrics.queue_time_ms``       ms (float)  ``queue`` (arrival → scheduled)
+vLLM                   ``metrics.time_to_first_token_  ms (float)  ``prefill`` (scheduled → first token: vLLM's
+                       ms``                                        TTFT starts at scheduling, not at arrival)
+vLLM                   ``metrics.generation_time_ms``  ms (float)  ``decode`` (first → last token)
 latscope lab           ``latscope.<phase>_ms``         ms          ``queue``, ``parse``, ``validate``, ``prefill``,
                                                                    ``decode``, ``window_wait`` (any ``*_ms`` key)
 =====================  ==============================  ==========  ============================================
@@ -26,10 +30,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from latscope.signals.headers import warn
-from latscope.timeline.model import ServerMeasure, ServerPhase, Usage
+from latscope.timeline.model import VLLM_METRICS_KEYS, ServerMeasure, ServerPhase, Usage
 from latscope.units import NS_PER_MS
 
 MS_PER_S = 1000.0
@@ -168,6 +172,47 @@ def sglang_measures(meta_info: Mapping[str, Any], *, warnings: list[str] | None 
     return [] if e2e_s is None else [ServerMeasure(ServerPhase.E2E, e2e_s * MS_PER_S, "body:meta_info.e2e_latency")]
 
 
+@dataclass(frozen=True, slots=True)
+class VllmRequestMetrics:
+    """vLLM's own account of one request (``--enable-per-request-metrics``), in ms, from its engine's timestamps."""
+
+    queue_ms: float | None = None  #: ``queue_time_ms``: arrival in the engine → scheduled
+    ttft_ms: float | None = None  #: ``time_to_first_token_ms``: scheduled → first token (not from arrival)
+    generation_ms: float | None = None  #: ``generation_time_ms``: first → last token
+    mean_itl_ms: float | None = None  #: ``mean_itl_ms``: generation over (tokens − 1)
+    tokens_per_second: float | None = None  #: tokens over scheduled → last token
+
+
+def is_vllm_metrics(obj: object) -> TypeGuard[Mapping[str, Any]]:
+    """True when ``obj`` is vLLM's per-request ``metrics`` object (a mapping with one of its fields)."""
+    return isinstance(obj, Mapping) and any(key in obj for key in VLLM_METRICS_KEYS)
+
+
+def parse_vllm_metrics(obj: Mapping[str, Any], *, warnings: list[str] | None = None) -> VllmRequestMetrics:
+    """Read vLLM's per-request ``metrics`` object; unreadable fields are None (with a warning)."""
+    w = "metrics."
+    return VllmRequestMetrics(
+        queue_ms=_number(obj, "queue_time_ms", w, warnings),
+        ttft_ms=_number(obj, "time_to_first_token_ms", w, warnings),
+        generation_ms=_number(obj, "generation_time_ms", w, warnings),
+        mean_itl_ms=_number(obj, "mean_itl_ms", w, warnings),
+        tokens_per_second=_number(obj, "tokens_per_second", w, warnings),
+    )
+
+
+def vllm_measures(metrics: VllmRequestMetrics) -> list[ServerMeasure]:
+    """``queue``, ``prefill`` (vLLM's TTFT, which starts when the request was scheduled) and ``decode``."""
+    measures: list[ServerMeasure] = []
+    for name, value, field_name in (
+        (ServerPhase.QUEUE, metrics.queue_ms, "queue_time_ms"),
+        (ServerPhase.PREFILL, metrics.ttft_ms, "time_to_first_token_ms"),
+        (ServerPhase.DECODE, metrics.generation_ms, "generation_time_ms"),
+    ):
+        if value is not None:
+            measures.append(ServerMeasure(name, value, f"body:metrics.{field_name}"))
+    return measures
+
+
 LAB_PHASES = (
     ServerPhase.PARSE,
     ServerPhase.VALIDATE,
@@ -224,8 +269,8 @@ def parse_usage(obj: Mapping[str, Any], *, warnings: list[str] | None = None) ->
 def body_measures(body: Mapping[str, Any], *, warnings: list[str] | None = None) -> list[ServerMeasure]:
     """Every server measure found in one JSON object, whatever server sent it.
 
-    Looks for llama.cpp's ``timings``, the lab's ``latscope`` object, SGLang's ``meta_info`` and Ollama's top-level
-    durations, in that order.
+    Looks for llama.cpp's ``timings``, the lab's ``latscope`` object, SGLang's ``meta_info``, vLLM's per-request
+    ``metrics`` and Ollama's top-level durations, in that order.
     """
     measures: list[ServerMeasure] = []
     timings = body.get("timings")
@@ -237,6 +282,9 @@ def body_measures(body: Mapping[str, Any], *, warnings: list[str] | None = None)
     meta_info = body.get("meta_info")
     if isinstance(meta_info, Mapping):
         measures += sglang_measures(meta_info, warnings=warnings)
+    metrics = body.get("metrics")
+    if is_vllm_metrics(metrics):
+        measures += vllm_measures(parse_vllm_metrics(metrics, warnings=warnings))
     if is_ollama_final(body):
         measures += ollama_measures(parse_ollama_durations(body, warnings=warnings), warnings=warnings)
     return measures

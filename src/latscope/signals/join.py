@@ -1,16 +1,18 @@
 """Join one request's client timeline with what the server reported about it.
 
 :func:`apply_server_signals` reads every per-request signal (Server-Timing in headers and trailers, TGI / OpenAI /
-Envoy timing headers, llama.cpp ``timings``, Ollama durations, SGLang ``meta_info``, the lab's ``latscope`` object)
+Envoy timing headers, llama.cpp ``timings``, Ollama durations, SGLang ``meta_info``, vLLM's per-request ``metrics``,
+the lab's ``latscope`` object)
 into ``Timeline.server`` as :class:`~latscope.timeline.model.ServerMeasure` entries with normalised names:
 
 ==============  ==========================================================================================
 ``parse``       reading the request body (lab)
 ``validate``    validation and tokenising (TGI, lab)
-``queue``       waiting for a batch slot (TGI, lab, Server-Timing ``queue``)
+``queue``       waiting for a batch slot (TGI, vLLM ``queue_time_ms``, lab, Server-Timing ``queue``)
 ``window_wait`` waiting for the batching window to close (lab)
 ``load``        Ollama's scheduler wait + model load
-``prefill``     prompt processing (llama.cpp ``prompt_ms``, Ollama ``prompt_eval_duration``, lab)
+``prefill``     prompt processing (llama.cpp ``prompt_ms``, Ollama ``prompt_eval_duration``, vLLM's
+                ``time_to_first_token_ms``, which starts at scheduling, lab)
 ``decode``      generation after the first token
 ``e2e``         the whole request inside the server
 ``processing``  ``openai-processing-ms``
@@ -35,6 +37,7 @@ from latscope.signals.body import (
     OLLAMA_DURATION_FIELDS,
     body_measures,
     is_ollama_final,
+    is_vllm_metrics,
     lab_measures,
     llamacpp_measures,
     looks_like_lab_object,
@@ -44,7 +47,13 @@ from latscope.signals.headers import HeaderInput, header_pairs, upstream_names
 from latscope.signals.requestid import request_id
 from latscope.signals.servertiming import ServerTimingMetric, parse_server_timing_value
 from latscope.signals.timingheaders import timing_header_measures
-from latscope.timeline.model import PHASES_BEFORE_FIRST_TOKEN, ServerMeasure, ServerPhase, Timeline
+from latscope.timeline.model import (
+    PHASES_BEFORE_FIRST_TOKEN,
+    VLLM_METRICS_FIELD,
+    ServerMeasure,
+    ServerPhase,
+    Timeline,
+)
 from latscope.units import NS_PER_MS
 
 # Server-Timing metric names (lower-cased) that mean one of the normalised phases; others keep their own name.
@@ -152,7 +161,8 @@ def apply_server_signals(
     ``headers`` defaults to ``timeline.response_headers``. See :func:`server_measures` for the other arguments.
     Measures already on the timeline are kept; ones with the same name and source are not added twice. Raw objects
     are kept in ``server_fields``: ``server_timing`` (every metric, with or without ``dur``), ``timings``,
-    ``latscope``, ``ollama``, ``meta_info`` and ``request_id`` (``{"header": …, "value": …}``).
+    ``latscope``, ``ollama``, ``meta_info``, ``vllm_metrics`` (vLLM's per-request ``metrics``) and ``request_id``
+    (``{"header": …, "value": …}``).
     """
     warnings: list[str] = []
     header_list = header_pairs(timeline.response_headers if headers is None else headers)
@@ -186,6 +196,8 @@ def _keep_raw_fields(
         for key in ("timings", "latscope", "meta_info"):
             if isinstance(source.get(key), Mapping):
                 fields[key] = dict(source[key])
+        if is_vllm_metrics(source.get("metrics")):
+            fields[VLLM_METRICS_FIELD] = dict(source["metrics"])
         if is_ollama_final(source):
             fields["ollama"] = {k: v for k, v in source.items() if k.endswith(("_duration", "_count"))}
     if extra is not None and "latscope" not in extra and looks_like_lab_object(extra):
@@ -201,7 +213,8 @@ OLLAMA_FIELDS = frozenset(OLLAMA_DURATION_FIELDS + OLLAMA_COUNT_FIELDS)
 def join_server_signals(timeline: Timeline) -> None:
     """Read what the server reported about this request onto ``timeline.server``: the response headers and trailers
     (Server-Timing, TGI / OpenAI / Envoy timing headers, request id) and the final chunk's fields the client kept in
-    ``timeline.server_fields`` (llama.cpp ``timings``, the lab's ``latscope`` object, Ollama's durations); see
+    ``timeline.server_fields`` (llama.cpp ``timings``, the lab's ``latscope`` object, Ollama's durations, vLLM's
+    per-request ``metrics``); see
     :func:`apply_server_signals`. The one join that ``probe``, ``diagnose`` and ``bench`` use. Safe to call again:
     a measure is never added twice. Malformed signals never cost the measurement: they become a warning."""
     fields = timeline.server_fields
@@ -210,6 +223,9 @@ def join_server_signals(timeline: Timeline) -> None:
     lab = fields.get("latscope")
     if isinstance(lab, Mapping):
         extra["latscope"] = lab
+    vllm = fields.get(VLLM_METRICS_FIELD)
+    if is_vllm_metrics(vllm):
+        extra["metrics"] = vllm
     try:
         apply_server_signals(
             timeline,

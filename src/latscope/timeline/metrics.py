@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, defaultdict
+from typing import Literal
 
 from latscope.timeline.model import TOKEN_KINDS, EventKind, Timeline
 from latscope.timeline.percentile import percentile
@@ -132,6 +133,18 @@ def output_tokens(t: Timeline) -> int:
     return sum(e.tokens for e in t.events if e.kind in TOKEN_KINDS)
 
 
+TokenCountSource = Literal["usage", "token_ids", "events"]
+"""Where a timeline's output-token count comes from: the server's ``usage``, the token ids it listed with each event
+(vLLM's ``return_token_ids``), or the stream's token-bearing events (one token each, empty text included)."""
+
+
+def token_count_source(t: Timeline) -> TokenCountSource:
+    """Which count :func:`output_tokens` used (see :data:`TokenCountSource`)."""
+    if t.usage is not None and t.usage.completion_tokens is not None:
+        return "usage"
+    return "token_ids" if t.tokens_from_ids else "events"
+
+
 def itl_ms(t: Timeline, kind: EventKind | None = None) -> list[float]:
     """Every inter-token gap in ms (not a mean): one value per pair of consecutive token-bearing events of the same
     kind and choice, in arrival order of the later event. ``kind`` keeps only the gaps of that kind."""
@@ -203,6 +216,7 @@ def summary(t: Timeline) -> dict[str, object]:
     out.update(
         {
             "output_tokens": output_tokens(t),
+            "tokens_counted_by": token_count_source(t),
             "itl_count": len(gaps),
             "itl_max_ms": max(gaps) if gaps else None,
             "reads": len(t.reads),

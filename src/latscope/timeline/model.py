@@ -101,6 +101,14 @@ class ServerPhase(StrEnum):
     UPSTREAM = "upstream"  #: a proxy's wait for its upstream (``x-envoy-upstream-service-time``)
 
 
+#: The ``Timeline.server_fields`` key of vLLM's per-request ``metrics`` object (``--enable-per-request-metrics``), as
+#: the OpenAI stream decoder keeps it from the final usage chunk and :mod:`latscope.signals.join` reads it.
+VLLM_METRICS_FIELD = "vllm_metrics"
+
+#: The fields of vLLM's per-request ``metrics`` object, any of which marks an object as one
+#: (vllm/entrypoints/generate/base/serving.py, ``build_per_request_timing_metrics``).
+VLLM_METRICS_KEYS = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms")
+
 #: The server phases that come before the first token, in the order a request goes through them.
 PHASES_BEFORE_FIRST_TOKEN: tuple[ServerPhase, ...] = (
     ServerPhase.PARSE,
@@ -489,6 +497,10 @@ class Timeline:
     output_text: str | None = None  #: the generated text, when the caller asked to keep it
     server: list[ServerMeasure] = field(default_factory=list)
     server_fields: dict[str, object] = field(default_factory=dict)  #: raw server timing objects (``timings`` …)
+    #: the stream's tokens were counted from the token ids the server listed with each event (vLLM's
+    #: ``return_token_ids``), not one per text event; :func:`~latscope.timeline.metrics.token_count_source` says
+    #: which count the metrics use
+    tokens_from_ids: bool = False
     error: RequestError | None = None
     warnings: list[str] = field(default_factory=list)  #: non-fatal oddities (no ``[DONE]``, unknown event shapes)
     #: the error of a first attempt that went to a kept-alive connection the server had already closed (it failed

@@ -105,6 +105,8 @@ def timeline_to_dict(t: Timeline) -> dict[str, Any]:
     out["usage"] = None if t.usage is None else {f.name: getattr(t.usage, f.name) for f in fields(Usage)}
     out["server"] = [{"name": m.name, "ms": m.ms, "source": m.source} for m in t.server]
     out["server_fields"] = t.server_fields
+    if t.tokens_from_ids:
+        out["tokens_from_ids"] = True
     out["error"] = _error_to_dict(t.error)
     out["warnings"] = [scrub(w) for w in t.warnings]
     out["stale_retry_error"] = _error_to_dict(t.stale_retry_error)
@@ -201,6 +203,7 @@ def timeline_from_dict(data: dict[str, Any]) -> Timeline:
         t.usage = None if usage is None else Usage(**usage)
         t.server = [ServerMeasure(m["name"], float(m["ms"]), m["source"]) for m in data.get("server") or []]
         t.server_fields = dict(data.get("server_fields") or {})
+        t.tokens_from_ids = data.get("tokens_from_ids") is True  # absent: counted one per text event
         t.error = _error_from_dict(data.get("error"))
         t.warnings = list(data.get("warnings") or [])
         t.stale_retry_error = _error_from_dict(data.get("stale_retry_error"))  # absent in older records

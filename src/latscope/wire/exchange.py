@@ -658,6 +658,7 @@ class Exchange:
             for warning in self._decoder.warnings:
                 if warning not in t.warnings:
                     t.warnings.append(warning)
+            t.tokens_from_ids = getattr(self._decoder, "counted_token_ids", False) is True
         if self.keep_text and self._text_parts:
             t.output_text = "".join(self._text_parts)
         if not self.headers_future.done():

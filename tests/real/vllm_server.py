@@ -87,7 +87,8 @@ def running_vllm(
     host: str = "127.0.0.1",
 ) -> Iterator[LlamaServer]:
     """Start vLLM's OpenAI server on a free port of ``host`` with ``flags`` added to the defaults (bfloat16, eager,
-    4,096-token context); stop it on exit. ``kv_cache_gib`` sizes its KV cache in whole GiB (``VLLM_CPU_KVCACHE_SPACE``, an integer)."""
+    4,096-token context); stop it on exit. ``kv_cache_gib`` sizes its KV cache in whole GiB
+    (``VLLM_CPU_KVCACHE_SPACE`` takes an integer)."""
     port = free_port(host)
     log_path = workdir / f"vllm-{port}.log"
     environment = _environment(kv_cache_gib) | dict(env)

@@ -170,8 +170,8 @@ class OpenAIStreamDecoder(SSEStreamDecoder):
     TOOL_CALL (tokens=1, the argument text as its text); ``finish_reason`` without text → FINISH (a text chunk that
     carries it keeps CONTENT and has ``finish_reason`` set, as does vLLM's empty-text finish chunk, which carries its
     last token — told by the ``token_ids`` member vLLM's choices have); ``usage`` or ``timings`` with nothing more
-    token-relevant → USAGE; an explicitly empty text (``"content": ""`` / ``"text": ""``) with none of those and no role → CONTENT
-    with no text (tokens=1: llama-cpp-python and vLLM send one per generated token whose text is not printable yet);
+    token-relevant → USAGE; an explicitly empty text (``"content": ""`` / ``"text": ""``) with none of those and no
+    role → CONTENT with no text (tokens=1: llama-cpp-python and vLLM send one per generated token whose text is not printable yet);
     a choice's ``token_ids`` list (vLLM's ``return_token_ids``) counts as many tokens as it lists; an error object →
     ERROR; ``[DONE]`` → DONE; a known shape carrying nothing (an empty delta, ``choices: []`` alone)
     → OTHER; an unknown shape → OTHER and a warning (once). ``choices[0]`` is read and its ``index`` becomes the

@@ -164,18 +164,18 @@ def _request(
 class OpenAIStreamDecoder(SSEStreamDecoder):
     """Decodes an OpenAI-style event stream into one :class:`Chunk` per SSE event (a :class:`StreamDecoder`).
 
-    ``mode`` is ``"chat"`` (text in ``choices[0].delta.content``) or ``"completions"`` (``choices[0].text``).
-    Kinds: a role-only delta → ROLE; non-empty text → CONTENT (tokens=1); ``delta.reasoning_content`` /
-    ``delta.reasoning`` → REASONING (tokens=1); ``delta.tool_calls`` with a function name or argument text →
-    TOOL_CALL (tokens=1, the argument text as its text); ``finish_reason`` without text → FINISH (a text chunk that
-    carries it keeps CONTENT and has ``finish_reason`` set, as does vLLM's empty-text finish chunk, which carries its
-    last token — told by the ``token_ids`` member vLLM's choices have); ``usage`` or ``timings`` with nothing more
-    token-relevant → USAGE; an explicitly empty text (``"content": ""`` / ``"text": ""``) with none of those and no
-    role → CONTENT with no text (tokens=1: llama-cpp-python and vLLM send one per generated token whose text is not printable yet);
+    ``mode`` is ``"chat"`` (text in ``choices[0].delta.content``) or ``"completions"`` (``choices[0].text``). Kinds:
+    a role-only delta → ROLE; non-empty text → CONTENT (tokens=1); ``delta.reasoning_content`` / ``delta.reasoning``
+    → REASONING (tokens=1); ``delta.tool_calls`` with a function name or argument text → TOOL_CALL (tokens=1, the
+    argument text as its text); ``finish_reason`` without text → FINISH (a text chunk that carries it keeps CONTENT
+    and has ``finish_reason`` set, as does vLLM's empty-text finish chunk, which carries its last token — told by
+    the ``token_ids`` member vLLM's choices have); ``usage`` or ``timings`` with nothing more token-relevant →
+    USAGE; an explicitly empty text (``"content": ""`` / ``"text": ""``) with none of those and no role → CONTENT
+    with no text (tokens=1: llama-cpp-python and vLLM send one per generated token whose text is not printable yet);
     a choice's ``token_ids`` list (vLLM's ``return_token_ids``) counts as many tokens as it lists; an error object →
-    ERROR; ``[DONE]`` → DONE; a known shape carrying nothing (an empty delta, ``choices: []`` alone)
-    → OTHER; an unknown shape → OTHER and a warning (once). ``choices[0]`` is read and its ``index`` becomes the
-    chunk's ``choice`` (servers send one choice per chunk when ``n > 1``).
+    ERROR; ``[DONE]`` → DONE; a known shape carrying nothing (an empty delta, ``choices: []`` alone) → OTHER; an
+    unknown shape → OTHER and a warning (once). ``choices[0]`` is read and its ``index`` becomes the chunk's
+    ``choice`` (servers send one choice per chunk when ``n > 1``).
 
     ``usage`` / ``timings`` / the lab's ``latscope`` object are picked up from whichever chunk carries them: a
     ``latscope.sent_ns`` integer (monotonic ns, sent by ``latscope lab --truth``) becomes ``server_sent_ns`` and the

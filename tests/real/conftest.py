@@ -131,3 +131,13 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
     python = require_llama_python()
     with running_llama_server(python, tmp_path_factory.mktemp("llama")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def vllm_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """vLLM's interpreter and the tiny Hugging Face Llama it serves (written once per session), or skip the test
+    (tests/real/vllm_server.py)."""
+    from tests.real.vllm_server import tiny_model, vllm_python
+
+    python = vllm_python()
+    return python, tiny_model(python, tmp_path_factory.mktemp("vllm-model"))

@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 from latscope.diagnose.context import Context
+from latscope.signals import Snapshot, detect_family, metrics_url_for, scrape_once
 from latscope.signals.altsvc import h3_advertised
 from latscope.signals.join import join_server_signals
 from latscope.timeline.model import Phase, Timeline
@@ -68,6 +69,18 @@ async def first_contact(ctx: Context) -> Timeline:
     return t
 
 
+async def identify_engine(ctx: Context, first: Timeline) -> str | None:
+    """The engine behind the target, by the names its ``/metrics`` uses (:func:`~latscope.signals.detect_family`:
+    ``vllm``, ``sglang``, ``tgi``, ``llamacpp``, ``triton``, ``lab``), else by llama.cpp's ``server`` header; None
+    when neither tells. One scrape, on a client of its own; a target without metrics costs one refused GET."""
+    async with ctx.client() as client:
+        snapshot = await scrape_once(client.fetch, metrics_url_for(ctx.base_url))
+    family = detect_family(snapshot) if isinstance(snapshot, Snapshot) else None
+    if family is None and "llama.cpp" in (first.response_headers.get("server") or ""):
+        family = "llamacpp"
+    return family
+
+
 #: How long a liveness check may take, s: a short prompt and one token, on a target that answered before.
 ALIVE_TIMEOUT_S = 15.0
 
@@ -84,12 +97,24 @@ async def still_answering(ctx: Context) -> bool:
 
 
 def facts(
-    ctx: Context, t: Timeline | None, models: list[str], *, upload_rate_bps: float | None = None
+    ctx: Context,
+    t: Timeline | None,
+    models: list[str],
+    *,
+    upload_rate_bps: float | None = None,
+    engine: str | None = None,
 ) -> dict[str, Any]:
     """The JSON ``target`` object: URL, model, protocol and TLS facts, server header, address, RTT (``rtt_ms``),
-    when the parsing experiment measured it the path's upload rate (``upload_mbit_s``, Mbit/s), and the resolved
-    target's ``settings`` (:meth:`~latscope.wire.target.Target.to_dict`: dialect, redacted headers, timeouts …)."""
-    out: dict[str, Any] = {"url": ctx.base_url, "model": ctx.model, "tls": ctx.tls, "settings": ctx.target.to_dict()}
+    when the parsing experiment measured it the path's upload rate (``upload_mbit_s``, Mbit/s), the engine
+    :func:`identify_engine` named (``engine``, None when unknown), and the resolved target's ``settings``
+    (:meth:`~latscope.wire.target.Target.to_dict`: dialect, redacted headers, timeouts …)."""
+    out: dict[str, Any] = {
+        "url": ctx.base_url,
+        "model": ctx.model,
+        "tls": ctx.tls,
+        "engine": engine,
+        "settings": ctx.target.to_dict(),
+    }
     if models:
         out["models"] = models
     if upload_rate_bps is not None:

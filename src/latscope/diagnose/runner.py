@@ -10,6 +10,7 @@ that refuses the request as such) ends the diagnosis early, with :class:`~latsco
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 from latscope.checks import CHECKS
 from latscope.checks.baseline import BaselineEvidence
+from latscope.checks.engineknobs import engine_fix
 from latscope.checks.parsing import ParsingEvidence
 from latscope.checks.samples import Reference
 from latscope.diagnose import discovery, plan, summary
@@ -25,7 +27,7 @@ from latscope.diagnose.context import REQUEST_TIMEOUTS, Context, ProgressCallbac
 from latscope.diagnose.experiments import EXPERIMENTS, Prior
 from latscope.diagnose.experiments import baseline as baseline_experiment
 from latscope.diagnose.result import Diagnosis, ExperimentRun
-from latscope.findings import NotTested, Outcome
+from latscope.findings import Finding, NotTested, Outcome
 from latscope.wire.target import Target
 
 #: Wall-clock bound of one experiment, s (quick mode: half). Generous for a slow target; a stalled one cannot hold
@@ -80,6 +82,15 @@ async def _run_experiment(
     runs.append(ExperimentRun(name, status, ctx.requests_sent - sent_before, time.monotonic() - started, message))
     ctx.finish(message or "done")
     return result
+
+
+def in_engine_words(outcome: Outcome, engine: str | None) -> Outcome:
+    """``outcome`` with its fix in the words of the engine that answered (:mod:`latscope.checks.engineknobs`),
+    when it is a finding that engine has knobs for; else unchanged."""
+    if not isinstance(outcome, Finding):
+        return outcome
+    fix = engine_fix(outcome.id, engine)
+    return outcome if fix is None else dataclasses.replace(outcome, fix=fix)
 
 
 def _decide(ids: Sequence[str], evidence: dict[str, Any], reference: Reference | None) -> list[Outcome]:
@@ -147,6 +158,7 @@ async def diagnose(
         models = await discovery.discover_model(ctx)
         ctx.model = models[0]
     first = await discovery.first_contact(ctx)
+    engine = await discovery.identify_engine(ctx, first)
     families = plan.families_for(ids)
     runs: list[ExperimentRun] = []
     evidence: dict[str, Any] = {}
@@ -164,11 +176,11 @@ async def diagnose(
         for family in families:
             if family not in evidence:
                 evidence[family] = _Failed(f"interrupted (Ctrl-C) during the {stop} experiment")
-    outcomes = _decide(ids, evidence, summary.reference(baseline))
+    outcomes = [in_engine_words(o, engine) for o in _decide(ids, evidence, summary.reference(baseline))]
     parsed = evidence.get("parsing")
     upload = parsed.upload_rate_bps if isinstance(parsed, ParsingEvidence) else None
     return Diagnosis(
-        target=discovery.facts(ctx, first, models, upload_rate_bps=upload),
+        target=discovery.facts(ctx, first, models, upload_rate_bps=upload, engine=engine),
         timeline_summary=summary.timeline_summary(baseline),
         baseline=summary.baseline_summary(baseline),
         outcomes=outcomes,

@@ -50,7 +50,8 @@ def _value(value: Any) -> str:
 
 
 def target_line(data: Mapping[str, Any]) -> Text:
-    """``latscope diagnose URL · model M · HTTP/1.1 · server X · rtt 40.4 ms · upload 19.6 Mbit/s · 12.3 s``."""
+    """``latscope diagnose URL · model M · HTTP/1.1 · server X · engine vllm · rtt 40.4 ms · upload 19.6 Mbit/s ·
+    12.3 s``."""
     target = data.get("target", {})
     text = Text("latscope diagnose ", style="bold")
     text.append(str(target.get("url", "?")))
@@ -62,6 +63,8 @@ def target_line(data: Mapping[str, Any]) -> Text:
         parts.append(f"ALPN {target['alpn']}")
     if target.get("server"):
         parts.append(f"server {target['server']}")
+    if target.get("engine"):
+        parts.append(f"engine {target['engine']}")
     if target.get("rtt_ms") is not None:
         parts.append(f"rtt {target['rtt_ms']:.3g} ms")
     if target.get("upload_mbit_s") is not None:

@@ -6,7 +6,7 @@ trained here on text built from a fixed word list. It writes gibberish, but vLLM
 batching, chunked prefill, the prefix cache, the OpenAI server — is the real thing, and that is what latscope measures.
 
 The end-of-sequence row of the output projection is zeroed, so a random model almost never stops before
-``max_tokens``. Sizes follow ../shared/reference/vllm-cpu.md: hidden 256, 4 layers, 4 heads (2 KV heads), 4,096
+``max_tokens``. Sizes: hidden 256, 4 layers, 4 heads (2 KV heads), 4,096
 positions; about 5 M parameters, a few seconds to build.
 
 This file is run by vLLM's own interpreter (it needs ``transformers``, ``tokenizers`` and ``torch``, which latscope's

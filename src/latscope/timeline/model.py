@@ -147,6 +147,7 @@ class EventKind(StrEnum):
 TOKEN_KINDS = frozenset({EventKind.CONTENT, EventKind.REASONING, EventKind.TOOL_CALL})
 """The kinds whose events are generated tokens: TTFT is measured to the first of any of them, ITL within each."""
 
+
 class StampSource(StrEnum):
     """Where the stamp of a :class:`Read` came from."""
 

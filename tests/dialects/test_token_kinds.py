@@ -86,6 +86,18 @@ def test_itl_keeps_the_choices_apart() -> None:
     assert metrics.itl_ms(t) == [10.0, 11.0]
 
 
+def test_an_event_of_several_tokens_spreads_its_gap_over_them() -> None:
+    """vLLM merges tokens into one event when its API server falls behind; with ``return_token_ids`` the event says
+    how many: 3 tokens arriving 12 ms after the last are 3 gaps of 4 ms, not one gap of 12 ms and two lost."""
+    t = Timeline(started_ns=0)
+    t.events = [
+        StreamEvent(10_000_000, 0, C, 1, 2, None, 0),  # a first event of 2 tokens: its extra one adds no gap
+        StreamEvent(13_000_000, 1, C, 1, 1, None, 0),
+        StreamEvent(25_000_000, 2, C, 1, 3, None, 0),
+    ]
+    assert metrics.itl_ms(t) == [3.0, 4.0, 4.0, 4.0]
+
+
 def test_timeline_round_trips_choice_kind_and_first_text() -> None:
     t = reasoning_then_text()
     t.events.append(event(55, T, 2))

@@ -76,6 +76,9 @@ class Context:
     rate_limited: list[RateLimitAnswer] = field(default_factory=list)
     #: the last answered request's rate-limit headers, None while no answer carried any
     quota: RateLimitAnswer | None = None
+    #: body fields every :meth:`spec` adds for the engine that answered (vLLM's ``return_token_ids``, so that an
+    #: event it merged from several tokens counts them all); set once the engine is known, empty until then
+    request_extra: Mapping[str, object] = field(default_factory=dict)
     _planned: int = 0
     _done: int = 0
     _seeds: Iterator[int] = field(
@@ -123,7 +126,8 @@ class Context:
         """A streamed request of the run's dialect with a synthetic prompt of about ``prompt_tokens`` tokens (a fresh
         seed unless given) and ``max_tokens`` tokens to generate."""
         prompt = synthetic_prompt(max(1, prompt_tokens), self.next_seed() if seed is None else seed)
-        return self.dialect.build_request(self.model, prompt, max_tokens, extra=extra)
+        fields = {**self.request_extra, **extra} if extra else self.request_extra
+        return self.dialect.build_request(self.model, prompt, max_tokens, extra=fields or None)
 
     @staticmethod
     def with_body(spec: RequestSpec, body: bytes) -> RequestSpec:

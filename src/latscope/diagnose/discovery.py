@@ -81,6 +81,22 @@ async def identify_engine(ctx: Context, first: Timeline) -> str | None:
     return family
 
 
+#: Body fields each engine accepts that make its stream say how many tokens every event carried.
+TOKEN_COUNT_FIELDS: dict[str, dict[str, object]] = {
+    # one event per engine output, listing its token ids; several tokens when the API server fell behind
+    # (vllm/entrypoints/openai/chat_completion/protocol.py, ``return_token_ids``)
+    "vllm": {"return_token_ids": True},
+}
+
+
+def token_count_fields(engine: str | None, dialect: str) -> dict[str, object]:
+    """The body fields (:data:`TOKEN_COUNT_FIELDS`) that make ``engine`` count each event's tokens, for the OpenAI
+    dialects; empty for any other engine or dialect."""
+    if engine is None or not dialect.startswith("openai.") or dialect == "openai.responses":
+        return {}
+    return dict(TOKEN_COUNT_FIELDS.get(engine, {}))
+
+
 #: How long a liveness check may take, s: a short prompt and one token, on a target that answered before.
 ALIVE_TIMEOUT_S = 15.0
 

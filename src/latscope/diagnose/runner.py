@@ -159,6 +159,7 @@ async def diagnose(
         ctx.model = models[0]
     first = await discovery.first_contact(ctx)
     engine = await discovery.identify_engine(ctx, first)
+    ctx.request_extra = discovery.token_count_fields(engine, ctx.dialect.name)
     families = plan.families_for(ids)
     runs: list[ExperimentRun] = []
     evidence: dict[str, Any] = {}

@@ -42,6 +42,8 @@ DEFAULT_INTERVAL_S = 1.0
 #: The shortest interval accepted, s: a ``/metrics`` render takes milliseconds of the server's CPU (vLLM's
 #: exposition is tens of kilobytes), so scraping faster would load the server being measured.
 MIN_INTERVAL_S = 0.05
+#: The periodic scrapes are at least this many times their own duration apart: at most a tenth of the server's time.
+SCRAPE_COST_FACTOR = 10.0
 #: Periodic scrapes kept at most (an hour at the default interval): bounds memory for a long bench; later
 #: scrapes are skipped with a warning, and the before/after delta is unaffected.
 DEFAULT_MAX_DURING = 3600
@@ -107,16 +109,13 @@ def _describe(exc: BaseException) -> str:
     return message if message else type(exc).__name__
 
 
-async def scrape_once(
-    fetch: Fetch,
-    url: str,
-    *,
-    clock: Clock = time.monotonic,
-    warnings: list[str] | None = None,
-) -> Snapshot | NotAvailable:
-    """Fetch ``url`` once and parse it: a :class:`Snapshot` stamped with ``clock()`` when the answer arrived, or
-    :class:`NotAvailable` when the fetch raised, the status is not 200, or the body is not Prometheus text.
-    Parse warnings (malformed lines dropped) go to ``warnings``."""
+async def fetch_exposition(
+    fetch: Fetch, url: str, *, clock: Clock = time.monotonic
+) -> tuple[float, str] | NotAvailable:
+    """Fetch ``url`` once: ``(clock() when the answer arrived, its text)``, or :class:`NotAvailable` when the fetch
+    raised, the status is not 200, or the body is plainly not Prometheus text. Nothing is parsed yet
+    (:func:`parse_scrape`): a large exposition (vLLM's is ~50 KB) takes milliseconds of the client's CPU to parse,
+    which the periodic scrapes keep out of the window they measure."""
     try:
         status, body = await fetch(url)
     except Exception as exc:  # any failure of the injected fetch means "no metrics here", never a failed experiment
@@ -133,13 +132,35 @@ async def scrape_once(
         return NotAvailable(url, "the answer is empty")
     if stripped.startswith(_NOT_EXPOSITION_STARTS):
         return NotAvailable(url, f"the answer is not Prometheus text (it starts with {stripped[:40]!r})")
+    return taken_at_s, text
+
+
+def parse_scrape(url: str, taken_at_s: float, text: str, warnings: list[str] | None = None) -> Snapshot | NotAvailable:
+    """The :class:`Snapshot` of a fetched exposition (:func:`fetch_exposition`), or :class:`NotAvailable` when it
+    holds no metrics. Parse warnings (malformed lines dropped) go to ``warnings``."""
     parse_warnings: list[str] = []
     snapshot = parse_exposition(text, taken_at_s=taken_at_s, warnings=parse_warnings)
     if not snapshot.families:
-        return NotAvailable(url, f"the answer holds no Prometheus metrics (it starts with {stripped[:40]!r})")
+        return NotAvailable(url, f"the answer holds no Prometheus metrics (it starts with {text.lstrip()[:40]!r})")
     if warnings is not None:
         warnings.extend(parse_warnings)
     return snapshot
+
+
+async def scrape_once(
+    fetch: Fetch,
+    url: str,
+    *,
+    clock: Clock = time.monotonic,
+    warnings: list[str] | None = None,
+) -> Snapshot | NotAvailable:
+    """Fetch ``url`` once and parse it: a :class:`Snapshot` stamped with ``clock()`` when the answer arrived, or
+    :class:`NotAvailable` when the fetch raised, the status is not 200, or the body is not Prometheus text.
+    Parse warnings (malformed lines dropped) go to ``warnings``."""
+    fetched = await fetch_exposition(fetch, url, clock=clock)
+    if isinstance(fetched, NotAvailable):
+        return fetched
+    return parse_scrape(url, *fetched, warnings)
 
 
 class MetricsScraper:
@@ -147,7 +168,11 @@ class MetricsScraper:
 
     ``interval_s`` None takes no periodic scrapes (before and after only: what a probe of a few sequential requests
     needs, without a concurrent GET disturbing them). At most ``max_during`` periodic scrapes are kept; they are at
-    least ``interval_s`` apart (the next waits for the previous to answer). ``family`` forces an adapter ("vllm",
+    least ``interval_s`` apart (the next waits for the previous to answer), and at least
+    :data:`SCRAPE_COST_FACTOR` times the previous scrape's duration, so scraping never takes more than a tenth of the
+    server's time (vLLM renders its ~50 KB exposition on the same event loop that streams its tokens). The periodic
+    scrapes are parsed when the window ends: parsing them as they come would take the client's CPU from the very
+    reads it stamps. ``family`` forces an adapter ("vllm",
     "lab" …) instead of detecting it from the metric names.
 
     :meth:`start` takes the ``before`` scrape and starts the periodic ones; :meth:`stop` ends them, takes the
@@ -177,7 +202,7 @@ class MetricsScraper:
         self.clock = clock
         self.result: MetricsWindow | NotAvailable | None = None  #: set by :meth:`stop`
         self._before: Snapshot | NotAvailable | None = None
-        self._during: list[Snapshot] = []
+        self._during: list[tuple[float, str]] = []  # the periodic scrapes' (taken_at_s, text), parsed at stop
         self._missed = 0
         self._warnings: list[str] = []
         self._task: asyncio.Task[None] | None = None
@@ -218,14 +243,21 @@ class MetricsScraper:
             self.result = NotAvailable(self.url, f"the scrape after the experiment failed: {after.why}")
             return self.result
         warnings = self._warnings
-        stats = window_stats(before, after, during=self._during, family=self.family, warnings=warnings)
+        during: list[Snapshot] = []
+        for taken_at_s, text in self._during:
+            parsed = parse_scrape(self.url, taken_at_s, text, warnings)
+            if isinstance(parsed, Snapshot):
+                during.append(parsed)
+            else:
+                self._missed += 1
+        stats = window_stats(before, after, during=during, family=self.family, warnings=warnings)
         if self._missed:
             warnings.append(f"{self._missed} periodic scrape(s) of {self.url} failed; gauges come from the others")
         self.result = MetricsWindow(
             url=self.url,
             before=before,
             after=after,
-            during=tuple(self._during),
+            during=tuple(during),
             stats=stats,
             missed=self._missed,
             warnings=tuple(warnings),
@@ -233,13 +265,16 @@ class MetricsScraper:
         return self.result
 
     async def _periodic(self, interval_s: float) -> None:
+        wait_s = interval_s
         for _ in range(self.max_during):
-            await asyncio.sleep(interval_s)
-            scraped = await scrape_once(self.fetch, self.url, clock=self.clock, warnings=self._warnings)
-            if isinstance(scraped, Snapshot):
-                self._during.append(scraped)
-            else:
+            await asyncio.sleep(wait_s)
+            began = time.monotonic()
+            fetched = await fetch_exposition(self.fetch, self.url, clock=self.clock)
+            wait_s = max(interval_s, SCRAPE_COST_FACTOR * (time.monotonic() - began))
+            if isinstance(fetched, NotAvailable):
                 self._missed += 1
+            else:
+                self._during.append(fetched)
         self._warnings.append(f"periodic scrapes stopped after {self.max_during}; the before/after delta still holds")
 
     async def _cancel_periodic(self) -> None:
@@ -268,11 +303,14 @@ __all__ = [
     "DEFAULT_INTERVAL_S",
     "DEFAULT_MAX_DURING",
     "MIN_INTERVAL_S",
+    "SCRAPE_COST_FACTOR",
     "Clock",
     "Fetch",
     "MetricsScraper",
     "MetricsWindow",
     "NotAvailable",
+    "fetch_exposition",
     "metrics_url_for",
+    "parse_scrape",
     "scrape_once",
 ]

@@ -146,18 +146,27 @@ def token_count_source(t: Timeline) -> TokenCountSource:
 
 
 def itl_ms(t: Timeline, kind: EventKind | None = None) -> list[float]:
-    """Every inter-token gap in ms (not a mean): one value per pair of consecutive token-bearing events of the same
-    kind and choice, in arrival order of the later event. ``kind`` keeps only the gaps of that kind."""
-    streams: defaultdict[tuple[EventKind, int], list[int]] = defaultdict(list)
+    """Every inter-token gap in ms (not a mean), in arrival order of the later event; ``kind`` keeps only the gaps
+    of that kind. Consecutive token-bearing events of the same kind and choice make one gap each, except that an
+    event known to carry ``k`` > 1 tokens (vLLM's ``return_token_ids`` lists them; it merges tokens into one event
+    when its API server falls behind the engine) stands for ``k`` tokens generated over the gap before it: ``k``
+    gaps of a ``k``-th of it each, as vLLM's own benchmark counts them. The extra tokens of a first event add no
+    gap (they came within the TTFT)."""
+    streams: defaultdict[tuple[EventKind, int], list[tuple[int, int]]] = defaultdict(list)
     for e in t.events:
         if e.kind in TOKEN_KINDS and (kind is None or e.kind is kind):
-            streams[e.kind, e.choice].append(e.at_ns)
-    if len(streams) == 1:
-        (times,) = streams.values()
-        return [(b - a) / NS_PER_MS for a, b in itertools.pairwise(times)]
-    gaps = [(b, b - a) for times in streams.values() for a, b in itertools.pairwise(times)]
-    gaps.sort(key=lambda pair: pair[0])  # stable: gaps ending in one read keep their order
-    return [gap / NS_PER_MS for _, gap in gaps]
+            streams[e.kind, e.choice].append((e.at_ns, e.tokens))
+    gaps: list[tuple[int, float]] = []
+    for marks in streams.values():
+        for (a, _), (b, tokens) in itertools.pairwise(marks):
+            gap = (b - a) / NS_PER_MS
+            if tokens > 1:
+                gaps.extend([(b, gap / tokens)] * tokens)
+            else:
+                gaps.append((b, gap))
+    if len(streams) > 1:
+        gaps.sort(key=lambda pair: pair[0])  # stable: gaps ending in one read keep their order
+    return [gap for _, gap in gaps]
 
 
 def tpot_ms(t: Timeline) -> float | None:

@@ -27,6 +27,7 @@ from latscope.dialects.base import RequestSpec
 from latscope.signals.altsvc import h3_advertised
 from latscope.signals.join import TtftSide, TtftSplit, join_server_signals, ttft_split
 from latscope.signals.scrape import MetricsScraper, MetricsWindow, NotAvailable, metrics_url_for
+from latscope.signals.serverspans import join_server_spans
 from latscope.timeline import metrics
 from latscope.timeline.model import Phase, Timeline
 from latscope.timeline.serialize import timeline_to_dict
@@ -34,6 +35,7 @@ from latscope.units import NS_PER_MS
 from latscope.wire import Client, ModelListError, Timeouts, WireError
 from latscope.wire.models import OriginStats
 from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST
+from latscope.wire.spanreceiver import SpanReceiver
 from latscope.wire.target import Target
 
 SCHEMA = "latscope.probe/1"
@@ -144,6 +146,9 @@ class ProbeResult:
     #: Ctrl-C (or a cancellation) stopped the probe: ``timelines`` holds the requests sent so far, the one in flight
     #: with a "cancelled" error
     interrupted: bool = False
+    #: with ``server_spans``: how the server's own spans were joined (a sentence: how many requests got theirs, where
+    #: they were received, what was refused); None when no receiver ran
+    server_spans: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -234,6 +239,7 @@ class ProbeResult:
                 {"timeline": timeline_to_dict(t), "metrics": metrics.summary(t)} for t in self.tcp_timelines
             ],
             "interrupted": self.interrupted,
+            "server_spans": self.server_spans,
         }
 
 
@@ -270,6 +276,11 @@ async def list_models(target: Target) -> tuple[list[str], Timeline]:
             raise ProbeError(f"{exc}; pass a model name", exc.timeline) from None
 
 
+#: How long a probe waits for the server's spans after its last request, s: the OpenTelemetry SDK's batch span
+#: processor exports every 5 s by default (OTEL_BSP_SCHEDULE_DELAY), so a span can come that late.
+SPAN_WAIT_S = 6.0
+
+
 async def probe(
     target: Target | str,
     *,
@@ -284,6 +295,8 @@ async def probe(
     on_request: RequestStarted | None = None,
     browser: bool = False,
     compare_tcp: bool = False,
+    server_spans: tuple[str, int] | None = None,
+    span_wait_s: float = SPAN_WAIT_S,
 ) -> ProbeResult:
     """Send ``n`` streamed requests to ``target`` one after another on one client and return their timelines.
 
@@ -311,8 +324,37 @@ async def probe(
     the UDP socket; see :mod:`latscope.wire.h3`). ``compare_tcp`` then sends the same ``n`` requests over TCP+TLS on
     a client of their own, into ``ProbeResult.tcp_timelines``. Whether the target announces HTTP/3 (``Alt-Svc``) is
     a fact of every probe that got a response over TCP (:meth:`ProbeResult.h3_advertised`).
+
+    ``server_spans`` (host, port) receives the server's own trace spans over OTLP/HTTP for the probe
+    (:class:`~latscope.wire.spanreceiver.SpanReceiver`; the requests then carry a ``traceparent``): after the last
+    request it waits up to ``span_wait_s`` s for every completed request's span, joins each one's measures (vLLM's
+    queue, prefill, decode and the ``ingest`` before its engine queue) to its timeline
+    (:func:`~latscope.signals.serverspans.join_server_spans`) and says how it went in ``ProbeResult.server_spans``.
     """
     target = Target.resolve(target) if isinstance(target, str) else target
+    if server_spans is not None:
+        receiver = SpanReceiver(*server_spans)
+        await receiver.start()
+        try:
+            result = await probe(
+                target.replace(trace_context=True),
+                model=model,
+                prompt=prompt,
+                prompt_tokens=prompt_tokens,
+                max_tokens=max_tokens,
+                n=n,
+                quickack=quickack,
+                metrics_url=metrics_url,
+                scrape_metrics=scrape_metrics,
+                on_request=on_request,
+                browser=browser,
+                compare_tcp=compare_tcp,
+            )
+            if not result.interrupted:
+                result.server_spans = await _join_spans(receiver, result.timelines, span_wait_s)
+        finally:
+            await receiver.stop()
+        return result
     if n < 1:
         raise ValueError("n must be at least 1")
     if compare_tcp and not target.http3:
@@ -361,6 +403,22 @@ async def probe(
         if metrics_client is not None:
             await metrics_client.aclose()
     return result
+
+
+async def _join_spans(receiver: SpanReceiver, timelines: list[Timeline], wait_s: float) -> str:
+    """Wait for the spans of the completed requests, join them, and say how it went."""
+    wanted = [t.trace_id for t in timelines if t.ok and t.trace_id]
+    await receiver.wait_for(wanted, wait_s)
+    joined = join_server_spans(timelines, receiver.spans)
+    said = f"{joined} of {len(wanted)} request(s) joined to the server's own spans, received at {receiver.url}"
+    if not receiver.spans:
+        said = (
+            f"no span arrived at {receiver.url} within {wait_s:g} s of the last request: is the server exporting "
+            "there? (vLLM: --otlp-traces-endpoint with OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf)"
+        )
+    if receiver.warnings:
+        said += "; " + "; ".join(receiver.warnings[:3])
+    return said
 
 
 def _metrics_client(target: Target, url: str) -> Client:

@@ -28,19 +28,43 @@ from latscope.timeline import metrics
 from latscope.timeline.model import ServerPhase, Timeline
 from latscope.wire import Client
 from latscope.wire.target import Target
-from tests.real.conftest import LlamaServer
+from tests.real.conftest import LlamaServer, free_port
 from tests.real.vllm_server import running_vllm
 from tests.support.diagnosis import explain
 
 pytestmark = pytest.mark.timeout(600)
 
 
+#: Where vLLM exports its spans in this module (a free port chosen once; the span test listens there).
+SPAN_PORT = free_port()
+
+
 @pytest.fixture(scope="module")
 def vllm(vllm_model: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     python, model_dir = vllm_model
     workdir = tmp_path_factory.mktemp("vllm")
-    with running_vllm(python, model_dir, workdir, "--enable-per-request-metrics") as server:
+    flags = ("--enable-per-request-metrics", "--otlp-traces-endpoint", f"http://127.0.0.1:{SPAN_PORT}/v1/traces")
+    # OTLP over HTTP (vLLM's default is gRPC), exported every 100 ms instead of the SDK's 5 s
+    env = (("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"), ("OTEL_BSP_SCHEDULE_DELAY", "100"))
+    with running_vllm(python, model_dir, workdir, *flags, env=env) as server:
         yield server
+
+
+async def test_probe_joins_vllms_own_span_of_every_request(vllm: LlamaServer) -> None:
+    result = await probe(vllm.base_url, max_tokens=16, n=3, prompt_tokens=64, server_spans=("127.0.0.1", SPAN_PORT))
+    assert result.ok, [t.error for t in result.timelines] + [vllm.log_tail()]
+    assert result.server_spans is not None and result.server_spans.startswith("3 of 3"), result.server_spans
+    for t in result.timelines:
+        span = t.server_fields["server_span"]
+        assert isinstance(span, dict) and span["name"] == "llm_request" and span["trace_id"] == t.trace_id
+        assert span["parent_span_id"] == t.span_id  # vLLM's span is a child of the request's own
+        sources = {m.source for m in t.server}
+        assert {"span:gen_ai.latency.time_in_queue", "span:gen_ai.latency.time_in_model_prefill"} <= sources
+        split = ttft_split(t)
+        assert split is not None and split.consistent and sum(p.ns for p in split.parts) == split.ttft_ns
+        # the span's time to first token (from arrival in vLLM's API server) fits inside the client's TTFT
+        ingest = split.ms("ingest")
+        assert ingest is not None and ingest >= 0, split
 
 
 async def test_probe_counts_every_generated_token_and_joins_vllms_own_phases(vllm: LlamaServer) -> None:

@@ -203,31 +203,3 @@ async def test_periodic_scrapes_are_parsed_when_the_window_ends_not_while_it_is_
     window = scraper.result
     assert isinstance(window, MetricsWindow) and len(window.during) == 3
     assert len(parsed) == 5  # before, the three periodic ones, after
-
-
-class SlowFetch(FakeFetch):
-    """A fetch that takes ``delay_s`` to answer, as a server rendering a large exposition does."""
-
-    def __init__(self, delay_s: float) -> None:
-        super().__init__((200, VLLM_BEFORE))
-        self.delay_s = delay_s
-
-    async def __call__(self, url: str) -> tuple[int, bytes]:
-        await asyncio.sleep(self.delay_s)
-        return await super().__call__(url)
-
-
-async def _periodic_count(fetch: FakeFetch, window_s: float) -> int:
-    async with MetricsScraper(fetch, URL, interval_s=MIN_INTERVAL_S, max_during=100) as scraper:
-        await asyncio.sleep(window_s)
-    assert isinstance(scraper.result, MetricsWindow)
-    return len(scraper.result.during)
-
-
-async def test_a_slow_scrape_spaces_the_next_ones_by_its_cost() -> None:
-    """A scrape that takes 40 ms is followed by one at least 400 ms later (ten times its cost), not 50 ms: scraping
-    keeps to a tenth of the server's time. The control answers at once and is scraped every 50 ms."""
-    quick = await _periodic_count(FakeFetch((200, VLLM_BEFORE)), 1.0)
-    slow = await _periodic_count(SlowFetch(0.04), 1.0)
-    assert slow * 3 < quick, (slow, quick)
-    assert slow <= 3, slow  # 1 s at ≥ 0.4 s apart

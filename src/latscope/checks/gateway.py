@@ -33,6 +33,7 @@ GATEWAY_QUEUEING_ID = "gateway-queueing"
 ACCOUNTED_PHASES = (
     ServerPhase.PARSE,
     ServerPhase.VALIDATE,
+    ServerPhase.INGEST,
     ServerPhase.QUEUE,
     ServerPhase.LOAD,
     ServerPhase.SLOT_WAIT_TEMPLATING,

@@ -180,6 +180,16 @@ def _write_json(console: Console, json_path: str | None, data: dict[str, Any]) -
     "--no-trace-context", is_flag=True, help="Send no W3C traceparent header (some gateways reject unknown headers)."
 )
 @click.option(
+    "--server-spans",
+    metavar="[HOST:]PORT",
+    is_flag=False,
+    flag_value="127.0.0.1:4318",
+    default=None,
+    help="Receive the server's own trace spans over OTLP/HTTP for the probe (default 127.0.0.1:4318) and join each "
+    "request's to it: vLLM's queue, prefill and decode per request (start vLLM with --otlp-traces-endpoint "
+    "http://HOST:PORT/v1/traces and OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf).",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, allow_dash=True),
@@ -220,6 +230,7 @@ def command(url: str, target: TargetOptions, **options: Any) -> None:
       latscope probe https://api.anthropic.com --dialect anthropic.messages -m claude-haiku-4-5  # x-api-key
       latscope probe http://tgi-box:8080 --dialect tgi.generate                # TGI's /generate_stream
       latscope probe http://127.0.0.1:8000 --otlp http://127.0.0.1:4318/v1/traces  # spans to a Collector
+      latscope probe http://127.0.0.1:8000 --server-spans   # vLLM's own spans, received on 127.0.0.1:4318
       latscope probe https://my-gateway/v1 --browser --http1   # 12 at once, 6 connections: half wait
       latscope probe https://127.0.0.1:8088/v1 --http3 --compare --ca-file lab-cert.pem  # QUIC beside TCP+TLS
 
@@ -233,6 +244,10 @@ def command(url: str, target: TargetOptions, **options: Any) -> None:
         raise click.UsageError("give --metrics-url or --no-metrics, not both")
     if opts.compare_tcp and not opts.http3:
         raise click.UsageError("--compare compares HTTP/3 with TCP+TLS: give --http3 too")
+    if opts.server_spans is not None and opts.no_trace_context:
+        raise click.UsageError(
+            "--server-spans joins spans by the traceparent each request carries: drop --no-trace-context"
+        )
     require_html(opts.html_path)
     otlp = otlp_target(opts.otlp_url, opts.otlp_file)
     to_stdout = opts.json_path == "-"
@@ -289,6 +304,7 @@ class _ProbeOptions:
     metrics_url: str | None
     no_metrics: bool
     no_trace_context: bool
+    server_spans: str | None
     json_path: str | None
     html_path: str | None
     otlp_url: str | None
@@ -317,6 +333,7 @@ def _probe(console: Console, target: Target, opts: _ProbeOptions) -> ProbeResult
                         metrics_url=opts.metrics_url,
                         scrape_metrics=not opts.no_metrics,
                         on_request=view,
+                        server_spans=None if opts.server_spans is None else span_address(opts.server_spans),
                     ),
                     view,
                 )
@@ -332,6 +349,16 @@ def _probe(console: Console, target: Target, opts: _ProbeOptions) -> ProbeResult
     except KeyboardInterrupt:
         console.print(Text("interrupted before the first request: nothing was measured", style="yellow"))
         sys.exit(EXIT_INTERRUPTED)
+
+
+def span_address(value: str) -> tuple[str, int]:
+    """``--server-spans``'s ``[HOST:]PORT`` as (host, port); the host defaults to 127.0.0.1 (loopback: only this
+    machine's servers can post spans to it)."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"{value!r} is not [HOST:]PORT (a port from 0 to 65535)", param_hint="--server-spans")
+    return host, int(port)
 
 
 def _exit(console: Console, result: ProbeResult) -> None:

@@ -139,4 +139,6 @@ def probe_view(result: ProbeResult) -> RenderableType:
     parts += _pool_lines(result)
     if result.server_metrics is not None:
         parts.append(server_window(result.server_metrics))
+    if result.server_spans is not None:
+        parts.append(Text(f"server spans: {result.server_spans}", style="dim"))
     return Group(*parts)

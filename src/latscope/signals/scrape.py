@@ -42,8 +42,6 @@ DEFAULT_INTERVAL_S = 1.0
 #: The shortest interval accepted, s: a ``/metrics`` render takes milliseconds of the server's CPU (vLLM's
 #: exposition is tens of kilobytes), so scraping faster would load the server being measured.
 MIN_INTERVAL_S = 0.05
-#: The periodic scrapes are at least this many times their own duration apart: at most a tenth of the server's time.
-SCRAPE_COST_FACTOR = 10.0
 #: Periodic scrapes kept at most (an hour at the default interval): bounds memory for a long bench; later
 #: scrapes are skipped with a warning, and the before/after delta is unaffected.
 DEFAULT_MAX_DURING = 3600
@@ -168,11 +166,9 @@ class MetricsScraper:
 
     ``interval_s`` None takes no periodic scrapes (before and after only: what a probe of a few sequential requests
     needs, without a concurrent GET disturbing them). At most ``max_during`` periodic scrapes are kept; they are at
-    least ``interval_s`` apart (the next waits for the previous to answer), and at least
-    :data:`SCRAPE_COST_FACTOR` times the previous scrape's duration, so scraping never takes more than a tenth of the
-    server's time (vLLM renders its ~50 KB exposition on the same event loop that streams its tokens). The periodic
-    scrapes are parsed when the window ends: parsing them as they come would take the client's CPU from the very
-    reads it stamps. ``family`` forces an adapter ("vllm",
+    least ``interval_s`` apart (the next waits for the previous to answer). The periodic scrapes are parsed when the
+    window ends: parsing them as they come (vLLM's ~50 KB exposition takes the client's loop for milliseconds) would
+    take the client's CPU from the very reads it stamps. ``family`` forces an adapter ("vllm",
     "lab" …) instead of detecting it from the metric names.
 
     :meth:`start` takes the ``before`` scrape and starts the periodic ones; :meth:`stop` ends them, takes the
@@ -265,12 +261,9 @@ class MetricsScraper:
         return self.result
 
     async def _periodic(self, interval_s: float) -> None:
-        wait_s = interval_s
         for _ in range(self.max_during):
-            await asyncio.sleep(wait_s)
-            began = time.monotonic()
+            await asyncio.sleep(interval_s)
             fetched = await fetch_exposition(self.fetch, self.url, clock=self.clock)
-            wait_s = max(interval_s, SCRAPE_COST_FACTOR * (time.monotonic() - began))
             if isinstance(fetched, NotAvailable):
                 self._missed += 1
             else:
@@ -303,7 +296,6 @@ __all__ = [
     "DEFAULT_INTERVAL_S",
     "DEFAULT_MAX_DURING",
     "MIN_INTERVAL_S",
-    "SCRAPE_COST_FACTOR",
     "Clock",
     "Fetch",
     "MetricsScraper",

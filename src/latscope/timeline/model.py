@@ -90,6 +90,9 @@ class ServerPhase(StrEnum):
 
     PARSE = "parse"  #: reading and parsing the request body
     VALIDATE = "validate"  #: validation and tokenising
+    #: vLLM's spans: arrival in its API server → queued in its engine (input processing, and the engine step running
+    #: when the request came, which the engine's own timestamps do not see)
+    INGEST = "ingest"
     WINDOW_WAIT = "window_wait"  #: waiting for a batching window to close (counted inside ``queue`` too)
     QUEUE = "queue"  #: waiting for a batch slot
     LOAD = "load"  #: Ollama: scheduler wait and model load
@@ -113,6 +116,7 @@ VLLM_METRICS_KEYS = ("time_to_first_token_ms", "generation_time_ms", "queue_time
 PHASES_BEFORE_FIRST_TOKEN: tuple[ServerPhase, ...] = (
     ServerPhase.PARSE,
     ServerPhase.VALIDATE,
+    ServerPhase.INGEST,
     ServerPhase.WINDOW_WAIT,
     ServerPhase.QUEUE,
     ServerPhase.LOAD,

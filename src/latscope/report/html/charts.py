@@ -26,6 +26,7 @@ PHASE_COLORS: dict[str, str] = {
 SERVER_COLORS: dict[str, str] = {
     "parse": "#fdd0a2",
     "validate": "#fdae6b",
+    "ingest": "#fd8d3c",
     "window_wait": "#f16913",
     "queue": "#d94801",
     "load": "#8c6d31",

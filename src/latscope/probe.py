@@ -35,7 +35,7 @@ from latscope.units import NS_PER_MS
 from latscope.wire import Client, ModelListError, Timeouts, WireError
 from latscope.wire.models import OriginStats
 from latscope.wire.pool import BROWSER_CONNECTIONS_PER_HOST
-from latscope.wire.spanreceiver import SpanReceiver
+from latscope.wire.spanreceiver import SPAN_WAIT_S, SpanReceiver
 from latscope.wire.target import Target
 
 SCHEMA = "latscope.probe/1"
@@ -274,11 +274,6 @@ async def list_models(target: Target) -> tuple[list[str], Timeline]:
             return await client.list_models(target.base_url, target.dialect)
         except ModelListError as exc:
             raise ProbeError(f"{exc}; pass a model name", exc.timeline) from None
-
-
-#: How long a probe waits for the server's spans after its last request, s: the OpenTelemetry SDK's batch span
-#: processor exports every 5 s by default (OTEL_BSP_SCHEDULE_DELAY), so a span can come that late.
-SPAN_WAIT_S = 6.0
 
 
 async def probe(

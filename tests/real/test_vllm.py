@@ -113,34 +113,33 @@ async def test_short_bench_counts_vllms_tokens(vllm: LlamaServer, tmp_path: Path
     assert (measured["output_tokens"] == 16).all(), measured["output_tokens"]
 
 
-async def test_diagnose_names_fcfs_head_of_line_in_vllms_own_knobs(vllm: LlamaServer) -> None:
-    result = await diagnose(vllm.base_url, quick=True, only="queue-head-of-line", keep_timelines=True)
+async def test_diagnose_names_fcfs_head_of_line_in_vllms_own_knobs_at_vllms_own_cost(vllm: LlamaServer) -> None:
+    result = await diagnose(vllm.base_url, quick=True, only="queue-head-of-line", server_spans=("127.0.0.1", SPAN_PORT))
     assert result.target["engine"] == "vllm"
     outcome = result.outcome("queue-head-of-line")
     assert isinstance(outcome, Finding), explain(result) + "\n" + vllm.log_tail()
     assert "--long-prefill-token-threshold" in outcome.fix and "chunked prefill" not in outcome.fix.split(".")[0]
-    # vLLM's own account of the short requests sent beside the long ones (queue + scheduled → first token) grew by
-    # most of what the client saw. Not all: the engine stamps a request queued when its busy loop takes it from the
-    # API server's socket, between two steps, so the step running when it arrived (a long prefill, ~100 ms here)
-    # is in no per-request metric (QUEUED is recorded in vllm/v1/core/sched/scheduler.py add_request; measured:
-    # 300 ms seen, 203 ms in vLLM's account)
+    # vLLM's own account of the short requests sent beside the long ones, from each one's span: its time to first
+    # token from arrival in vLLM's API server (ingest + queue + prefill) grew by what the client saw. The per-request
+    # metrics alone see less: the engine stamps a request queued when its busy loop takes it from the API server,
+    # between two steps, so the step running when it came (a long prefill) is only in the span's ingest.
     alone, contended = _vllm_ttfts(result.timelines)
-    assert alone and contended, [t.label for t in result.timelines]
+    assert len(alone) >= 2 and len(contended) >= 2, (result.server_spans, [t.label for t in result.timelines])
     vllm_inflation = _median(contended) - min(alone)
-    assert 0.5 * outcome.cost_ms <= vllm_inflation <= 1.25 * outcome.cost_ms, (outcome.cost_ms, alone, contended)
+    assert 0.75 * vllm_inflation <= outcome.cost_ms <= 1.25 * vllm_inflation, (outcome.cost_ms, alone, contended)
 
 
 def _vllm_ttfts(timelines: list[Timeline]) -> tuple[list[float], list[float]]:
-    """vLLM's queue + prefill (arrival in the engine → first token) of the experiment's short requests sent alone and
-    sent beside the long ones, from each request's own per-request metrics."""
+    """vLLM's time to first token (arrival in its API server → first token: its span's ingest + queue + prefill) of
+    the experiment's short requests sent alone and beside the long ones."""
     alone: list[float] = []
     contended: list[float] = []
     for t in timelines:
         label = t.label or ""
-        measures = {m.name: m.ms for m in t.server}
-        if ServerPhase.QUEUE not in measures or ServerPhase.PREFILL not in measures:
+        spans = {m.name: m.ms for m in t.server if m.source.startswith("span:")}
+        if not {ServerPhase.INGEST, ServerPhase.QUEUE, ServerPhase.PREFILL} <= spans.keys():
             continue
-        ttft = measures[ServerPhase.QUEUE] + measures[ServerPhase.PREFILL]
+        ttft = spans[ServerPhase.INGEST] + spans[ServerPhase.QUEUE] + spans[ServerPhase.PREFILL]
         if label.startswith("short alone"):
             alone.append(ttft)
         elif label.startswith("round") and label.endswith(" short"):
@@ -152,3 +151,56 @@ def _median(values: list[float]) -> float:
     ordered = sorted(values)
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+async def test_what_diagnose_names_on_default_vllm_vllms_own_spans_confirm(vllm: LlamaServer) -> None:
+    """Default vLLM, as a new user runs it: prefill that grows faster than the prompt (attention on a CPU) and a
+    per-token cost of sampling parameters. Each is confirmed by vLLM's own per-request spans of the same requests:
+    its prefill per prompt token grows with the prompt, and its own decode time per token is longer for the sampled
+    streams than for the greedy ones of the same prompt."""
+    ids = "prefill-superlinear,decode-host-overhead"
+    result = await diagnose(vllm.base_url, quick=True, only=ids, server_spans=("127.0.0.1", SPAN_PORT))
+    prefill = result.outcome("prefill-superlinear")
+    if isinstance(prefill, Finding):
+        per_token = _span_prefill_per_token(result.timelines)
+        shortest, longest = min(per_token), max(per_token)
+        assert per_token[longest] > 1.5 * per_token[shortest], per_token  # vLLM's own: superlinear
+    decode = result.outcome("decode-host-overhead")
+    if isinstance(decode, Finding):
+        greedy, sampled = _span_tpots(result.timelines)
+        assert len(greedy) >= 3 and len(sampled) >= 3, result.server_spans
+        vllm_added = _median(sampled) - _median(greedy)
+        assert vllm_added > 0.5 * decode.evidence["added_ms_per_token"], (vllm_added, decode.evidence)
+    named = [o.id for o in result.findings]
+    assert named, explain(result)  # this engine on this machine has both; a run that names neither says why
+
+
+def _span_prefill_per_token(timelines: list[Timeline]) -> dict[int, float]:
+    """vLLM's own prefill time per prompt token (ms), by the prompt's size as vLLM counted it, fastest of each size."""
+    out: dict[int, float] = {}
+    for t in timelines:
+        if not (t.label or "").startswith(("sweep ", "prefill ")) or t.usage is None or not t.usage.prompt_tokens:
+            continue
+        spans = {m.name: m.ms for m in t.server if m.source.startswith("span:")}
+        if ServerPhase.PREFILL in spans and t.usage.prompt_tokens >= 400:  # past the fixed cost of a step
+            size = t.usage.prompt_tokens
+            out[size] = min(out.get(size, float("inf")), spans[ServerPhase.PREFILL] / size)
+    return out
+
+
+def _span_tpots(timelines: list[Timeline]) -> tuple[list[float], list[float]]:
+    """vLLM's own decode time per token (ms) of the greedy and the sampled streams."""
+    greedy: list[float] = []
+    sampled: list[float] = []
+    for t in timelines:
+        label = t.label or ""
+        spans = {m.name: m.ms for m in t.server if m.source.startswith("span:")}
+        tokens = t.usage.completion_tokens if t.usage is not None else None
+        if ServerPhase.DECODE not in spans or not tokens or tokens < 2:
+            continue
+        tpot = spans[ServerPhase.DECODE] / (tokens - 1)
+        if label.startswith("greedy"):
+            greedy.append(tpot)
+        elif label.startswith("sampled"):
+            sampled.append(tpot)
+    return greedy, sampled

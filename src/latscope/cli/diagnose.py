@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.text import Text
 
 from latscope.cli.html import require_html, write_html
-from latscope.cli.options import TargetOptions, dialect_option, target_options
+from latscope.cli.options import TargetOptions, dialect_option, server_spans_option, span_address, target_options
 from latscope.cli.otlp import export_spans, otlp_options, otlp_target
 from latscope.diagnose import DiagnoseError, Diagnosis, ProgressEvent, UnknownFindingError, diagnose
 from latscope.diagnose.context import REQUEST_TIMEOUTS
@@ -83,6 +83,7 @@ def _run(console: Console, target: Target, opts: _DiagnoseOptions, *, keep_timel
                 budget_s=opts.budget,
                 keep_timelines=keep_timelines,
                 direct_url=opts.direct_url,
+                server_spans=None if opts.server_spans is None else span_address(opts.server_spans),
             )
         )
 
@@ -130,6 +131,7 @@ class _DiagnoseOptions:
     budget: float | None
     otlp_url: str | None
     otlp_file: str | None
+    server_spans: str | None
 
 
 def _compare_hint(console: Console, profile: str) -> None:
@@ -197,6 +199,7 @@ def _compare_hint(console: Console, profile: str) -> None:
     help="The longest the whole diagnosis may take, seconds: the experiment running then is cut off, later ones are "
     "not tested (default: each experiment has its own bound).",
 )
+@server_spans_option
 @otlp_options
 def command(url: str | None, target: TargetOptions, **options: Any) -> None:
     """Run the experiment battery against URL and name the bottlenecks, with their cost and the fix.
@@ -216,7 +219,8 @@ def command(url: str | None, target: TargetOptions, **options: Any) -> None:
       overhead     with --direct: the same requests through the gateway and to its upstream, in pairs
 
     Findings are ranked by measured cost; what could not be tested or decided is listed with the reason.
-    --otlp URL / --otlp-file FILE export every experiment request as OpenTelemetry spans.
+    --otlp URL / --otlp-file FILE export every experiment request as OpenTelemetry spans; --server-spans receives
+    the server's own (vLLM's) and joins them to the requests, in those exports and the JSON's note.
     """
     opts = _DiagnoseOptions(**options)
     require_html(opts.html_path)

@@ -217,3 +217,31 @@ def target_options(*, timeout_help: str, stamps: bool = True) -> Callable[[F], F
         return cast(F, wrapped)
 
     return decorate
+
+
+#: ``--server-spans`` without a value: OTLP/HTTP's default port, on loopback.
+DEFAULT_SPAN_ADDRESS = "127.0.0.1:4318"
+
+
+def server_spans_option(command: F) -> F:
+    """``--server-spans [[HOST:]PORT]``: receive the server's own OTLP spans for the run and join each request's."""
+    return click.option(
+        "--server-spans",
+        metavar="[HOST:]PORT",
+        is_flag=False,
+        flag_value=DEFAULT_SPAN_ADDRESS,
+        default=None,
+        help="Receive the server's own trace spans over OTLP/HTTP for the run (default 127.0.0.1:4318) and join each "
+        "request's to it: vLLM's ingest, queue, prefill and decode per request (start vLLM with "
+        "--otlp-traces-endpoint http://HOST:PORT/v1/traces and OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf).",
+    )(command)
+
+
+def span_address(value: str) -> tuple[str, int]:
+    """``--server-spans``'s ``[HOST:]PORT`` as (host, port); the host defaults to 127.0.0.1 (loopback: only this
+    machine's servers can post spans to it)."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"{value!r} is not [HOST:]PORT (a port from 0 to 65535)", param_hint="--server-spans")
+    return host, int(port)

@@ -16,7 +16,14 @@ from rich.status import Status
 from rich.text import Text
 
 from latscope.cli.html import require_html, write_html
-from latscope.cli.options import TargetOptions, dialect_option, pick_dialect, target_options
+from latscope.cli.options import (
+    TargetOptions,
+    dialect_option,
+    pick_dialect,
+    server_spans_option,
+    span_address,
+    target_options,
+)
 from latscope.cli.otlp import export_spans, otlp_options, otlp_target
 from latscope.export.spans import Span, spans_of
 from latscope.probe import SCHEMA as PROBE_SCHEMA
@@ -179,16 +186,7 @@ def _write_json(console: Console, json_path: str | None, data: dict[str, Any]) -
 @click.option(
     "--no-trace-context", is_flag=True, help="Send no W3C traceparent header (some gateways reject unknown headers)."
 )
-@click.option(
-    "--server-spans",
-    metavar="[HOST:]PORT",
-    is_flag=False,
-    flag_value="127.0.0.1:4318",
-    default=None,
-    help="Receive the server's own trace spans over OTLP/HTTP for the probe (default 127.0.0.1:4318) and join each "
-    "request's to it: vLLM's queue, prefill and decode per request (start vLLM with --otlp-traces-endpoint "
-    "http://HOST:PORT/v1/traces and OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf).",
-)
+@server_spans_option
 @click.option(
     "--json",
     "json_path",
@@ -349,16 +347,6 @@ def _probe(console: Console, target: Target, opts: _ProbeOptions) -> ProbeResult
     except KeyboardInterrupt:
         console.print(Text("interrupted before the first request: nothing was measured", style="yellow"))
         sys.exit(EXIT_INTERRUPTED)
-
-
-def span_address(value: str) -> tuple[str, int]:
-    """``--server-spans``'s ``[HOST:]PORT`` as (host, port); the host defaults to 127.0.0.1 (loopback: only this
-    machine's servers can post spans to it)."""
-    host, _, port = value.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise click.BadParameter(f"{value!r} is not [HOST:]PORT (a port from 0 to 65535)", param_hint="--server-spans")
-    return host, int(port)
 
 
 def _exit(console: Console, result: ProbeResult) -> None:

@@ -68,6 +68,8 @@ class Diagnosis:
     interrupted: bool = False
     #: every experiment request's timeline, in the order sent, when asked for (``keep_timelines``); not in the JSON
     timelines: list[Timeline] = field(default_factory=list)
+    #: with ``server_spans``: how many requests were joined to the server's own spans, and where they were received
+    server_spans: str | None = None
 
     @property
     def diagnosed(self) -> bool:
@@ -102,7 +104,9 @@ class Diagnosis:
         return outcome if isinstance(outcome, Finding) else None
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``latscope.diagnosis/1`` JSON object (see the module docstring)."""
+        """The ``latscope.diagnosis/1`` JSON object (see the module docstring); ``server_spans`` only when a receiver
+        ran."""
+        extra = {} if self.server_spans is None else {"server_spans": self.server_spans}
         return {
             "schema": SCHEMA,
             "target": self.target,
@@ -118,4 +122,5 @@ class Diagnosis:
             "checked": list(self.checked),
             "interrupted": self.interrupted,
             "diagnosed": self.diagnosed,
+            **extra,
         }

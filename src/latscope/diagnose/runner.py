@@ -28,6 +28,8 @@ from latscope.diagnose.experiments import EXPERIMENTS, Prior
 from latscope.diagnose.experiments import baseline as baseline_experiment
 from latscope.diagnose.result import Diagnosis, ExperimentRun
 from latscope.findings import Finding, NotTested, Outcome
+from latscope.signals.serverspans import join_server_spans
+from latscope.wire.spanreceiver import SPAN_WAIT_S, SpanReceiver
 from latscope.wire.target import Target
 
 #: Wall-clock bound of one experiment, s (quick mode: half). Generous for a slow target; a stalled one cannot hold
@@ -120,6 +122,7 @@ async def diagnose(
     budget_s: float | None = None,
     keep_timelines: bool = False,
     direct_url: str | None = None,
+    server_spans: tuple[str, int] | None = None,
 ) -> Diagnosis:
     """Diagnose the endpoint ``target``: a resolved :class:`~latscope.wire.target.Target` (URL, dialect, credential
     headers, TLS settings, timeouts), or a base URL (``http[s]://host:port[/v1]``) resolved with every default and
@@ -134,6 +137,11 @@ async def diagnose(
     URL): the gateway-overhead check compares the target with it, and is not tested without it. Cancelled (Ctrl-C)
     during an experiment, it returns what was measured with ``interrupted`` set.
 
+    ``server_spans`` (host, port) receives the server's own OTLP spans for the run
+    (:class:`~latscope.wire.spanreceiver.SpanReceiver`; it implies ``keep_timelines``): after the experiments, every
+    kept timeline gets its request's span joined (vLLM's ingest, queue, prefill, decode), and
+    :attr:`Diagnosis.server_spans` says how many did. The checks themselves decide on what the client measured.
+
     Raises
     :class:`~latscope.diagnose.plan.UnknownFindingError` for an unknown id and
     :class:`~latscope.diagnose.discovery.DiagnoseError` (its subclass ``TargetUnreachable`` when nothing reached the
@@ -143,6 +151,23 @@ async def diagnose(
     ids = plan.select(only)
     if isinstance(target, str):
         target = Target.resolve(target, timeouts=REQUEST_TIMEOUTS)
+    if server_spans is not None:
+        async with SpanReceiver(*server_spans) as receiver:
+            result = await diagnose(
+                target,
+                model=model,
+                only=ids,
+                quick=quick,
+                progress=progress,
+                budget_s=budget_s,
+                keep_timelines=True,
+                direct_url=direct_url,
+            )
+            wanted = [t.trace_id for t in result.timelines if t.ok and t.trace_id]
+            await receiver.wait_for(wanted, SPAN_WAIT_S)
+            joined = join_server_spans(result.timelines, receiver.spans)
+        result.server_spans = f"{joined} of {len(wanted)} request(s) joined to the server's own spans ({receiver.url})"
+        return result
     started = time.monotonic()
     ctx = Context(
         # a traceparent on every request only where the spans are exported (``keep_timelines``, for --otlp)

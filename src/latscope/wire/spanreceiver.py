@@ -32,6 +32,9 @@ DEFAULT_PORT = 4318
 TRACES_PATH = "/v1/traces"
 #: The largest export body accepted, bytes (a batch of 512 spans is a few hundred KB).
 MAX_BODY_BYTES = 16 * 1024 * 1024
+#: How long a run waits for the server's spans after its last request, s: the OpenTelemetry SDK's batch span
+#: processor exports every 5 s by default (OTEL_BSP_SCHEDULE_DELAY), so a span can come that late.
+SPAN_WAIT_S = 6.0
 #: How long a connection may take to send one request, s.
 READ_TIMEOUT_S = 10.0
 

@@ -61,10 +61,16 @@ async def test_probe_joins_vllms_own_span_of_every_request(vllm: LlamaServer) ->
         sources = {m.source for m in t.server}
         assert {"span:gen_ai.latency.time_in_queue", "span:gen_ai.latency.time_in_model_prefill"} <= sources
         split = ttft_split(t)
-        assert split is not None and split.consistent and sum(p.ns for p in split.parts) == split.ttft_ns
-        # the span's time to first token (from arrival in vLLM's API server) fits inside the client's TTFT
+        assert split is not None and sum(p.ns for p in split.parts) == split.ttft_ns
         ingest = split.ms("ingest")
         assert ingest is not None and ingest >= 0, split
+        # vLLM's time to first token (arrival in its API server → its first output handled) lies inside the client's
+        # (started → first token read); the split's remainder may still dip below 0 by the client's own stamping
+        # delay after a write on a loaded machine (measured once in CI: 4 ms)
+        vllm_ttft = sum(
+            m.ms for m in t.server if m.name in ("ingest", "queue", "prefill") and m.source.startswith("span:")
+        )
+        assert vllm_ttft <= split.ttft_ms, (vllm_ttft, split)
 
 
 async def test_probe_counts_every_generated_token_and_joins_vllms_own_phases(vllm: LlamaServer) -> None:

@@ -69,10 +69,18 @@ async def first_contact(ctx: Context) -> Timeline:
     return t
 
 
+#: Dialects that only one engine speaks: the dialect names the engine, no scrape needed.
+DIALECT_ENGINES = {"ollama.chat": "ollama", "ollama.generate": "ollama", "tgi.generate": "tgi"}
+
+
 async def identify_engine(ctx: Context, first: Timeline) -> str | None:
-    """The engine behind the target, by the names its ``/metrics`` uses (:func:`~latscope.signals.detect_family`:
-    ``vllm``, ``sglang``, ``tgi``, ``llamacpp``, ``triton``, ``lab``), else by llama.cpp's ``server`` header; None
-    when neither tells. One scrape, on a client of its own; a target without metrics costs one refused GET."""
+    """The engine behind the target: the one its dialect implies (:data:`DIALECT_ENGINES`), else by the names its
+    ``/metrics`` uses (:func:`~latscope.signals.detect_family`: ``vllm``, ``sglang``, ``tgi``, ``llamacpp``,
+    ``triton``, ``lab``), else by llama.cpp's ``server`` header; None when none tells. One scrape, on a client of its
+    own; a target without metrics costs one refused GET."""
+    implied = DIALECT_ENGINES.get(ctx.dialect.name)
+    if implied is not None:
+        return implied
     async with ctx.client() as client:
         snapshot = await scrape_once(client.fetch, metrics_url_for(ctx.base_url))
     family = detect_family(snapshot) if isinstance(snapshot, Snapshot) else None

@@ -156,6 +156,12 @@ CATALOGUE: dict[str, CatalogueEntry] = {
             "Use an efficient attention kernel (FlashAttention) and chunked prefill.",
         ),
         CatalogueEntry(
+            "prefix-cache-miss",
+            "A shared prompt prefix is computed anew on every request",
+            "engine",
+            "Enable prefix caching, and route a session to the replica that holds its prefix.",
+        ),
+        CatalogueEntry(
             "kv-cache-pressure",
             "The KV cache is under pressure",
             "engine",

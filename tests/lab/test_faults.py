@@ -61,6 +61,7 @@ def test_every_fault_names_the_finding_it_should_trigger() -> None:
         "gateway-queue": "gateway-queueing",
         "no-idempotency": "retry-amplification",
         "gateway-overhead": "gateway-overhead",
+        "no-prefix-cache": "prefix-cache-miss",
     }
     assert all(isinstance(fault.stage, Stage) and fault.description for fault in FAULTS.values())
 

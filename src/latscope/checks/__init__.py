@@ -13,6 +13,7 @@ constants next to the check:
 * :mod:`~latscope.checks.queueing` — ``queue-head-of-line``
 * :mod:`~latscope.checks.batching` — ``batching-window``
 * :mod:`~latscope.checks.prefill` — ``prefill-superlinear``
+* :mod:`~latscope.checks.prefixcache` — ``prefix-cache-miss``
 * :mod:`~latscope.checks.saturation` — ``capacity-saturation``
 * :mod:`~latscope.checks.kvcache` — ``kv-cache-pressure``
 * :mod:`~latscope.checks.sampling` — ``decode-host-overhead``
@@ -46,6 +47,7 @@ from latscope.checks.multimodal import check_multimodal_preprocessing
 from latscope.checks.overhead import check_gateway_overhead
 from latscope.checks.parsing import check_request_parsing
 from latscope.checks.prefill import check_prefill_superlinear
+from latscope.checks.prefixcache import check_prefix_cache_miss
 from latscope.checks.queueing import check_queue_head_of_line
 from latscope.checks.ratelimit import check_rate_limited
 from latscope.checks.samples import Reference
@@ -83,6 +85,7 @@ CHECKS: dict[str, Check] = {
         Check("queue-head-of-line", "queueing", check_queue_head_of_line),
         Check("batching-window", "batching", check_batching_window),
         Check("prefill-superlinear", "prefill", check_prefill_superlinear),
+        Check("prefix-cache-miss", "prefixcache", check_prefix_cache_miss),
         Check("capacity-saturation", "saturation", check_capacity_saturation),
         Check("kv-cache-pressure", "kvcache", check_kv_cache_pressure),
         Check("decode-host-overhead", "sampling", check_decode_host_overhead),

@@ -59,6 +59,9 @@ class RequestSample:
         token_at_ms: when each token event arrived, ms on the client's monotonic clock (one clock for every request
             of a run, so streams sent together can be laid side by side), in arrival order.
         output_tokens: tokens the server generated (``usage``) or the events carried.
+        prompt_tokens: prompt tokens as the server counted them (``usage``), None where it did not say.
+        cached_tokens: of those, the ones it took from its prefix cache (``prompt_tokens_details.cached_tokens``,
+            Anthropic's ``cache_read_input_tokens``), None where it did not say.
         x_accel_buffering: the response's ``X-Accel-Buffering`` header (None when absent).
         server_ms: server-reported phases by name (subset of :data:`SERVER_PHASES`).
         events: stream events the response carried, of any kind (0 for a stream that ended empty).
@@ -105,6 +108,8 @@ class RequestSample:
     itl_ms: tuple[float, ...] = ()
     token_at_ms: tuple[float, ...] = ()
     output_tokens: int = 0
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
     x_accel_buffering: str | None = None
     server_ms: dict[ServerPhase, float] = field(default_factory=dict)
     events: int = 0
@@ -216,6 +221,8 @@ class RequestSample:
             itl_ms=tuple(metrics.itl_ms(t)),
             token_at_ms=tuple(e.at_ns / NS_PER_MS for e in t.events if e.kind in TOKEN_KINDS),
             output_tokens=metrics.output_tokens(t),
+            prompt_tokens=None if t.usage is None else t.usage.prompt_tokens,
+            cached_tokens=None if t.usage is None else t.usage.cached_tokens,
             x_accel_buffering=headers.get("x-accel-buffering"),
             server_ms=server,
             events=len(t.events),

@@ -126,6 +126,11 @@ class Context:
         """A streamed request of the run's dialect with a synthetic prompt of about ``prompt_tokens`` tokens (a fresh
         seed unless given) and ``max_tokens`` tokens to generate."""
         prompt = synthetic_prompt(max(1, prompt_tokens), self.next_seed() if seed is None else seed)
+        return self.spec_for(prompt, max_tokens, extra=extra)
+
+    def spec_for(self, prompt: str, max_tokens: int, *, extra: Mapping[str, object] | None = None) -> RequestSpec:
+        """A streamed request of the run's dialect with ``prompt`` as its text and ``max_tokens`` to generate (the
+        engine's :attr:`request_extra` and ``extra`` in its body)."""
         fields = {**self.request_extra, **extra} if extra else self.request_extra
         return self.dialect.build_request(self.model, prompt, max_tokens, extra=fields or None)
 

@@ -69,3 +69,14 @@ def synthetic_prompt(n_tokens: int, seed: int = 0) -> str:
             used += 1
         sentences.append(sentence)
     return " ".join(sentences)
+
+
+def shared_prefix_prompt(prefix_tokens: int, prefix_seed: int, suffix_tokens: int, suffix_seed: int) -> str:
+    """A prompt of exactly ``prefix_tokens + suffix_tokens`` tokens: the text of ``(prefix_tokens, prefix_seed)``,
+    then a space, then the text of ``(suffix_tokens, suffix_seed)``. Two prompts with one prefix seed share their
+    first ``prefix_tokens`` tokens (the space is free and starts the suffix's first token, as any word's), as a
+    system prompt or a conversation so far opens every request of a session; different suffix seeds part them from
+    there."""
+    prefix = synthetic_prompt(prefix_tokens, prefix_seed)
+    suffix = synthetic_prompt(suffix_tokens, suffix_seed)
+    return f"{prefix} {suffix}" if prefix and suffix else prefix or suffix

@@ -43,6 +43,8 @@ class CostModel:
         sampling_ms: ``s``, host-side cost of a decode step whose batch holds a sequence that asks for more than
             greedy or plain-temperature sampling (top-p/top-k, penalties, logprobs), ms; 0 when sampling runs on the
             device with the step.
+        prefix_cache_blocks: blocks of computed prompts the engine keeps for a later prompt that starts with them
+            (:mod:`latscope.lab.prefixcache`, blocks of its own size); 0: no prefix caching.
     """
 
     prefill_base_ms: float
@@ -56,6 +58,7 @@ class CostModel:
     max_batched_tokens: int = 8192
     kv_block_tokens: int = 16
     sampling_ms: float = 0.0
+    prefix_cache_blocks: int = 4096
 
     def __post_init__(self) -> None:
         for name in (
@@ -73,6 +76,8 @@ class CostModel:
             value = getattr(self, name)
             if value < 1:
                 raise ValueError(f"CostModel.{name} must be >= 1, got {value!r}")
+        if self.prefix_cache_blocks < 0:
+            raise ValueError(f"CostModel.prefix_cache_blocks must be >= 0, got {self.prefix_cache_blocks!r}")
 
     # -- per-step costs ------------------------------------------------------------------------------------------
 
@@ -125,6 +130,7 @@ class CostModel:
           an 80 GB GPU remain for it after the weights and activations.
         - ``max_batch`` = 256 (vLLM's default ``max_num_seqs``), ``chunk_tokens`` = 2048 (vLLM's chunked-prefill
           token budget), ``max_batched_tokens`` = 8192 for unchunked prefill steps.
+        - Prefix caching on (vLLM's default), 4096 blocks of 16 tokens: 65,536 tokens of prompts kept.
         """
         return cls(
             prefill_base_ms=2.0,

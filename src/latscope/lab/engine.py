@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
 from latscope.lab.costmodel import CostModel
+from latscope.lab.prefixcache import PrefixCache
 from latscope.lab.textgen import seed_for, token_text
 from latscope.units import NS_PER_MS
 
@@ -87,6 +88,8 @@ class GenerationRequest:
         arrived_ns: monotonic ns at which the gateway received the request (0 = now, at submit).
         sampled: it asks for host-side sampling (top-p/top-k, penalties, logprobs): its decode steps pay
             :attr:`CostModel.sampling_ms`.
+        prefix_blocks: the chained names of its prompt's full blocks (:func:`latscope.lab.prefixcache.prompt_blocks`),
+            what the prefix cache finds it by; () for none.
     """
 
     request_id: str
@@ -95,6 +98,7 @@ class GenerationRequest:
     seed: int | None = None
     arrived_ns: int = 0
     sampled: bool = False
+    prefix_blocks: tuple[int, ...] = ()
 
 
 class TokenOut(NamedTuple):
@@ -130,6 +134,7 @@ class RequestStats:
         cancelled: the client went away (or the scheduler stopped) before the last token.
         window_wait_ns: time the dynamic batching window held it (included in the queue time).
         error: why the engine failed it, None otherwise.
+        cached_tokens: prompt tokens its first admission found in the prefix cache (their prefill skipped).
     """
 
     request_id: str
@@ -144,6 +149,7 @@ class RequestStats:
     cancelled: bool = False
     window_wait_ns: int = 0
     error: str | None = None
+    cached_tokens: int = 0
 
     @property
     def queue_ms(self) -> float | None:
@@ -219,6 +225,7 @@ class Sequence:
         "max_tokens",
         "prefill_target",
         "prefilled",
+        "prefix_blocks",
         "prompt_counted",
         "prompt_tokens",
         "queue_key",
@@ -239,9 +246,11 @@ class Sequence:
         stats: RequestStats,
         sink: TokenSink | None = None,
         sampled: bool = False,
+        prefix_blocks: tuple[int, ...] = (),
     ) -> None:
         self.request_id = request_id
         self.sampled = sampled
+        self.prefix_blocks = prefix_blocks
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
         self.seed = seed
@@ -377,6 +386,8 @@ class EngineCore:
         self.events: list[EngineEvent] = []
         """Window closes and preemptions since the caller last cleared the list (filled when ``record_events``)."""
         self.counters = CoreCounters()
+        self.prefix_cache = PrefixCache(cost.prefix_cache_blocks) if cost.prefix_cache_blocks else None
+        """The blocks of computed prompts kept for later ones (None: no prefix caching)."""
 
         self._free_blocks = cost.kv_blocks
         self._watermark_blocks = int(cost.kv_blocks * ADMISSION_WATERMARK)
@@ -529,10 +540,11 @@ class EngineCore:
                 break
             self._pop()
             self._admit(seq, now_ns)
-            chunks.append((seq, seq.prefill_target))
-            tokens += seq.prefill_target
+            remaining = seq.prefill_target - seq.prefilled  # less its cached prefix
+            chunks.append((seq, remaining))
+            tokens += remaining
         if chunks:
-            cost_ms = self.cost.prefill_base_ms + sum(self.cost.prefill_chunk_ms(0, n) for _, n in chunks)
+            cost_ms = self.cost.prefill_base_ms + sum(self.cost.prefill_chunk_ms(s.prefilled, n) for s, n in chunks)
             return self._step("prefill", now_ns, cost_ms, chunks, [], tokens)
         batch = self._decode_batch(now_ns)
         if not batch:
@@ -655,6 +667,8 @@ class EngineCore:
                     seq.prompt_counted = True
                     prompt_tokens += seq.prompt_tokens
                     self._remember_prefill_cost(seq)
+                    if self.prefix_cache is not None:
+                        self.prefix_cache.insert(seq.prefix_blocks)
                 generated += 1
                 if self._emit(seq, end_ns):
                     finished.append(seq)
@@ -693,7 +707,9 @@ class EngineCore:
 
     def _remember_prefill_cost(self, seq: Sequence) -> None:
         recent = self.counters.recent_prefill_model_ms
-        recent[seq.request_id] = self.cost.prefill_ms(seq.prompt_tokens)
+        cached = seq.stats.cached_tokens  # the cached prefix is not computed: the rest is, attending to it
+        cost = self.cost
+        recent[seq.request_id] = cost.prefill_base_ms + cost.prefill_chunk_ms(cached, seq.prompt_tokens - cached)
         if len(recent) > RECENT_REQUESTS_KEPT:
             recent.popitem(last=False)
 
@@ -748,10 +764,14 @@ class EngineCore:
         seq.admitted_ns = now_ns
         seq.state = SeqState.PREFILLING
         seq.prefilled = 0
+        if self.prefix_cache is not None:
+            # the prompt's leading blocks another prompt computed: their prefill is skipped
+            seq.prefilled = self.prefix_cache.match(seq.prefix_blocks, seq.prefill_target)
         self._running[seq.admit_key] = seq
         self._prefilling.append(seq)
         if seq.stats.scheduled_ns is None:
             seq.stats.scheduled_ns = now_ns
+            seq.stats.cached_tokens = seq.prefilled
 
     def _preempt(self, seq: Sequence, now_ns: int) -> None:
         self._release(seq)
@@ -833,6 +853,7 @@ def simulate(
                     record,
                     sink,
                     sampled=request.sampled,
+                    prefix_blocks=request.prefix_blocks,
                 ),
                 at,
             )

@@ -107,6 +107,7 @@ RATE_LIMIT = "rate-limit"
 GATEWAY_QUEUE = "gateway-queue"
 NO_IDEMPOTENCY = "no-idempotency"
 GATEWAY_OVERHEAD = "gateway-overhead"
+NO_PREFIX_CACHE = "no-prefix-cache"
 
 #: The idle keep-alive timeout of the ``short-keepalive`` fault, s: far below any client's pause between requests
 #: (people read answers for seconds), yet long enough that requests sent back to back still share the connection.
@@ -275,6 +276,11 @@ class SmallKvCache(Fault):
         return cost.with_overrides(kv_blocks=min(cost.kv_blocks, SMALL_KV_CACHE_BLOCKS))
 
 
+class NoPrefixCache(Fault):
+    def engine(self, cost: CostModel) -> CostModel:
+        return cost.with_overrides(prefix_cache_blocks=0)
+
+
 class SlowSampling(Fault):
     def engine(self, cost: CostModel) -> CostModel:
         return cost.with_overrides(sampling_ms=cost.sampling_ms + SLOW_SAMPLING_MS)
@@ -413,6 +419,13 @@ FAULTS: dict[str, Fault] = {
             "the engine runs at most 4 sequences at once (a small max_num_seqs / --parallel): further requests wait "
             "for one to finish",
             "capacity-saturation",
+            Stage.ENGINE,
+        ),
+        NoPrefixCache(
+            NO_PREFIX_CACHE,
+            "no prefix caching: a prompt that starts with a prefix the engine computed moments ago (a system prompt, "
+            "the conversation so far) is prefilled whole again",
+            "prefix-cache-miss",
             Stage.ENGINE,
         ),
         SmallKvCache(

@@ -32,6 +32,7 @@ from latscope.lab import tokenizer
 from latscope.lab.apis import ApiFields, ErrorStyle, read_messages, read_ollama, read_responses, read_tgi
 from latscope.lab.errors import ErrorResponse, invalid_request, model_not_found, rate_limit_exceeded, unauthorized
 from latscope.lab.images import DEFAULT_MS_PER_MB, IMAGE_TOKENS, ImageError, decode_image
+from latscope.lab.prefixcache import prompt_blocks
 from latscope.lab.ratelimit import RateLimitConfig, RateLimiter, key_digest, limit_headers
 from latscope.lab.slowparse import naive_inspect, naive_parse
 
@@ -120,6 +121,8 @@ class CompletionRequest:
     #: decoding them (inside ``validate_ns``), and the preprocessing after it (:meth:`Gateway.preprocess`), ns
     image_decode_ns: int = 0
     preprocess_ns: int = 0
+    #: the chained names of the prompt's full blocks, what the engine's prefix cache finds it by
+    prefix_blocks: tuple[int, ...] = ()
 
 
 def host_sampled(document: Mapping[str, Any]) -> bool:
@@ -224,7 +227,13 @@ class Gateway:
         fields = self._validate(endpoint, document)
         validate_ns = time.monotonic_ns() - started
         return CompletionRequest(
-            endpoint=endpoint, body_bytes=len(body), parse_ns=parse_ns, validate_ns=validate_ns, **fields
+            endpoint=endpoint,
+            body_bytes=len(body),
+            parse_ns=parse_ns,
+            validate_ns=validate_ns,
+            # named here, untimed: the engine's prefix cache finds the prompt by them (bounded, lab.prefixcache)
+            prefix_blocks=prompt_blocks(document),
+            **fields,
         )
 
     # -- validation (one pass over the fields the API defines) -----------------------------------------------------

@@ -572,6 +572,7 @@ class LabService:
                     parsed.seed,
                     arrived_ns=arrived_ns,
                     sampled=parsed.sampled,
+                    prefix_blocks=parsed.prefix_blocks,
                 )
             )
         except RequestTooLarge as exc:
@@ -645,7 +646,7 @@ class LabService:
         final = fmt.finish(last.finish_reason or "length")
         if parsed.include_usage:
             writer.send_json(final)
-            writer.send_json({**fmt.usage(usage(parsed.prompt_tokens, writer.tokens)), **extras})
+            writer.send_json({**fmt.usage(usage(parsed.prompt_tokens, writer.tokens, stats.cached_tokens)), **extras})
         else:
             writer.send_json({**final, **extras})
         writer.send(DONE_EVENT)
@@ -684,7 +685,7 @@ class LabService:
             "model": self.model,
             "system_fingerprint": SYSTEM_FINGERPRINT,
             "choices": [choice],
-            "usage": usage(parsed.prompt_tokens, len(texts)),
+            "usage": usage(parsed.prompt_tokens, len(texts), stats.cached_tokens),
             "timings": llama_timings(stats, len(texts)),
             "latscope": latscope_fields(request_id, parsed, stats),
         }

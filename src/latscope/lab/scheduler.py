@@ -295,7 +295,13 @@ class Scheduler:
         stats = RequestStats(request.request_id, request.prompt_tokens, arrived_ns=arrived, queued_ns=now)
         seed = request.seed if request.seed is not None else seed_for(request.request_id, self.config.seed)
         seq = Sequence(
-            request.request_id, request.prompt_tokens, request.max_tokens, seed, stats, sampled=request.sampled
+            request.request_id,
+            request.prompt_tokens,
+            request.max_tokens,
+            seed,
+            stats,
+            sampled=request.sampled,
+            prefix_blocks=request.prefix_blocks,
         )
         stream = RequestStream(self, seq)
         seq.sink = stream

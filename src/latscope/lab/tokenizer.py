@@ -15,6 +15,7 @@ On English prose this lands within about ±30 % of GPT-style BPE counts.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 
@@ -33,6 +34,11 @@ NAME_OVERHEAD_TOKENS = 1
 
 REPLY_PRIMING_TOKENS = 3
 """Tokens that prime the assistant's reply (``<|start|>assistant<|message|>``), once per request (same recipe)."""
+
+
+def token_ends(text: str, limit: int) -> list[int]:
+    """Where each of the first ``limit`` tokens of ``text`` ends (character offsets), under the lab's rule."""
+    return [match.end() for match in itertools.islice(_TOKEN_RE.finditer(text), limit)]
 
 
 def count_tokens(text: str) -> int:

@@ -77,10 +77,14 @@ def latscope_fields(request_id: str, parsed: CompletionRequest, stats: RequestSt
     }
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    """OpenAI's ``usage`` object."""
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict[str, Any]:
+    """OpenAI's ``usage`` object; with ``cached_tokens``, its ``prompt_tokens_details`` (the prompt tokens the
+    prefix cache served)."""
+    fields: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if cached_tokens is not None:
+        fields["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return fields

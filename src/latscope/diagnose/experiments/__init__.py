@@ -17,6 +17,8 @@ check module, one lab fault.
 * :mod:`~latscope.diagnose.experiments.queueing` — a short prompt alone and behind long ones
 * :mod:`~latscope.diagnose.experiments.batching` — short requests alone and in staggered pairs
 * :mod:`~latscope.diagnose.experiments.prefill` — TTFT vs prompt length towards the context limit
+* :mod:`~latscope.diagnose.experiments.prefixcache` — a long prefix sent twice with new suffixes, against fresh
+  prompts of its size
 * :mod:`~latscope.diagnose.experiments.saturation` — identical short requests at growing concurrency
 * :mod:`~latscope.diagnose.experiments.kvcache` — long streams alone and many at once
 * :mod:`~latscope.diagnose.experiments.sampling` — the same prompt decoded greedily and with sampling parameters
@@ -41,6 +43,7 @@ from latscope.diagnose.experiments import (
     overhead,
     parsing,
     prefill,
+    prefixcache,
     queueing,
     ratelimit,
     sampling,
@@ -69,6 +72,7 @@ for _module in (
     queueing,
     batching,
     prefill,
+    prefixcache,
     saturation,
     kvcache,
     sampling,

@@ -82,6 +82,12 @@ async def _kv_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
     return truth.preempted_hold_ms(list(lab.records), truth.kv_burst(result))
 
 
+async def _prefix_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
+    finding = result.finding("prefix-cache-miss")
+    assert finding is not None
+    return truth.prefix_recompute_ms(lab, list(lab.records), finding.evidence["prefix_tokens"])
+
+
 async def _sampling_truth(lab: Lab, result: Diagnosis, path: NetworkPath) -> float:
     finding = result.finding("decode-host-overhead")
     assert finding is not None
@@ -127,6 +133,7 @@ SINGLE = [
     _single("batching-window", "batching-window", _window_truth),
     _single("naive-attention", "prefill-superlinear", _attention_truth),
     _single("few-slots", "capacity-saturation", _saturation_truth),
+    _single("no-prefix-cache", "prefix-cache-miss", _prefix_truth),
     _single("small-kv-cache", "kv-cache-pressure", _kv_truth),
     _single("slow-sampling", "decode-host-overhead", _sampling_truth),
     _single("rate-limit", "rate-limited", _retry_after_truth),
@@ -148,6 +155,7 @@ BOUNDED = [
             "no-h2",
             "batching-window",
             "few-slots",
+            "no-prefix-cache",
             "small-kv-cache",
             "rate-limit",
             "gateway-queue",

@@ -84,6 +84,12 @@ async def _kv_truth(lab: Lab, result: Diagnosis) -> float:
     return truth.preempted_hold_ms(list(lab.records), truth.kv_burst(result))
 
 
+async def _prefix_truth(lab: Lab, result: Diagnosis) -> float:
+    finding = result.finding("prefix-cache-miss")
+    assert finding is not None
+    return truth.prefix_recompute_ms(lab, list(lab.records), finding.evidence["prefix_tokens"])
+
+
 async def _sampling_truth(lab: Lab, result: Diagnosis) -> float:
     finding = result.finding("decode-host-overhead")
     assert finding is not None
@@ -114,6 +120,7 @@ CASES: list[tuple[str, bool, str, Truth, float]] = [
     ("batching-window", False, "batching-window", _window_truth, 0.0),
     ("naive-attention", False, "prefill-superlinear", _attention_truth, 0.0),
     ("few-slots", False, "capacity-saturation", _saturation_truth, 0.0),
+    ("no-prefix-cache", False, "prefix-cache-miss", _prefix_truth, 0.0),
     ("small-kv-cache", False, "kv-cache-pressure", _kv_truth, 0.0),
     ("slow-sampling", False, "decode-host-overhead", _sampling_truth, 0.0),
     ("rate-limit", False, "rate-limited", _retry_after_truth, 0.0),
@@ -208,6 +215,7 @@ async def test_the_tuned_lab_has_nothing_above_low(tls: bool) -> None:
     clear = {c.id for c in result.clear}
     assert {"no-connection-reuse", "queue-head-of-line", "stream-coalescing-nagle"} <= clear
     assert {"batching-window", "capacity-saturation", "prefill-superlinear", "decode-host-overhead"} <= clear
+    assert "prefix-cache-miss" in clear  # a repeated prefix is served from the engine's prefix cache
     assert {"trace-context-dropped", "response-cached"} <= clear  # the lab echoes the trace and caches nothing
     assert "request-header-bloat" in clear
     assert "multimodal-preprocessing" in clear  # the lab decodes its images, and does little more per MB

@@ -15,12 +15,14 @@ import statistics
 from typing import Any
 
 from latscope.diagnose import Diagnosis
+from latscope.diagnose.experiments.prefixcache import SUFFIX_TOKENS as PREFIX_SUFFIX_TOKENS
 from latscope.diagnose.experiments.saturation import ROUNDS as SWEEP_ROUNDS
 from latscope.dialects.base import RequestSpec
 from latscope.dialects.openai import chat_request
 from latscope.dialects.prompts import synthetic_prompt
 from latscope.lab.app import Lab
 from latscope.lab.costmodel import CostModel
+from latscope.lab.prefixcache import BLOCK_TOKENS
 from latscope.lab.records import RequestRecord
 from latscope.timeline import metrics
 from latscope.timeline.model import TOKEN_KINDS, Timeline
@@ -306,3 +308,15 @@ def gateway_wait_ms(records: list[RequestRecord], request_ids: list[str]) -> flo
     waits = [r.gateway_wait_ms or 0.0 for r in records if r.request_id in set(request_ids)]
     assert len(waits) == len(request_ids), (len(waits), len(request_ids))
     return statistics.fmean(waits)
+
+
+def prefix_recompute_ms(lab: Lab, records: list[RequestRecord], prefix_tokens: int) -> float:
+    """What a prefix-cache hit would save a prompt that repeats a ``prefix_tokens``-token prefix, with the lab's own
+    cost model: its whole prefill (a + b·n + c·n²) less the prefill of its part after the prefix's full blocks (the
+    cache's blocks of :data:`latscope.lab.prefixcache.BLOCK_TOKENS`), for the answered prompt nearest the
+    experiment's size (prefix and suffix, by the lab's own count)."""
+    cost = lab.settings.engine_cost
+    sent = prefix_tokens + PREFIX_SUFFIX_TOKENS
+    n = min((r.prompt_tokens for r in records if r.status == 200 and r.prompt_tokens), key=lambda c: abs(c - sent))
+    cached = prefix_tokens // BLOCK_TOKENS * BLOCK_TOKENS
+    return cost.prefill_ms(n) - (cost.prefill_base_ms + cost.prefill_chunk_ms(cached, n - cached))

@@ -37,6 +37,21 @@ ENGINE_FIXES: dict[str, dict[str, str]] = {
             "(and --ctx-size with it: the slots share it), or add replicas."
         ),
     },
+    "prefix-cache-miss": {
+        "vllm": (
+            "vLLM recomputed a prefix it had just computed: prefix caching is on by default, so look for "
+            "--no-enable-prefix-caching in the server's flags, a KV cache too small to keep prefixes between requests "
+            "(--gpu-memory-utilization, --kv-cache-memory-bytes; --kv-offloading-size keeps evicted blocks in host "
+            "memory), or a router that sends one session's turns to different replicas (vllm:prefix_cache_hits_total "
+            "against vllm:prefix_cache_queries_total shows the hit rate; --enable-prompt-tokens-details reports each "
+            "request's cached_tokens)."
+        ),
+        "llamacpp": (
+            "llama-server reuses a prompt's KV only on the slot that computed it: keep --cache-prompt on, raise "
+            "--cache-ram (the prompt cache's MiB) and --slot-prompt-similarity so a session returns to its slot, and "
+            "--cache-reuse N to reuse chunks through KV shifting."
+        ),
+    },
     "kv-cache-pressure": {
         "vllm": (
             "vLLM preempted running requests (vllm:num_preemptions_total) when its KV cache ran out of blocks: give "

@@ -7,7 +7,8 @@ finding comes back.
 Profiles:
 
 - ``tuned`` — no faults: keep-alive, TLS session tickets, HTTP/2 over ALPN, orjson with one validation pass,
-  shortest-prompt-first scheduling with chunked prefill, TCP_NODELAY and one write per event, no buffering.
+  shortest-prompt-first scheduling with chunked prefill, prefix caching, TCP_NODELAY and one write per event, no
+  buffering.
 - ``naive`` — the four hidden bottlenecks, one per layer: connection (``short-keepalive``), parsing
   (``slow-parse``), queue (``queue-hol``) and streaming (``nagle``). ``nagle`` stands for the streaming layer because
   it lives in the server itself; ``proxy-buffering`` is what a reverse proxy in front adds, so it is left to

@@ -163,3 +163,34 @@ def test_the_clock_offset_places_monotonic_marks_on_the_wall_clock() -> None:
     assert 0 < offset.uncertainty_ns < 1_000_000  # two back-to-back clock reads, not a scheduling gap
     wall = time.monotonic_ns() + offset.offset_ns
     assert abs(wall - time.time_ns()) < 5_000_000
+
+
+def test_the_servers_own_span_becomes_its_phases_under_the_request_span_one_after_another() -> None:
+    t = _streamed()
+    server_start = OFFSET + 2_000_000
+    t.server_fields["server_span"] = {"name": "llm_request", "start_ns": server_start, "end_ns": server_start + 9}
+    t.server += [
+        ServerMeasure("ingest", 0.5, "span:gen_ai.latency.time_to_first_token-time_in_queue-time_in_model_prefill"),
+        ServerMeasure("queue", 1.25, "span:gen_ai.latency.time_in_queue"),
+        ServerMeasure("prefill", 2.0, "span:gen_ai.latency.time_in_model_prefill"),
+        ServerMeasure("decode", 19.5, "span:gen_ai.latency.time_in_model_decode"),
+    ]
+    spans = timeline_spans(t, clock_offset_ns=OFFSET)
+    server = [s for s in _children(spans) if s.name.startswith("server ")]
+    assert [s.name for s in server] == ["server ingest", "server queue", "server prefill", "server decode"]
+    assert server[0].start_ns == server_start  # placed by the server's clock, not the client's offset
+    assert all(a.end_ns == b.start_ns for a, b in itertools.pairwise(server))
+    assert [s.duration_ns for s in server] == [500_000, 1_250_000, 2_000_000, 19_500_000]
+    assert {s.attributes["latscope.clock"] for s in server} == {"server"}
+    # the server-timing queue of the fixture is not the server span's: only span measures are placed
+    assert server[1].attributes["latscope.source"] == "span:gen_ai.latency.time_in_queue"
+    # the client's phases still partition the request span exactly
+    client = [s for s in _children(spans) if not s.name.startswith("server ")]
+    assert sum(s.duration_ns for s in client) == spans[0].duration_ns
+
+
+def test_a_server_chain_is_placed_only_as_far_as_the_server_measured_it() -> None:
+    t = _streamed()
+    t.server_fields["server_span"] = {"start_ns": OFFSET}
+    t.server += [ServerMeasure("queue", 1.0, "span:gen_ai.latency.time_in_queue")]  # no ingest: nothing to anchor
+    assert not [s for s in timeline_spans(t, clock_offset_ns=OFFSET) if s.name.startswith("server ")]

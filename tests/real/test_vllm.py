@@ -5,7 +5,8 @@
   metrics become the request's server phases, and the TTFT split adds up.
 - ``bench``: a short closed-loop run whose token counts are vLLM's own.
 - ``diagnose``: vLLM schedules first come, first served, so a short prompt waits behind long ones — a true finding,
-  confirmed by vLLM's own per-request accounts and told in vLLM's own knobs (chunked prefill is already on).
+  confirmed by vLLM's own per-request accounts and told in vLLM's own knobs (chunked prefill is already on). Its
+  prefix cache (on by default) serves a repeated prefix: no prefix-cache miss, and no cached response either.
 
 One server for the module (start-up is ~40 s); the engine-configuration cases are in test_vllm_engine.py.
 """
@@ -20,7 +21,7 @@ import pytest
 
 from latscope.diagnose import diagnose
 from latscope.dialects import openai
-from latscope.findings import Finding
+from latscope.findings import Clear, Finding
 from latscope.load import BenchConfig, ClosedLoop, Workload, bench_async, parse_length
 from latscope.probe import probe
 from latscope.signals.join import ttft_split
@@ -29,7 +30,7 @@ from latscope.timeline.model import ServerPhase, Timeline
 from latscope.wire import Client
 from latscope.wire.target import Target
 from tests.real.conftest import LlamaServer, free_port
-from tests.real.vllm_server import running_vllm
+from tests.real.vllm_server import running_vllm, vllm_prefill_ms
 from tests.support.diagnosis import explain
 
 pytestmark = pytest.mark.timeout(600)
@@ -211,3 +212,17 @@ def _span_tpots(timelines: list[Timeline]) -> tuple[list[float], list[float]]:
         elif label.startswith("sampled"):
             sampled.append(tpot)
     return greedy, sampled
+
+
+async def test_default_vllm_serves_a_repeated_prefix_from_its_cache_and_is_told_no_response_cache(
+    vllm: LlamaServer,
+) -> None:
+    """vLLM caches prefixes by default: the repeat of a 2,048-token prefix is clear, as vLLM's own per-request prefill
+    of the same requests confirms, and a prefix hit is never called a cached response (the text is generated)."""
+    ids = "prefix-cache-miss,response-cached"
+    result = await diagnose(vllm.base_url, quick=True, only=ids, keep_timelines=True)
+    outcome = result.outcome("prefix-cache-miss")
+    assert isinstance(outcome, Clear), explain(result) + "\n" + vllm.log_tail()
+    warm, fresh = vllm_prefill_ms(result.timelines, "prefix warm"), vllm_prefill_ms(result.timelines, "prefix fresh")
+    assert warm and fresh and min(warm) < 0.5 * min(fresh), (warm, fresh)  # vLLM's own: the repeat hit its cache
+    assert not isinstance(result.outcome("response-cached"), Finding), explain(result)

@@ -1,6 +1,9 @@
-"""The engine checks against vLLM configured by its own knobs: with ``--max-num-seqs 2`` it runs two requests at
-once and queues the rest, so the concurrency sweep finds a capacity of 2 — confirmed by vLLM's own
-``num_requests_running`` and ``num_requests_waiting`` gauges — and the fix names vLLM's flag.
+"""The engine checks against vLLM configured by its own knobs, on one server for the module (start-up is ~40 s):
+``--max-num-seqs 2`` runs two requests at once and queues the rest, so the concurrency sweep finds a capacity of 2 —
+confirmed by vLLM's own ``num_requests_running`` and ``num_requests_waiting`` gauges; ``--no-enable-prefix-caching``
+computes a repeated prefix anew, so prefix-cache-miss is named at the cost vLLM's own per-request prefill shows. The
+two knobs leave each other's experiment alone (the prefix rounds are sequential; the sweep's prompts share no
+prefix), and each fix names vLLM's flag.
 
 The KV-cache case (a cache too small for the burst, ``--num-gpu-blocks-override``) is not here yet: vLLM preempts
 there (its counter says so), but the check does not yet read its victims' holds; see the vLLM issue's note.
@@ -8,30 +11,50 @@ there (its counter says so), but the check does not yet read its victims' holds;
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from latscope.diagnose import diagnose
 from latscope.findings import Finding
-from tests.real.vllm_server import running_vllm
+from tests.real.conftest import LlamaServer
+from tests.real.vllm_server import running_vllm, vllm_prefill_ms
 from tests.support.diagnosis import explain
 
 pytestmark = pytest.mark.timeout(600)
 
 
-async def test_requests_beyond_max_num_seqs_wait_and_vllms_gauges_confirm_it(
-    vllm_model: tuple[str, Path], tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def vllm(vllm_model: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     python, model_dir = vllm_model
-    with running_vllm(python, model_dir, tmp_path, "--max-num-seqs", "2") as server:
-        result = await diagnose(server.base_url, quick=True, only="capacity-saturation")
-        log = server.log_tail()
+    flags = ("--max-num-seqs", "2", "--no-enable-prefix-caching", "--enable-per-request-metrics")
+    with running_vllm(python, model_dir, tmp_path_factory.mktemp("vllm-engine"), *flags) as server:
+        yield server
+
+
+async def test_requests_beyond_max_num_seqs_wait_and_vllms_gauges_confirm_it(vllm: LlamaServer) -> None:
+    result = await diagnose(vllm.base_url, quick=True, only="capacity-saturation")
     outcome = result.outcome("capacity-saturation")
-    assert isinstance(outcome, Finding), explain(result) + "\n" + log
+    assert isinstance(outcome, Finding), explain(result) + "\n" + vllm.log_tail()
     evidence = outcome.evidence
     assert evidence["capacity"] == 2, evidence
     assert evidence["metrics"].startswith("vllm metrics"), evidence
     assert evidence["running_gauge_max"] == 2, evidence  # vllm:num_requests_running: the two sequences
     assert evidence["waiting_gauge_max"] and evidence["waiting_gauge_max"] >= 1, evidence  # the rest queued
     assert "--max-num-seqs" in outcome.fix
+
+
+async def test_a_prefix_vllm_computes_anew_is_named_at_the_cost_of_vllms_own_prefill(vllm: LlamaServer) -> None:
+    result = await diagnose(vllm.base_url, quick=True, only="prefix-cache-miss", keep_timelines=True)
+    outcome = result.outcome("prefix-cache-miss")
+    assert isinstance(outcome, Finding), explain(result) + "\n" + vllm.log_tail()
+    assert "--no-enable-prefix-caching" in outcome.fix
+    # vLLM's own account of the same requests: the repeat prefilled as long as a fresh prompt of its size …
+    warm, fresh = vllm_prefill_ms(result.timelines, "prefix warm"), vllm_prefill_ms(result.timelines, "prefix fresh")
+    short = vllm_prefill_ms(result.timelines, "prefix short")
+    assert warm and fresh and short, [t.label for t in result.timelines]
+    assert min(warm) > 0.8 * min(fresh), (warm, fresh)
+    # … and what a hit would have saved it, by vLLM's clock, is what the finding costs
+    saved = min(warm) - min(short)
+    assert 0.75 * saved <= outcome.cost_ms <= 1.25 * saved, (outcome.cost_ms, warm, short)

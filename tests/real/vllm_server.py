@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from latscope.timeline.model import ServerPhase, Timeline
 from tests.real.conftest import LlamaServer, free_port, stop
 
 #: vLLM imports torch and compiles nothing in eager mode, yet needs ~40 s to answer /health on two busy cores.
@@ -125,6 +126,18 @@ def _stop_group(server: LlamaServer) -> None:
     stop(server, "vLLM")
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(server.process.pid, 9)
+
+
+def vllm_prefill_ms(timelines: list[Timeline], label: str) -> list[float]:
+    """vLLM's own prefill (its per-request metrics' time to first token, from scheduling; ms) of the requests whose
+    label starts with ``label``."""
+    return [
+        m.ms
+        for t in timelines
+        if (t.label or "").startswith(label)
+        for m in t.server
+        if m.name == ServerPhase.PREFILL and m.source.startswith("body:metrics.")
+    ]
 
 
 if __name__ == "__main__":  # a manual start: python -m tests.real.vllm_server OUT_DIR [FLAGS...]

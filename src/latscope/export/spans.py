@@ -19,6 +19,14 @@ The phase spans
     the request before it starts sending) count in the earlier phase; ``latscope.phase_ms`` of ``dns``, ``connect``,
     ``tls`` and ``send`` is the phase's own measured duration (:mod:`latscope.timeline.metrics`).
 
+The server's phases
+    ``server ingest``, ``server queue``, ``server prefill``, ``server decode``: where the server's own span of the
+    request was joined (``--server-spans``: vLLM's ``llm_request``, :mod:`latscope.signals.serverspans`), its account
+    as children of the request span, kind INTERNAL, one after another from the server span's start (arrival in its
+    API server → its engine's queue → scheduled → first token → last token), each as long as the server measured it,
+    as far as the server reported the chain. They are placed by the *server's* clock (``latscope.clock``: ``server``):
+    on another host they may sit off the client's phases by the two clocks' offset; their durations are the server's.
+
 Errors
     A failed request's span and the phase span of the phase that failed (``headers``: ``wait``, the wait for the
     response head; ``stream``, or a phase the request never reached: the last one) have status ERROR with
@@ -46,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from latscope.signals.serverspans import SPAN_FIELD
 from latscope.timeline import metrics
 from latscope.timeline.model import (
     Attempt,
@@ -54,6 +63,7 @@ from latscope.timeline.model import (
     Phase,
     RequestError,
     ServerMeasure,
+    ServerPhase,
     Timeline,
     Usage,
 )
@@ -87,6 +97,9 @@ _OPERATIONS = {
 _PROVIDERS = {"openai": "openai", "ollama": "ollama"}
 
 _ZERO_SPAN = "0" * 16
+
+#: The server's phases of its own span, in the order they follow one another (see the module docstring).
+SERVER_SPAN_PHASES: tuple[str, ...] = (ServerPhase.INGEST, ServerPhase.QUEUE, ServerPhase.PREFILL, ServerPhase.DECODE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +381,35 @@ def timeline_spans(t: Timeline, *, clock_offset_ns: int) -> list[Span]:
                 error=error if name == failed else None,
             )
         )
+    return spans + server_phase_spans(t, trace_id, span_id)
+
+
+def server_phase_spans(t: Timeline, trace_id: str, parent_span_id: str) -> list[Span]:
+    """The server's own phases of ``t`` as children of its request span ``parent_span_id`` (see the module
+    docstring); [] where no server span was joined."""
+    joined = t.server_fields.get(SPAN_FIELD)
+    start = joined.get("start_ns") if isinstance(joined, dict) else None
+    if not isinstance(start, int) or isinstance(start, bool):
+        return []
+    reported = {m.name: m for m in t.server if m.source.startswith("span:")}
+    spans: list[Span] = []
+    at = start
+    for phase in SERVER_SPAN_PHASES:
+        measure = reported.get(phase)
+        if measure is None:
+            break  # the chain is placed only as far as the server measured it
+        end = at + round(measure.ms * NS_PER_MS)
+        attributes: dict[str, AttributeValue] = {
+            "latscope.server_phase": phase,
+            "latscope.phase_ms": measure.ms,
+            "latscope.source": measure.source,
+            "latscope.clock": "server",
+        }
+        name = f"server {phase}"
+        spans.append(
+            Span(name, trace_id, _derived_id(16, parent_span_id, name), parent_span_id, at, end, "internal", attributes)
+        )
+        at = end
     return spans
 
 

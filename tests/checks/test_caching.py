@@ -139,6 +139,26 @@ def test_a_control_too_fast_to_compare_is_not_tested() -> None:
     assert isinstance(out, NotTested) and "too fast" in out.reason
 
 
+#: A fast engine across a 40 ms round trip: its first token 0.8 ms of server time after TCP's RTT is subtracted, and
+#: decode at 6 ms a token.
+FAST_FAR: dict[str, Any] = {"ttft_after_setup_ms": 41.5, "rtt_ms": 40.7, "itl_ms": (6.0,) * 7}
+
+
+def test_a_replay_from_an_engine_too_fast_to_compare_first_tokens_is_told_by_its_missing_cadence() -> None:
+    replay = _reply(TEXT_A, ttft_after_setup_ms=40.9, rtt_ms=40.7, itl_ms=(0.0,) * 7)
+    out = check_response_cached(_ev(replay, first=_reply(TEXT_A, **FAST_FAR), control=_reply(TEXT_B, **FAST_FAR)), REF)
+    assert isinstance(out, Finding) and out.confidence is Confidence.MEDIUM, out
+    assert "no decode pace" in out.rule and out.evidence["control_server_ms"] < 2.0
+
+
+def test_an_identical_answer_from_an_engine_too_fast_to_compare_that_streams_at_its_pace_is_clear() -> None:
+    deterministic = _reply(TEXT_A, **FAST_FAR)
+    out = check_response_cached(
+        _ev(deterministic, first=_reply(TEXT_A, **FAST_FAR), control=_reply(TEXT_B, **FAST_FAR)), REF
+    )
+    assert isinstance(out, Clear) and "decode pace" in out.reason, out
+
+
 def test_no_text_to_compare_and_no_headers_is_not_tested() -> None:
     out = check_response_cached(_ev(_reply(None, **REPLAYED)), REF)
     assert isinstance(out, NotTested)

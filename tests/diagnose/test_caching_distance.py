@@ -1,6 +1,8 @@
 """``response-cached`` and ``trace-context-dropped`` across a 40 ms round trip (the client 20 ms each way from the
 lab, tests/support/netpath.py): the silent cache is still told from generation by timing alone, since the round trip
-adds the same to the repeat and the control; the tuned lab stays clear."""
+adds the same to the repeat and the control; the tuned lab stays clear. An engine whose first token comes within a
+millisecond (GPU-fast prefill of a short prompt) leaves nothing to compare after the round trip is subtracted: the
+replay is then told by its missing decode cadence."""
 
 from __future__ import annotations
 
@@ -29,6 +31,27 @@ async def test_a_replay_is_told_from_generation_across_a_40_ms_round_trip(faults
     if cached:
         assert isinstance(outcome, Finding) and hits == 1, outcome
         assert outcome.evidence["rtt_ms"] >= 2 * ONE_WAY_MS  # the distance was there and subtracted
+    else:
+        assert isinstance(outcome, Clear) and hits == 0, outcome
+
+
+#: A prefill of a short prompt well under a millisecond: what a GPU does, what the round trip's jitter hides.
+FAST_PREFILL = TEST_COST.with_overrides(prefill_base_ms=0.1, prefill_per_token_ms=0.0, prefill_quadratic_ms=0.0)
+
+
+@pytest.mark.parametrize(
+    ("faults", "cached"), [([], False), (["silent-response-cache"], True)], ids=["tuned", "silent"]
+)
+async def test_a_replay_from_a_fast_engine_is_told_by_its_cadence_across_a_40_ms_round_trip(
+    faults: list[str], cached: bool
+) -> None:
+    with network_path(delay_ms=ONE_WAY_MS) as net:
+        async with Lab(cost=FAST_PREFILL, faults=faults, host=net.server_host) as lab:
+            result = await net.run(diagnose(lab.url, quick=True, only="response-cached"))
+            hits = lab.cache_hits
+    outcome = result.outcome("response-cached")
+    if cached:
+        assert isinstance(outcome, Finding) and hits == 1, outcome
     else:
         assert isinstance(outcome, Clear) and hits == 0, outcome
 

@@ -42,7 +42,8 @@ FIRST_TOKEN_SHARE = 0.5
 #: A replay's stream spans at most this share of the control's (first to last token): a replay sends the stored
 #: tokens together, generation at the decode pace; no round trip is in either span.
 SPAN_SHARE = 0.25
-#: Below this control server time (ms) a replay cannot be told from generation by its first token.
+#: Below this control server time (ms) a replay cannot be told from generation by its first token: the stream's
+#: cadence alone decides (a replay has none).
 MIN_CONTROL_SERVER_MS = 2.0
 #: Below this control stream span (ms: first to last token) the stream is too short to show decode pace.
 MIN_CONTROL_SPAN_MS = 2.0
@@ -132,21 +133,19 @@ def check_response_cached(ev: CachingEvidence, reference: Reference | None) -> O
     if not same:
         return Clear(CACHE_ID, "the repeated request was generated anew (its text differs from the first's)", evidence)
     control_ms, repeat_ms = _server_ms(ev.control), _server_ms(ev.repeat)
-    if control_ms is None or repeat_ms is None or control_ms < MIN_CONTROL_SERVER_MS:
-        return NotTested(
-            CACHE_ID,
-            "the repeat's text was identical, but the control was too fast to tell a replay from generation "
-            f"(control server time {_round(control_ms)} ms, below {MIN_CONTROL_SERVER_MS} ms)",
-        )
+    if control_ms is None or repeat_ms is None:
+        return NotTested(CACHE_ID, "the repeat's text was identical, but a first token was not timed")
     control_span, repeat_span = _span_ms(ev.control), _span_ms(ev.repeat)
     evidence.update(
         control_server_ms=_round(control_ms),
         repeat_server_ms=_round(repeat_ms),
-        first_token_ratio=_round(repeat_ms / control_ms),
+        first_token_ratio=_round(repeat_ms / control_ms) if control_ms else None,
         control_stream_span_ms=_round(control_span),
         repeat_stream_span_ms=_round(repeat_span),
         rtt_ms=_round(ev.repeat.sample.rtt_ms),
     )
+    if control_ms < MIN_CONTROL_SERVER_MS:
+        return _by_cadence_alone(evidence, control_ms, control_span, repeat_span)
     if repeat_ms > FIRST_TOKEN_SHARE * control_ms:
         return Clear(
             CACHE_ID,
@@ -174,6 +173,33 @@ def check_response_cached(ev: CachingEvidence, reference: Reference | None) -> O
         f"no cache headers, but the repeat brought back the first request's exact text after {repeat_ms:.1f} ms of "
         f"server time against the control's {control_ms:.1f} ms (≤ {FIRST_TOKEN_SHARE:.0%}) and streamed it in "
         f"{repeat_span:.1f} ms against {control_span:.1f} ms (≤ {SPAN_SHARE:.0%}): replayed, not generated",
+        Confidence.MEDIUM,
+    )
+
+
+def _by_cadence_alone(evidence: dict[str, Any], control_ms: float, control_span: float, repeat_span: float) -> Outcome:
+    """The identical repeat of a server whose first token comes too soon to compare (a fast engine, or a round trip
+    that TCP's RTT over-subtracts) told by its stream alone: generation streams at the decode pace, a replay at
+    once."""
+    if control_span < MIN_CONTROL_SPAN_MS:
+        return NotTested(
+            CACHE_ID,
+            "the repeat's text was identical, but the control was too fast to tell a replay from generation "
+            f"(control server time {control_ms:.1f} ms, below {MIN_CONTROL_SERVER_MS} ms, and its stream "
+            f"{control_span:.1f} ms long)",
+        )
+    if repeat_span > SPAN_SHARE * control_span:
+        return Clear(
+            CACHE_ID,
+            f"the repeat's text was identical and its tokens streamed at the decode pace ({repeat_span:.1f} ms "
+            f"against the control's {control_span:.1f} ms): generated deterministically, not replayed",
+            evidence,
+        )
+    return _finding(
+        evidence,
+        f"no cache headers, and the control's first token too soon to compare ({control_ms:.1f} ms of server time), "
+        f"but the repeat brought back the first request's exact text streamed in {repeat_span:.1f} ms against the "
+        f"control's {control_span:.1f} ms (≤ {SPAN_SHARE:.0%}): no decode pace, replayed, not generated",
         Confidence.MEDIUM,
     )
 

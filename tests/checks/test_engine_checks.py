@@ -445,17 +445,51 @@ def test_one_stall_the_server_counts_two_preemptions_for_is_shared_between_them(
 
 
 def test_a_preemption_held_just_under_the_stall_threshold_is_still_priced() -> None:
-    # the 8 × 20 ms threshold is 160 ms: one victim held 526 ms, the other 150 — a stall by the server's count, not
-    # by the threshold; both are what preemption cost, so the price does not jump when a hold crosses the threshold
+    # the 8 × 20 ms threshold is 160 ms: one victim held 526 ms, the other 150 — a stall by the server's count (and
+    # past one stream's recompute), not by the burst's threshold; both are what preemption cost, so the price does
+    # not jump when a hold crosses the threshold
     burst = [
         _stream([*STEADY[:30], 526.0, *STEADY[:29]]),
         _stream([*STEADY[:20], 150.0, *STEADY[:39]]),
         *(_stream([*STEADY[:10], 40.0, *STEADY[:49]]) for _ in range(6)),  # a neighbour's prefill held these
     ]
     out = check_kv_cache_pressure(_kv(burst, preemptions=2.0, kv_usage_max=1.0), REF)
-    assert isinstance(out, Finding) and out.evidence["stalled_streams"] == 1
+    assert isinstance(out, Finding) and out.evidence["stalled_streams"] == 2
     assert out.cost_ms == pytest.approx(((526 - 6) + (150 - 6)) / 2)
     assert out.evidence["priced_holds_ms"] == [520.0, 144.0]
+
+
+def test_victims_readmitted_before_the_burst_prefill_ends_are_found_where_the_server_counted_them() -> None:
+    # vLLM (CPU build, --num-gpu-blocks-override 36): the streams of one burst end together, so a victim is readmitted
+    # as soon as a neighbour finishes; its hold (its own recompute and a few steps) stays under the whole burst's
+    # prefill (8 × 72 ms), while vLLM's counter says 2 preemptions happened
+    burst = [
+        _stream([*STEADY[:30], 430.0, *STEADY[:29]], ttft=72.0),
+        _stream([*STEADY[:40], 540.0, *STEADY[:19]], ttft=72.0),
+        *(_stream([*STEADY[:10], 25.0, *STEADY[:49]], ttft=72.0) for _ in range(6)),
+    ]
+    ev = KvEvidence(768, 128, 8, alone=(_stream(STEADY, ttft=72.0),), burst=tuple(burst), preemptions=2.0)
+    out = check_kv_cache_pressure(ev, REF)
+    assert isinstance(out, Finding), out
+    assert out.evidence["stall_threshold_ms"] == pytest.approx(576.0)
+    assert out.evidence["victim_threshold_ms"] == pytest.approx(72.0) and out.evidence["stalled_streams"] == 2
+    assert out.cost_ms == pytest.approx(((430 - 6) + (540 - 6)) / 2)
+    # without the server's count the same holds are not told from admitting the others
+    uncounted = check_kv_cache_pressure(KvEvidence(768, 128, 8, alone=ev.alone, burst=ev.burst), REF)
+    assert not isinstance(uncounted, Finding)
+
+
+def test_where_preemptions_are_counted_a_stall_must_outlast_the_longest_gap_a_stream_alone_showed() -> None:
+    # a busy host held the control 339 ms once: the burst's holds under that are the host's, those over it the cache's
+    alone = (_stream([*STEADY[:20], 339.0, *STEADY[:39]], ttft=72.0),)
+    victims = [_stream([*STEADY[:30], 600.0, *STEADY[:29]], ttft=72.0), _stream([*STEADY[:40], 300.0, *STEADY[:19]])]
+    burst = (*victims, *(_stream(STEADY, ttft=72.0) for _ in range(6)))
+    out = check_kv_cache_pressure(KvEvidence(768, 128, 8, alone=alone, burst=burst, preemptions=1.0), REF)
+    assert isinstance(out, Finding) and out.evidence["stalled_streams"] == 1, out
+    assert out.evidence["victim_threshold_ms"] >= 339.0
+    quiet = (_stream([*STEADY[:30], 300.0, *STEADY[:29]], ttft=72.0), *burst[2:], burst[1])
+    held = check_kv_cache_pressure(KvEvidence(768, 128, 8, alone=alone, burst=quiet, preemptions=1.0), REF)
+    assert isinstance(held, Clear), held  # every hold within what the host did to a stream alone
 
 
 def _timed(gaps: list[float], start: float = 0.0) -> RequestSample:

@@ -7,13 +7,17 @@ are prefilled again before it goes on. So a stream under pressure shows a *stall
 own cadence and longer than the prefill of every stream of the burst (what admitting the others can hold it up by) —
 measured against the same streams sent one at a time in the same run, which must not stall. The server's own
 preemption counter and KV-usage gauge confirm it where its metrics have them; they also tell a burst that never
-came near filling the cache, where nothing was tested. The cost is the stall time measured, per preemption the
+came near filling the cache, where nothing was tested. Where the counter says preemptions happened, a stall need
+only outlast what a victim pays at least (recomputing its own prompt: one stream's prefill) and the longest gap the
+controls showed: an engine that readmits a victim as soon as a neighbour ends (vLLM) holds it for less than the
+whole burst's prefill. The cost is the stall time measured, per preemption the
 server counted: as many of the burst's longest holds as it counted (a victim readmitted at once holds about nothing,
 and one held just under the threshold is still priced), or per stalled stream without metrics.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -149,13 +153,17 @@ def _went_on(times: tuple[float, ...], start: float, end: float) -> bool:
 @dataclass(frozen=True, slots=True)
 class _Burst:
     """What the check reads of the streams: ``load`` (the burst, in words), the control and burst streams that
-    completed, the stall threshold (ms), each control's and each burst stream's stall (ms), and whether the server's
-    metrics counted a preemption (``preempted``) or a full cache (``full``)."""
+    completed, the stall threshold (ms: the whole burst's prefill), the threshold a stream's stall is judged by
+    (``victim_threshold``, ms: the same, or, where the server counted preemptions, one stream's prefill or the
+    longest gap a control showed, whichever is longer), each
+    control's and each burst stream's stall (ms) by that one, and whether the server's metrics counted a preemption
+    (``preempted``) or a full cache (``full``)."""
 
     load: str
     alone: list[RequestSample]
     burst: list[RequestSample]
     threshold: float
+    victim_threshold: float
     control: list[float]
     stalls: list[float]
     preempted: bool
@@ -228,14 +236,24 @@ def _burst(ev: KvEvidence) -> _Burst:
         default=0.0,
     )
     threshold = max(MIN_STALL_MS, ev.concurrency * prefill)
+    preempted = ev.preemptions is not None and ev.preemptions > 0
+    # Where the server counted preemptions, a stall is judged by what a victim pays at least: recomputing its own
+    # prompt (one stream's prefill). An engine that readmits its victims as soon as another stream ends (vLLM:
+    # streams of one burst end together) holds them for less than the whole burst's prefill, which the threshold
+    # asks only to tell a preemption from admitting the others when nothing counts preemptions.
+    # The controls, one at a time, show the longest gap this host and target leave in a stream under no pressure at
+    # all: a victim's stall must be longer still.
+    noise = math.nextafter(max((gap for s in alone for gap in s.itl_ms), default=0.0), math.inf)
+    victim = max(MIN_STALL_MS, prefill, noise) if preempted else threshold
     return _Burst(
         load=f"{ev.concurrency} streams of {ev.prompt_tokens} + {ev.max_tokens} tokens at once",
         alone=alone,
         burst=burst,
         threshold=threshold,
-        control=[stall_ms(s, threshold) for s in alone],
-        stalls=[stall_ms(s, threshold) for s in burst],
-        preempted=ev.preemptions is not None and ev.preemptions > 0,
+        victim_threshold=victim,
+        control=[stall_ms(s, victim) for s in alone],
+        stalls=[stall_ms(s, victim) for s in burst],
+        preempted=preempted,
         full=ev.kv_usage_max is not None and ev.kv_usage_max >= FULL_USAGE,
     )
 
@@ -248,6 +266,7 @@ def _evidence(ev: KvEvidence, b: _Burst, stalled: list[float]) -> dict[str, Any]
         "max_tokens": ev.max_tokens,
         "concurrency": ev.concurrency,
         "stall_threshold_ms": _round(b.threshold),
+        "victim_threshold_ms": _round(b.victim_threshold),
         "streams": len(b.burst),
         "stalled_streams": len(stalled),
         "stall_ms": [_round(v) for v in b.stalls],
@@ -315,7 +334,7 @@ def _finding(
         reference,
         cost_basis=(
             f"ms a preempted stream spent stopped mid-decode: {per}; a stall is a gap beyond the stream's own "
-            f"cadence over {b.threshold:.0f} ms and {STALL_FACTOR:g}× that cadence"
+            f"cadence over {b.victim_threshold:.0f} ms and {STALL_FACTOR:g}× that cadence"
         ),
         evidence=evidence,
         rule=(

@@ -74,9 +74,25 @@ async def test_probe_joins_vllms_own_span_of_every_request(vllm: LlamaServer) ->
         assert vllm_ttft <= split.ttft_ms, (vllm_ttft, split)
 
 
+#: Probes sent at most until every stream reached the client at its pace (see :func:`_paced`).
+PACED_TRIES = 3
+
+
+def _paced(t: Timeline) -> bool:
+    """The stream's tokens reached the client in at least half as many reads as tokens: the client saw its pace. A
+    loaded two-core host sometimes leaves vLLM's API server behind its engine, and it then writes a whole short
+    stream at once, which shows nothing of the decode to compare."""
+    reads = {e.read_index for e in t.events if e.tokens}
+    return 2 * len(reads) >= metrics.output_tokens(t)
+
+
 async def test_probe_counts_every_generated_token_and_joins_vllms_own_phases(vllm: LlamaServer) -> None:
-    result = await probe(vllm.base_url, max_tokens=24, n=3, prompt_tokens=32)
-    assert result.ok, [t.error for t in result.timelines] + [vllm.log_tail()]
+    for _ in range(PACED_TRIES):
+        result = await probe(vllm.base_url, max_tokens=24, n=3, prompt_tokens=32)
+        assert result.ok, [t.error for t in result.timelines] + [vllm.log_tail()]
+        if all(_paced(t) for t in result.timelines):
+            break
+    assert all(_paced(t) for t in result.timelines), "every probe met a stream delivered at once"
     for t in result.timelines:
         assert t.usage is not None and t.usage.completion_tokens == 24
         # the events themselves carry every token (empty-text ones and the finish chunk's included)

@@ -1,15 +1,18 @@
-"""The engine checks against vLLM configured by its own knobs, on one server for the module (start-up is ~40 s):
-``--max-num-seqs 2`` runs two requests at once and queues the rest, so the concurrency sweep finds a capacity of 2 —
-confirmed by vLLM's own ``num_requests_running`` and ``num_requests_waiting`` gauges; ``--no-enable-prefix-caching``
-computes a repeated prefix anew, so prefix-cache-miss is named at the cost vLLM's own per-request prefill shows. The
-two knobs leave each other's experiment alone (the prefix rounds are sequential; the sweep's prompts share no
-prefix), and each fix names vLLM's flag.
+"""The engine checks against vLLM configured by its own knobs, two servers for the module (start-up is ~40 s each):
 
-A KV cache too small for the KV-cache experiment's burst (``--num-gpu-blocks-override 36``: 36 blocks of 128 tokens,
-five of its eight streams fit and outgrow it) makes vLLM preempt, which its own ``num_preemptions_total`` counts:
-kv-cache-pressure is named, told in vLLM's flags. Its cost is not checked against vLLM's here: the client's holds
-(535–600 ms per preemption in two runs) were 1.5–1.8× what vLLM's own spans add to its victims' decode time, the
-API server delivering a loaded burst's tokens in clumps.
+- ``--max-num-seqs 2`` runs two requests at once and queues the rest, so the concurrency sweep finds a capacity of 2
+  — confirmed by vLLM's own ``num_requests_running`` and ``num_requests_waiting`` gauges — and the fix names vLLM's
+  flag. Without per-request metrics: with them on, vLLM's ``queue_time_ms`` covered only 13% of what the late
+  requests waited (its engine stamps a request queued when its busy loop takes it from the API server), and the
+  check read the rest as a queue in front of the server (see the vLLM issue's note).
+- ``--num-gpu-blocks-override 36 --no-enable-prefix-caching --enable-per-request-metrics``: a KV cache too small for
+  the KV-cache experiment's burst (36 blocks of 128 tokens: five of its eight streams fit and outgrow it) makes vLLM
+  preempt, which its own ``num_preemptions_total`` counts, and kv-cache-pressure is named in vLLM's flags; its cost
+  is not checked against vLLM's here: the client's holds (535–600 ms per preemption in two runs) were 1.5–1.8× what
+  vLLM's own spans add to its victims' decode time, the API server delivering a loaded burst's tokens in clumps. A
+  repeated prefix is computed anew, so prefix-cache-miss is named at the cost vLLM's own per-request prefill shows.
+  The knobs leave each other's experiment alone: the prefix rounds are sequential and fit the cache one at a time,
+  and the burst's prompts share no prefix.
 """
 
 from __future__ import annotations
@@ -29,17 +32,22 @@ pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
-def vllm(vllm_model: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+def small_cache_vllm(vllm_model: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     python, model_dir = vllm_model
-    flags = ("--max-num-seqs", "2", "--no-enable-prefix-caching", "--enable-per-request-metrics")
+    flags = ("--num-gpu-blocks-override", "36", "--no-enable-prefix-caching", "--enable-per-request-metrics")
     with running_vllm(python, model_dir, tmp_path_factory.mktemp("vllm-engine"), *flags) as server:
         yield server
 
 
-async def test_requests_beyond_max_num_seqs_wait_and_vllms_gauges_confirm_it(vllm: LlamaServer) -> None:
-    result = await diagnose(vllm.base_url, quick=True, only="capacity-saturation")
+async def test_requests_beyond_max_num_seqs_wait_and_vllms_gauges_confirm_it(
+    vllm_model: tuple[str, Path], tmp_path: Path
+) -> None:
+    python, model_dir = vllm_model
+    with running_vllm(python, model_dir, tmp_path, "--max-num-seqs", "2") as server:
+        result = await diagnose(server.base_url, quick=True, only="capacity-saturation")
+        log = server.log_tail()
     outcome = result.outcome("capacity-saturation")
-    assert isinstance(outcome, Finding), explain(result) + "\n" + vllm.log_tail()
+    assert isinstance(outcome, Finding), explain(result) + "\n" + log
     evidence = outcome.evidence
     assert evidence["capacity"] == 2, evidence
     assert evidence["metrics"].startswith("vllm metrics"), evidence
@@ -48,7 +56,10 @@ async def test_requests_beyond_max_num_seqs_wait_and_vllms_gauges_confirm_it(vll
     assert "--max-num-seqs" in outcome.fix
 
 
-async def test_a_prefix_vllm_computes_anew_is_named_at_the_cost_of_vllms_own_prefill(vllm: LlamaServer) -> None:
+async def test_a_prefix_vllm_computes_anew_is_named_at_the_cost_of_vllms_own_prefill(
+    small_cache_vllm: LlamaServer,
+) -> None:
+    vllm = small_cache_vllm
     result = await diagnose(vllm.base_url, quick=True, only="prefix-cache-miss", keep_timelines=True)
     outcome = result.outcome("prefix-cache-miss")
     assert isinstance(outcome, Finding), explain(result) + "\n" + vllm.log_tail()
@@ -64,14 +75,11 @@ async def test_a_prefix_vllm_computes_anew_is_named_at_the_cost_of_vllms_own_pre
 
 
 async def test_a_kv_cache_too_small_for_the_burst_preempts_and_vllms_counter_confirms_it(
-    vllm_model: tuple[str, Path], tmp_path: Path
+    small_cache_vllm: LlamaServer,
 ) -> None:
-    python, model_dir = vllm_model
-    with running_vllm(python, model_dir, tmp_path, "--num-gpu-blocks-override", "36") as server:
-        result = await diagnose(server.base_url, quick=True, only="kv-cache-pressure")
-        log = server.log_tail()
+    result = await diagnose(small_cache_vllm.base_url, quick=True, only="kv-cache-pressure")
     outcome = result.outcome("kv-cache-pressure")
-    assert isinstance(outcome, Finding), explain(result) + "\n" + log
+    assert isinstance(outcome, Finding), explain(result) + "\n" + small_cache_vllm.log_tail()
     evidence = outcome.evidence
     assert evidence["metrics"].startswith("vllm metrics"), evidence
     assert evidence["preemptions"] and evidence["preemptions"] >= 1, evidence  # vllm:num_preemptions_total rose

@@ -6,7 +6,7 @@ from __future__ import annotations
 from latscope.checks.samples import RequestSample
 from latscope.checks.saturation import SaturationEvidence, SaturationLevel, busy_at_start, check_capacity_saturation
 from latscope.diagnose.experiments.saturation import _held_up
-from latscope.findings import Finding
+from latscope.findings import Finding, Inconclusive
 from tests.checks.builders import ok
 
 LONE_TTFT, LONE_E2E = 16.0, 66.0  # llama-cpp-python's, measured: a 50 ms stream, a wait threshold of 25 ms
@@ -51,3 +51,14 @@ def test_the_repeated_round_decides_and_the_one_set_aside_stays_in_the_evidence(
     out = check_capacity_saturation(SaturationEvidence(16, 16, (lone, level)), None)
     assert isinstance(out, Finding) and out.evidence["capacity"] == 1, out
     assert out.evidence["levels"][1]["set_aside"] == 1
+
+
+def test_requests_sent_one_at_a_time_that_came_late_leave_the_sweep_undecided() -> None:
+    # measured on vLLM --max-num-seqs 2 on a loaded host: lone requests at 64-101 ms against 14 ms before the sweep,
+    # and no level after them told apart; a slot wait at concurrency 1 is impossible
+    lone = SaturationLevel(1, (tuple(_request(t) for t in (16.0, 95.0, 101.0)),), ((None, None, None),))
+    level = _level(WAITED, WAITED)
+    out = check_capacity_saturation(SaturationEvidence(16, 16, (lone, level)), None)
+    assert isinstance(out, Inconclusive) and "one at a time" in out.reason, out
+    calm = SaturationLevel(1, (tuple(_request(t) for t in (16.0, 17.0, 16.5)),), ((None, None, None),))
+    assert isinstance(check_capacity_saturation(SaturationEvidence(16, 16, (calm, level)), None), Finding)

@@ -23,12 +23,16 @@ from pathlib import Path
 import pytest
 
 from latscope.diagnose import diagnose
-from latscope.findings import Finding
+from latscope.findings import Finding, Inconclusive
 from tests.real.conftest import LlamaServer
 from tests.real.vllm_server import running_vllm, vllm_prefill_ms
 from tests.support.diagnosis import explain
 
 pytestmark = pytest.mark.timeout(600)
+
+
+#: Sweeps sent at most until one ran at vLLM's own lone pace (a loaded two-core host slows it at times).
+SWEEP_TRIES = 3
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +48,13 @@ async def test_requests_beyond_max_num_seqs_wait_and_vllms_gauges_confirm_it(
 ) -> None:
     python, model_dir = vllm_model
     with running_vllm(python, model_dir, tmp_path, "--max-num-seqs", "2") as server:
-        result = await diagnose(server.base_url, quick=True, only="capacity-saturation")
+        for _ in range(SWEEP_TRIES):
+            result = await diagnose(server.base_url, quick=True, only="capacity-saturation")
+            outcome = result.outcome("capacity-saturation")
+            # the sweep's precondition: vLLM served its lone requests at a lone request's pace throughout
+            if not (isinstance(outcome, Inconclusive) and "one at a time" in outcome.reason):
+                break
         log = server.log_tail()
-    outcome = result.outcome("capacity-saturation")
     assert isinstance(outcome, Finding), explain(result) + "\n" + log
     evidence = outcome.evidence
     assert evidence["capacity"] == 2, evidence

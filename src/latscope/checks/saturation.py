@@ -32,7 +32,7 @@ from latscope.checks import failures
 from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, percentile
-from latscope.findings import Clear, Confidence, NotTested, Outcome
+from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
 from latscope.timeline.model import ServerPhase
 
 SATURATION_ID = "capacity-saturation"
@@ -233,6 +233,16 @@ def check_capacity_saturation(ev: SaturationEvidence, reference: Reference | Non
             SATURATION_ID,
             f"a lone request streams its {ev.max_tokens} tokens in {lone.e2e - lone.ttft:.1f} ms: too little service "
             "time to tell waiting for a slot from noise",
+        )
+    alone_waited = sum(sum(row["waited"]) for row in rows if row["concurrency"] == 1)
+    if alone_waited:
+        # nothing waits for a slot alone: the target or the host slowed while the sweep ran, and every later level
+        # is measured against a lone request it no longer serves at that pace
+        return Inconclusive(
+            SATURATION_ID,
+            f"{alone_waited} request(s) sent one at a time came as late as a request waiting for a slot: the target "
+            "or this host slowed during the concurrency sweep, so no level can be told apart from it",
+            evidence,
         )
     waited = next(
         (lv for lv in ev.levels if lv.concurrency > 1 and level_waited(lv, lone.ttft, lone.e2e, lone.rtt)), None

@@ -11,6 +11,7 @@ import pytest
 from latscope.diagnose import diagnose
 from latscope.findings import Clear, Finding
 from latscope.lab.app import Lab
+from latscope.lab.costmodel import CostModel
 from tests.diagnose.truth import TEST_COST
 from tests.support.netpath import network_path
 
@@ -19,39 +20,25 @@ pytestmark = pytest.mark.timeout(120)
 ONE_WAY_MS = 20.0
 
 
+#: A prefill of a short prompt well under a millisecond: what a GPU does, what the round trip's jitter hides.
+FAST_PREFILL = TEST_COST.with_overrides(prefill_base_ms=0.1, prefill_per_token_ms=0.0, prefill_quadratic_ms=0.0)
+
+
+@pytest.mark.parametrize("cost", [TEST_COST, FAST_PREFILL], ids=["lab-cost", "fast-prefill"])
 @pytest.mark.parametrize(
     ("faults", "cached"), [([], False), (["silent-response-cache"], True)], ids=["tuned", "silent"]
 )
-async def test_a_replay_is_told_from_generation_across_a_40_ms_round_trip(faults: list[str], cached: bool) -> None:
+async def test_a_replay_is_told_from_generation_across_a_40_ms_round_trip(
+    cost: CostModel, faults: list[str], cached: bool
+) -> None:
     with network_path(delay_ms=ONE_WAY_MS) as net:
-        async with Lab(cost=TEST_COST, faults=faults, host=net.server_host) as lab:
+        async with Lab(cost=cost, faults=faults, host=net.server_host) as lab:
             result = await net.run(diagnose(lab.url, quick=True, only="response-cached"))
             hits = lab.cache_hits
     outcome = result.outcome("response-cached")
     if cached:
         assert isinstance(outcome, Finding) and hits == 1, outcome
         assert outcome.evidence["rtt_ms"] >= 2 * ONE_WAY_MS  # the distance was there and subtracted
-    else:
-        assert isinstance(outcome, Clear) and hits == 0, outcome
-
-
-#: A prefill of a short prompt well under a millisecond: what a GPU does, what the round trip's jitter hides.
-FAST_PREFILL = TEST_COST.with_overrides(prefill_base_ms=0.1, prefill_per_token_ms=0.0, prefill_quadratic_ms=0.0)
-
-
-@pytest.mark.parametrize(
-    ("faults", "cached"), [([], False), (["silent-response-cache"], True)], ids=["tuned", "silent"]
-)
-async def test_a_replay_from_a_fast_engine_is_told_by_its_cadence_across_a_40_ms_round_trip(
-    faults: list[str], cached: bool
-) -> None:
-    with network_path(delay_ms=ONE_WAY_MS) as net:
-        async with Lab(cost=FAST_PREFILL, faults=faults, host=net.server_host) as lab:
-            result = await net.run(diagnose(lab.url, quick=True, only="response-cached"))
-            hits = lab.cache_hits
-    outcome = result.outcome("response-cached")
-    if cached:
-        assert isinstance(outcome, Finding) and hits == 1, outcome
     else:
         assert isinstance(outcome, Clear) and hits == 0, outcome
 

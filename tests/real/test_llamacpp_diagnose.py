@@ -52,6 +52,7 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
         ("queueing", "ok"),
         ("batching", "ok"),
         ("prefill", "ok"),
+        ("prefixcache", "ok"),
         ("saturation", "ok"),
         ("kvcache", "ok"),
         ("sampling", "ok"),

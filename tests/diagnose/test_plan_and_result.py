@@ -35,6 +35,7 @@ def test_families_follow_the_request_path() -> None:
         "queueing",
         "batching",
         "prefill",
+        "prefixcache",
         "saturation",
         "kvcache",
         "sampling",

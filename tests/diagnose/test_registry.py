@@ -26,6 +26,7 @@ def test_experiments_run_in_request_path_order() -> None:
         "queueing",
         "batching",
         "prefill",
+        "prefixcache",
         "saturation",
         "kvcache",
         "sampling",

@@ -90,6 +90,21 @@ def test_a_prefix_cache_that_still_decodes_at_its_pace_is_clear() -> None:
     assert isinstance(out, Clear) and "prefix cache" in out.reason
 
 
+def test_a_late_repeat_whose_tokens_came_together_is_inconclusive_and_says_how_often_it_was_sent() -> None:
+    # seen on a loaded CI host: a 188 ms stall before the repeat's first token, its 8 tokens then in one read
+    stalled = _reply(TEXT_A, ttft_after_setup_ms=188.2, itl_ms=(0.0,) * 7)
+    out = check_response_cached(
+        CachingEvidence(_reply(TEXT_A, **GENERATED), _reply(TEXT_B, **GENERATED), stalled, 3), REF
+    )
+    assert isinstance(out, Inconclusive) and "stall" in out.reason and "sent 3 time" in out.reason, out
+    assert out.evidence["repeats_sent"] == 3
+
+
+def test_a_late_repeat_streamed_at_the_pace_is_clear() -> None:
+    out = check_response_cached(_ev(_reply(TEXT_A, ttft_after_setup_ms=188.2, itl_ms=(6.0,) * 7)), REF)
+    assert isinstance(out, Clear) and "deterministically" in out.reason, out
+
+
 def test_a_different_text_is_clear() -> None:
     out = check_response_cached(_ev(_reply("c" * 64, **REPLAYED)), REF)
     assert isinstance(out, Clear) and "differs" in out.reason

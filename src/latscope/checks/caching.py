@@ -16,7 +16,10 @@ Evidence, strongest first:
   is the first token's time after connection setup less one round trip (TCP_INFO's RTT), so a 40 ms path between
   client and server adds the same to both and cancels; the stream's span (first to last token) contains no round
   trip at all. A server that merely answers deterministically at its normal speed fails the first-token test; one
-  with a prefix cache still decodes at its pace and fails the span.
+  with a prefix cache still decodes at its pace and fails the span. A repeat whose first token came late but whose
+  tokens came together, while the control's streamed at the pace, is a stall (on either side: a client that reads
+  late finds a generated stream already whole in its socket) or a cache slow to look up: Inconclusive, and the
+  experiment sends the repeat again.
 
 Cost and severity: the finding costs no time (0 ms; a replay is faster) and is reported at medium severity whatever
 its cost, as a correctness risk: severities otherwise rank a finding's share of the typical TTFT
@@ -70,12 +73,14 @@ class CachingEvidence:
     for byte, on one connection.
 
     Fields:
-        first: the first request. control: the varied one. repeat: the first one's exact repeat.
+        first: the first request. control: the varied one. repeat: the first one's exact repeat (the last one sent).
+        repeats: how many times the repeat was sent (again while the check was undecided).
     """
 
     first: CachedReply | None = None
     control: CachedReply | None = None
     repeat: CachedReply | None = None
+    repeats: int = 1
 
 
 def _round(value: float | None) -> float | None:
@@ -143,17 +148,28 @@ def check_response_cached(ev: CachingEvidence, reference: Reference | None) -> O
         control_stream_span_ms=_round(control_span),
         repeat_stream_span_ms=_round(repeat_span),
         rtt_ms=_round(ev.repeat.sample.rtt_ms),
+        repeats_sent=ev.repeats,
     )
     if control_ms < MIN_CONTROL_SERVER_MS:
         return _by_cadence_alone(evidence, control_ms, control_span, repeat_span)
+    paced = control_span >= MIN_CONTROL_SPAN_MS
+    if repeat_ms > FIRST_TOKEN_SHARE * control_ms and paced and repeat_span <= SPAN_SHARE * control_span:
+        return Inconclusive(
+            CACHE_ID,
+            f"the repeat came back identical with no decode pace (streamed in {repeat_span:.1f} ms against the "
+            f"control's {control_span:.1f} ms), but {repeat_ms:.1f} ms after it was sent against the control's "
+            f"{control_ms:.1f} ms: a stall on either side (a late read finds a generated stream already whole) or a "
+            f"cache slow to look up; sent {ev.repeats} time(s)",
+            evidence,
+        )
     if repeat_ms > FIRST_TOKEN_SHARE * control_ms:
         return Clear(
             CACHE_ID,
-            f"the repeat's text was identical but it took {repeat_ms:.1f} ms to its first token, like the control's "
-            f"{control_ms:.1f} ms: generated deterministically, not replayed",
+            f"the repeat's text was identical but it took {repeat_ms:.1f} ms to its first token against the "
+            f"control's {control_ms:.1f} ms: generated deterministically, not replayed",
             evidence,
         )
-    if control_span < MIN_CONTROL_SPAN_MS:
+    if not paced:
         return Inconclusive(
             CACHE_ID,
             f"the repeat came back identical after {repeat_ms:.1f} ms against the control's {control_ms:.1f} ms, but "

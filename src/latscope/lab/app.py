@@ -43,7 +43,8 @@ class Lab(Served, AsyncService):
 
     Attributes once started: :attr:`url` (``http[s]://HOST:PORT/v1``), :attr:`origin` (without ``/v1``),
     :attr:`port`, :attr:`cert_path` (TLS only: the certificate a client must trust), :attr:`records` (per-request
-    ground truth, newest last), :attr:`scheduler`, :attr:`metrics`, :attr:`faults`, :attr:`cache_hits`.
+    ground truth, newest last), :attr:`scheduler`, :attr:`metrics`, :attr:`faults`, :attr:`cache_hits`,
+    :attr:`cache_responses_replayed`.
     """
 
     def __init__(self, settings: LabSettings | None = None, /, **overrides: Any) -> None:
@@ -93,6 +94,12 @@ class Lab(Served, AsyncService):
         """Requests the ``response-cache`` fault answered from storage so far (0 without it): ground truth."""
         front = self._front
         return front.hits if isinstance(front, ResponseCacheEdge) else 0
+
+    @property
+    def cache_responses_replayed(self) -> int:
+        """Distinct stored responses the ``response-cache`` fault replayed so far (0 without it): ground truth."""
+        front = self._front
+        return len(front.replayed) if isinstance(front, ResponseCacheEdge) else 0
 
     @property
     def breaker(self) -> CircuitBreaker | None:

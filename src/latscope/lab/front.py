@@ -206,6 +206,8 @@ class ResponseCacheEdge:
         self.entries = entries
         self.store: dict[tuple[str, str, bytes], StoredResponse] = {}
         self.hits = 0
+        #: the stored responses replayed at least once, by key
+        self.replayed: set[tuple[str, str, bytes]] = set()
 
     async def __call__(self, request: Request, channel: ResponseChannel) -> None:
         if request.method != "POST":
@@ -215,6 +217,7 @@ class ResponseCacheEdge:
         stored = self.store.get(key)
         if stored is not None:
             self.hits += 1
+            self.replayed.add(key)
             self._replay(stored, channel, self.announce)
             return
         recording = _Recording(channel, announce=self.announce)

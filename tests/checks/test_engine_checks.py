@@ -10,9 +10,9 @@ from latscope.checks.batching import BatchingEvidence, PairPoint, check_batching
 from latscope.checks.kvcache import KvEvidence, check_kv_cache_pressure
 from latscope.checks.prefill import PrefillEvidence, PrefillPoint, check_prefill_superlinear, floor_points
 from latscope.checks.samples import RequestSample
-from latscope.checks.sampling import SamplingEvidence, check_decode_host_overhead
+from latscope.checks.sampling import GROUP_FIXES, ParameterGroup, SamplingEvidence, check_decode_host_overhead
 from latscope.checks.saturation import SaturationEvidence, SaturationLevel, check_capacity_saturation
-from latscope.findings import Clear, Finding, Inconclusive, NotTested, Severity
+from latscope.findings import CATALOGUE, Clear, Finding, Inconclusive, NotTested, Severity
 from latscope.timeline.model import ServerPhase
 from tests.checks.builders import REF, failed, ok
 
@@ -283,6 +283,32 @@ def test_sampling_that_adds_per_token_time_is_found_and_costed_over_the_stream()
     out = check_decode_host_overhead(ev, REF)
     assert isinstance(out, Finding) and out.evidence["added_ms_per_token"] == pytest.approx(5.0)
     assert out.cost_ms == pytest.approx(5.0 * 31)
+
+
+def _group(name: str, tpot: float, greedy: float = 6.0) -> ParameterGroup:
+    return ParameterGroup(name, SamplingEvidence(32, _tpot_streams(greedy), _tpot_streams(tpot), (name,)))
+
+
+def test_the_groups_priced_apart_name_the_one_that_costs_and_its_fix() -> None:
+    groups = (_group("nucleus", 6.0), _group("penalties", 6.05), _group("logprobs", 11.0))
+    ev = SamplingEvidence(32, _tpot_streams(6.0), _tpot_streams(11.0), PARAMS, groups=groups)
+    out = check_decode_host_overhead(ev, REF)
+    assert isinstance(out, Finding)
+    assert {n: g["verdict"] for n, g in out.evidence["by_parameter"].items()} == {
+        "nucleus": "free",
+        "penalties": "free",
+        "logprobs": "costs",
+    }
+    assert out.fix == GROUP_FIXES["logprobs"] and "logprobs +5.00 ms per token" in out.rule, out.rule
+
+
+def test_a_set_whose_groups_are_free_alone_keeps_the_catalogue_fix_and_says_so() -> None:
+    groups = (_group("nucleus", 6.0), _group("logprobs", 6.05))
+    out = check_decode_host_overhead(
+        SamplingEvidence(32, _tpot_streams(6.0), _tpot_streams(11.0), PARAMS, groups=groups), REF
+    )
+    assert isinstance(out, Finding) and out.fix == CATALOGUE["decode-host-overhead"].fix
+    assert "none costs alone" in out.rule, out.rule
 
 
 def test_sampling_on_the_fast_path_is_clear() -> None:

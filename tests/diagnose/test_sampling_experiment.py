@@ -1,5 +1,6 @@
 """The sampling experiment against the lab's host-side sampling: a warm-up request, then its pairs; more pairs only
-when the check cannot decide on those."""
+when the check cannot decide on those; once the set costs, each parameter group priced apart (the tests of the first
+phase leave the groups out, so they count its requests alone)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from latscope.diagnose import diagnose
 from latscope.diagnose.experiments import sampling
 from latscope.diagnose.result import Diagnosis
-from latscope.findings import Finding, Inconclusive
+from latscope.findings import Clear, Finding, Inconclusive
 from latscope.lab.app import Lab
 from latscope.lab.faults import SLOW_SAMPLING
 from tests.diagnose import truth
@@ -20,6 +21,12 @@ def _sampling_requests(result: Diagnosis) -> int:
     return next(r.requests for r in result.experiments if r.name == "sampling")
 
 
+@pytest.fixture
+def no_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sampling, "GROUPS", {})
+
+
+@pytest.mark.usefixtures("no_groups")
 async def test_a_decisive_run_sends_its_warm_up_and_pairs_only() -> None:
     async with Lab(faults=[SLOW_SAMPLING], cost=truth.TEST_COST) as lab:
         result = await diagnose(lab.url, only="decode-host-overhead", quick=True)
@@ -41,14 +48,15 @@ async def test_an_undecided_check_gets_more_pairs_round_by_round(monkeypatch: py
         result = await diagnose(lab.url, only="decode-host-overhead", quick=True)
     # asked after the planned pairs and after each round but the last
     rounds = [sampling.PAIRS_QUICK + r * sampling.EXTRA_PAIRS for r in range(sampling.EXTRA_ROUNDS)]
-    assert decisions == rounds
     most = sampling.PAIRS_QUICK + sampling.EXTRA_ROUNDS * sampling.EXTRA_PAIRS
+    assert decisions == [*rounds, most]  # and on every pair, whether to price the groups apart
     assert _sampling_requests(result) == 1 + 2 * most
     outcome = result.outcome("decode-host-overhead")  # the real check, on every pair
     assert isinstance(outcome, Finding), result.to_dict()
     assert len(outcome.evidence["greedy_tpots_ms"]) == most
 
 
+@pytest.mark.usefixtures("no_groups")
 async def test_more_pairs_stop_once_the_check_decides(monkeypatch: pytest.MonkeyPatch) -> None:
     decisions: list[int] = []
     real = sampling.check_decode_host_overhead
@@ -62,10 +70,12 @@ async def test_more_pairs_stop_once_the_check_decides(monkeypatch: pytest.Monkey
     monkeypatch.setattr(sampling, "check_decode_host_overhead", undecided_once)
     async with Lab(faults=[SLOW_SAMPLING], cost=truth.TEST_COST) as lab:
         result = await diagnose(lab.url, only="decode-host-overhead", quick=True)
-    assert decisions == [sampling.PAIRS_QUICK, sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS]
+    decided = sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS
+    assert decisions == [sampling.PAIRS_QUICK, decided, decided]  # the last: whether to price the groups apart
     assert _sampling_requests(result) == 1 + 2 * (sampling.PAIRS_QUICK + sampling.EXTRA_PAIRS)
 
 
+@pytest.mark.usefixtures("no_groups")
 async def test_both_streams_of_a_pair_share_a_prompt_and_no_two_pairs_do(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: dict[str, str] = {}
     real = sampling.Context.spec
@@ -91,3 +101,35 @@ async def test_both_streams_of_a_pair_share_a_prompt_and_no_two_pairs_do(monkeyp
 def _prompt(body: str) -> str:
     messages = json.loads(body)["messages"]
     return str(messages[-1]["content"])
+
+
+#: Host-side logprobs only (the other paths on the device), as llama-cpp-python measured: 5 ms per step for them.
+LOGPROBS_ONLY = truth.TEST_COST.with_overrides(sampling_ms=5.0, host_sampling_paths=frozenset({"logprobs"}))
+
+
+async def test_each_group_is_priced_apart_and_the_finding_names_the_one_that_costs() -> None:
+    async with Lab(cost=LOGPROBS_ONLY) as lab:
+        result = await diagnose(lab.url, only="decode-host-overhead", quick=True)
+    outcome = result.outcome("decode-host-overhead")
+    assert isinstance(outcome, Finding), result.to_dict()
+    verdicts = {name: g["verdict"] for name, g in outcome.evidence["by_parameter"].items()}
+    assert verdicts == {"nucleus": "free", "penalties": "free", "logprobs": "costs"}, outcome.evidence
+    assert "logprobs" in outcome.fix and "penalties" not in outcome.fix and "Top-p" not in outcome.fix
+    assert "logprobs +" in outcome.rule and "nucleus, penalties free" in outcome.rule, outcome.rule
+
+
+async def test_a_cost_every_group_pays_names_them_all() -> None:
+    async with Lab(faults=[SLOW_SAMPLING], cost=truth.TEST_COST) as lab:
+        result = await diagnose(lab.url, only="decode-host-overhead", quick=True)
+    outcome = result.outcome("decode-host-overhead")
+    assert isinstance(outcome, Finding), result.to_dict()
+    assert {g["verdict"] for g in outcome.evidence["by_parameter"].values()} == {"costs"}, outcome.evidence
+
+
+async def test_no_group_is_priced_apart_when_the_set_is_clear() -> None:
+    async with Lab(cost=truth.TEST_COST) as lab:
+        result = await diagnose(lab.url, only="decode-host-overhead", quick=True, keep_timelines=True)
+    outcome = result.outcome("decode-host-overhead")
+    labels = [t.label or "" for t in result.timelines]
+    assert isinstance(outcome, Clear) and any(label.startswith("greedy") for label in labels), result.to_dict()
+    assert not any("apart" in label for label in labels), labels

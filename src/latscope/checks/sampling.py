@@ -10,6 +10,11 @@ its first token to its last: the decode time the stream took, whatever its reads
 (measured): across a network path a fast stream's tokens arrive several to one read, and servers hold tokens back
 and release them together (llama-cpp-python holds a tiny model's greedy tokens back, then sends ten at once), so most
 gaps of such a stream are near 0 and its median says nothing of the steps.
+
+Which parameters cost: engines differ (llama-cpp-python measured: temperature/top-p and the penalties cost nothing
+next to greedy, logprobs with top_logprobs +0.5 ms per token; vLLM: the set together +1.9 ms), so once the set is
+found costly the experiment prices each group of :data:`GROUP_FIXES` apart, greedy against that group alone, with
+the same check; the finding names the groups that cost and gives their fixes, and says when none costs alone.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from latscope.checks import failures
 from latscope.checks.samples import Reference, RequestSample
 from latscope.checks.severity import costed_finding
 from latscope.checks.stats import median, robust_sd, sign_test_p
-from latscope.findings import Clear, Confidence, Inconclusive, NotTested, Outcome
+from latscope.findings import Clear, Confidence, Finding, Inconclusive, NotTested, Outcome
 
 SAMPLING_ID = "decode-host-overhead"
 
@@ -52,6 +57,22 @@ PAIRS_FOR_A_MISS = 5
 #: difference that some pairs carry and the others do not leaves the others slower or faster alike.
 SIGN_TEST_P = 0.01
 
+#: The parameter groups priced apart (the experiment's names) and the fix for each that costs.
+GROUP_FIXES: dict[str, str] = {
+    "nucleus": (
+        "Top-p/top-k filtering runs off the fused step: use a device-side sampler (FlashInfer's, or the engine's "
+        "fused top-p/top-k) or greedy/plain temperature where quality allows."
+    ),
+    "penalties": (
+        "Presence/frequency penalties pass over the generated tokens every step: send them only where they change "
+        "the answer, or use an engine that applies them on the device."
+    ),
+    "logprobs": (
+        "Logprobs cost a softmax and sort over the vocabulary every token: ask for them (and top_logprobs) only on "
+        "the requests that use them, with the fewest top_logprobs that serve."
+    ),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingEvidence:
@@ -64,6 +85,8 @@ class SamplingEvidence:
         sampled: the streams that asked for top-p, penalties and logprobs (``parameters``).
         parameters: the sampling parameters the server accepted (names), empty when it refused every set tried.
         refused: what the server answered to sampling parameters it refused, when it did.
+        groups: each parameter group priced apart (:class:`ParameterGroup`), once the whole set was found costly;
+            empty otherwise.
     """
 
     max_tokens: int
@@ -71,6 +94,16 @@ class SamplingEvidence:
     sampled: tuple[RequestSample, ...] = ()
     parameters: tuple[str, ...] = ()
     refused: str | None = None
+    groups: tuple[ParameterGroup, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterGroup:
+    """One group of :data:`GROUP_FIXES` priced apart: greedy streams against streams that ask for that group alone
+    (``evidence.parameters``), pair by pair like the whole set."""
+
+    name: str
+    evidence: SamplingEvidence
 
 
 def _round(value: float | None, digits: int = 3) -> float | None:
@@ -271,6 +304,9 @@ def _finding(ev: SamplingEvidence, reference: Reference | None, d: _Difference, 
     added, g, s, pairs = d.added, d.g, d.s, d.pairs
     tokens = max(1, ev.max_tokens - 1)
     cost = added * tokens
+    apart, costly = _priced_apart(ev.groups)
+    if apart:
+        evidence["by_parameter"] = apart
     return costed_finding(
         SAMPLING_ID,
         cost,
@@ -284,6 +320,40 @@ def _finding(ev: SamplingEvidence, reference: Reference | None, d: _Difference, 
             f"streams asking for {', '.join(ev.parameters)} took {added / g:.0%} longer per token than greedy ones "
             f"of the same prompt and length, pair by pair (≥ {MATERIAL_SHARE:.0%}, {NOISE_Z:g} standard errors clear"
             + (f"; {d.slower} of {len(pairs)} pairs slower)" if pairs else ")")
+            + _apart_rule(apart)
         ),
         confidence=Confidence.HIGH if min(len(d.greedy), len(d.sampled)) >= 3 else Confidence.MEDIUM,
+        fix=" ".join(GROUP_FIXES[name] for name in costly) or None,
     )
+
+
+def _priced_apart(groups: tuple[ParameterGroup, ...]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each group's verdict (``costs``, ``free`` or ``undecided``, with its added time per token and the reason)
+    by name, and the names of those that cost, costliest first."""
+    apart: dict[str, dict[str, Any]] = {}
+    for group in groups:
+        outcome = check_decode_host_overhead(group.evidence, None)
+        verdict = "costs" if isinstance(outcome, Finding) else "free" if isinstance(outcome, Clear) else "undecided"
+        added = None if isinstance(outcome, NotTested) else outcome.evidence.get("added_ms_per_token")
+        apart[group.name] = {
+            "parameters": list(group.evidence.parameters),
+            "verdict": verdict,
+            "added_ms_per_token": added,
+            "reason": outcome.rule if isinstance(outcome, Finding) else outcome.reason,
+        }
+    costly = sorted(
+        (n for n, g in apart.items() if g["verdict"] == "costs"), key=lambda n: -(apart[n]["added_ms_per_token"] or 0.0)
+    )
+    return apart, costly
+
+
+def _apart_rule(apart: dict[str, dict[str, Any]]) -> str:
+    """The rule's account of the groups priced apart ('' when none was)."""
+    if not apart:
+        return ""
+    by_verdict = {v: [n for n, g in apart.items() if g["verdict"] == v] for v in ("costs", "free", "undecided")}
+    parts = [f"{n} {apart[n]['added_ms_per_token']:+.2f} ms per token" for n in by_verdict["costs"]]
+    parts += [f"{', '.join(by_verdict[v])} {v}" for v in ("free", "undecided") if by_verdict[v]]
+    if len(by_verdict["free"]) == len(apart):
+        parts.append("none costs alone: together they do")
+    return "; priced apart: " + "; ".join(parts)

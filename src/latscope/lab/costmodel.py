@@ -23,6 +23,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+#: The sampling paths engines take off the fused decode step (:func:`latscope.lab.gateway.sampling_paths`):
+#: top-p/top-k filtering, presence/frequency/repetition penalties, logprobs.
+NUCLEUS, PENALTIES, LOGPROBS = "nucleus", "penalties", "logprobs"
+SAMPLING_PATHS: frozenset[str] = frozenset({NUCLEUS, PENALTIES, LOGPROBS})
+
 
 @dataclass(frozen=True, kw_only=True)
 class CostModel:
@@ -43,6 +48,8 @@ class CostModel:
         sampling_ms: ``s``, host-side cost of a decode step whose batch holds a sequence that asks for more than
             greedy or plain-temperature sampling (top-p/top-k, penalties, logprobs), ms; 0 when sampling runs on the
             device with the step.
+        host_sampling_paths: which of :data:`SAMPLING_PATHS` pay ``s`` (the others run on the device): all of them
+            by default.
         prefix_cache_blocks: blocks of computed prompts the engine keeps for a later prompt that starts with them
             (:mod:`latscope.lab.prefixcache`, blocks of its own size); 0: no prefix caching.
     """
@@ -59,6 +66,7 @@ class CostModel:
     kv_block_tokens: int = 16
     sampling_ms: float = 0.0
     prefix_cache_blocks: int = 4096
+    host_sampling_paths: frozenset[str] = SAMPLING_PATHS
 
     def __post_init__(self) -> None:
         for name in (
@@ -76,6 +84,8 @@ class CostModel:
             value = getattr(self, name)
             if value < 1:
                 raise ValueError(f"CostModel.{name} must be >= 1, got {value!r}")
+        if not self.host_sampling_paths <= SAMPLING_PATHS:
+            raise ValueError(f"CostModel.host_sampling_paths must be among {sorted(SAMPLING_PATHS)}")
         if self.prefix_cache_blocks < 0:
             raise ValueError(f"CostModel.prefix_cache_blocks must be >= 0, got {self.prefix_cache_blocks!r}")
 
@@ -99,10 +109,11 @@ class CostModel:
             return 0.0
         return self.decode_base_ms + self.decode_per_seq_ms * batch_size
 
-    def sampled_decode_step_ms(self, batch_size: int, sampled: bool) -> float:
-        """A decode step's duration, ms: :meth:`decode_step_ms` plus ``s`` when a sequence of the batch samples."""
+    def sampled_decode_step_ms(self, batch_size: int, sampled: frozenset[str]) -> float:
+        """A decode step's duration, ms: :meth:`decode_step_ms` plus ``s`` when the batch's sequences ask for a
+        sampling path (``sampled``: the union of theirs) that runs on the host."""
         step = self.decode_step_ms(batch_size)
-        return step + self.sampling_ms if step and sampled else step
+        return step + self.sampling_ms if step and sampled & self.host_sampling_paths else step
 
     def kv_blocks_for(self, tokens: int) -> int:
         """KV blocks needed to hold ``tokens`` tokens: ceil(tokens / kv_block_tokens)."""

@@ -86,8 +86,8 @@ class GenerationRequest:
         max_tokens: tokens to generate, >= 1; the lab always generates exactly this many (finish reason "length").
         seed: token-text seed; None derives one from the scheduler's seed and ``request_id``.
         arrived_ns: monotonic ns at which the gateway received the request (0 = now, at submit).
-        sampled: it asks for host-side sampling (top-p/top-k, penalties, logprobs): its decode steps pay
-            :attr:`CostModel.sampling_ms`.
+        sampled: the slower sampling paths it asks for (:data:`~latscope.lab.costmodel.SAMPLING_PATHS`): its decode
+            steps pay :attr:`CostModel.sampling_ms` when one of them runs on the host.
         prefix_blocks: the chained names of its prompt's full blocks (:func:`latscope.lab.prefixcache.prompt_blocks`),
             what the prefix cache finds it by; () for none.
     """
@@ -97,7 +97,7 @@ class GenerationRequest:
     max_tokens: int
     seed: int | None = None
     arrived_ns: int = 0
-    sampled: bool = False
+    sampled: frozenset[str] = frozenset()
     prefix_blocks: tuple[int, ...] = ()
 
 
@@ -245,7 +245,7 @@ class Sequence:
         seed: int,
         stats: RequestStats,
         sink: TokenSink | None = None,
-        sampled: bool = False,
+        sampled: frozenset[str] = frozenset(),
         prefix_blocks: tuple[int, ...] = (),
     ) -> None:
         self.request_id = request_id
@@ -553,7 +553,7 @@ class EngineCore:
 
     def _decode_ms(self, batch: list[Sequence]) -> float:
         """The decode part of a step over ``batch``, ms (the host's sampling cost when one of them samples)."""
-        return self.cost.sampled_decode_step_ms(len(batch), any(s.sampled for s in batch))
+        return self.cost.sampled_decode_step_ms(len(batch), frozenset().union(*(s.sampled for s in batch)))
 
     def _plan_priority(self, now_ns: int) -> Step | None:
         # Running sequences get their decode blocks first (preempting if needed), then the chunk budget goes to

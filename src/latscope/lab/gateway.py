@@ -30,6 +30,7 @@ import orjson
 
 from latscope.lab import tokenizer
 from latscope.lab.apis import ApiFields, ErrorStyle, read_messages, read_ollama, read_responses, read_tgi
+from latscope.lab.costmodel import LOGPROBS, NUCLEUS, PENALTIES
 from latscope.lab.errors import ErrorResponse, invalid_request, model_not_found, rate_limit_exceeded, unauthorized
 from latscope.lab.images import DEFAULT_MS_PER_MB, IMAGE_TOKENS, ImageError, decode_image
 from latscope.lab.prefixcache import prompt_blocks
@@ -106,7 +107,7 @@ class CompletionRequest:
     include_usage: bool  #: ``stream_options.include_usage``
     seed: int | None
     body_bytes: int
-    sampled: bool  #: asks for more than greedy or plain-temperature sampling (:func:`host_sampled`)
+    sampled: frozenset[str]  #: the slower sampling paths it asks for (:func:`sampling_paths`), empty for greedy
     parse_ns: int  #: bytes → document
     validate_ns: int  #: document → this object (validation, safety filter on the naive path, tokenisation)
     #: the tool the answer calls (Anthropic ``tool_choice`` ``tool`` / ``any``, OpenAI chat ``tool_choice`` naming a
@@ -125,20 +126,20 @@ class CompletionRequest:
     prefix_blocks: tuple[int, ...] = ()
 
 
-def host_sampled(document: Mapping[str, Any]) -> bool:
-    """The request asks for sampling that engines run outside the fused decode step: nucleus or top-k filtering,
-    presence/frequency/repetition penalties (a pass over every generated token) or logprobs (a softmax and sort over
-    the vocabulary). Greedy decoding and plain temperature stay on the fast path."""
+def sampling_paths(document: Mapping[str, Any]) -> frozenset[str]:
+    """The sampling the request asks for that engines run outside the fused decode step (:data:`SAMPLING_PATHS`):
+    ``nucleus`` (top-p or top-k filtering), ``penalties`` (presence/frequency/repetition: a pass over every generated
+    token), ``logprobs`` (a softmax and sort over the vocabulary). Greedy decoding and plain temperature take none."""
     top_p, top_k = document.get("top_p"), document.get("top_k")
     penalties = (document.get(n) for n in ("presence_penalty", "frequency_penalty"))
     repetition = document.get("repetition_penalty")
-    return bool(
-        (isinstance(top_p, int | float) and 0 < top_p < 1)
-        or (isinstance(top_k, int | float) and top_k > 0)
-        or any(isinstance(v, int | float) and v != 0 for v in penalties)
-        or (isinstance(repetition, int | float) and repetition != 1)
-        or document.get("logprobs") not in (None, False, 0)
-    )
+    asked = {
+        NUCLEUS: (isinstance(top_p, int | float) and 0 < top_p < 1) or (isinstance(top_k, int | float) and top_k > 0),
+        PENALTIES: any(isinstance(v, int | float) and v != 0 for v in penalties)
+        or (isinstance(repetition, int | float) and repetition != 1),
+        LOGPROBS: document.get("logprobs") not in (None, False, 0),
+    }
+    return frozenset(path for path, wanted in asked.items() if wanted)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +297,7 @@ class Gateway:
             "stream": stream,
             "include_usage": include_usage,
             "seed": seed,
-            "sampled": host_sampled(document),
+            "sampled": sampling_paths(document),
             "tool": tool,
             "images": len(images),
             "image_bytes": sum(n for n, _ in images),
@@ -325,7 +326,7 @@ class Gateway:
             "stream": fields.stream,
             "include_usage": True,  # every one of these APIs reports usage at the end of a stream
             "seed": fields.seed,
-            "sampled": host_sampled(settings),
+            "sampled": sampling_paths(settings),
             "tool": fields.tool,
             "thinking_tokens": fields.thinking_tokens,
         }

@@ -12,17 +12,21 @@ a difference the others did, or the pairs' spread leaves it within the noise), :
 :data:`EXTRA_ROUNDS` times (a busy host or a network path spreads the pairs so that six or twelve of them, every one
 showing the cost, can leave it under three standard errors clear). The sampled requests ask
 for every parameter of :data:`SAMPLED` the server accepts: a refusal (4xx) of the whole set falls back to
-:data:`SAMPLED_FALLBACK`; a refusal of that too leaves the check not tested.
+:data:`SAMPLED_FALLBACK`; a refusal of that too leaves the check not tested. When the set is found costly, each group
+of :data:`GROUPS` it holds is priced apart the same way (:data:`GROUP_PAIRS` pairs of greedy against that group alone,
+up to :data:`GROUP_EXTRA_ROUNDS` rounds more while undecided), so the finding names the parameters that cost.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from latscope.checks.failures import describe
 from latscope.checks.samples import RequestSample
-from latscope.checks.sampling import SamplingEvidence, check_decode_host_overhead
+from latscope.checks.sampling import ParameterGroup, SamplingEvidence, check_decode_host_overhead
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
-from latscope.findings import Inconclusive
+from latscope.findings import Finding, Inconclusive
 from latscope.wire import Client
 
 PROMPT_TOKENS = 16
@@ -42,11 +46,22 @@ SAMPLED: dict[str, object] = {
     "top_logprobs": 5,
 }
 SAMPLED_FALLBACK: dict[str, object] = {"temperature": 1.0, "top_p": 0.9, "frequency_penalty": 0.5}
+#: The groups priced apart (names of :data:`latscope.checks.sampling.GROUP_FIXES`) and their parameters; a group's
+#: requests are greedy but for it (top-p needs a temperature to filter anything), so only its path differs.
+GROUPS: dict[str, dict[str, object]] = {
+    "nucleus": {"temperature": 1.0, "top_p": 0.9},
+    "penalties": {"temperature": 0, "presence_penalty": 0.5, "frequency_penalty": 0.5},
+    "logprobs": {"temperature": 0, "logprobs": True, "top_logprobs": 5},
+}
+#: Pairs per group, and rounds of :data:`EXTRA_PAIRS` more at most while its check cannot decide.
+GROUP_PAIRS = 3
+GROUP_EXTRA_ROUNDS = 2
 
 
 def planned_requests(quick: bool) -> int:
     """Requests this experiment sends (about: a refused parameter set is sent once more, reduced)."""
-    return 1 + 2 * (PAIRS_QUICK if quick else PAIRS)  # and 2 * EXTRA_PAIRS per round while the check cannot decide
+    # and 2 * EXTRA_PAIRS per round while the check cannot decide, and each group's pairs once it found a cost
+    return 1 + 2 * (PAIRS_QUICK if quick else PAIRS)
 
 
 async def run(ctx: Context, prior: Prior) -> SamplingEvidence:
@@ -85,13 +100,45 @@ async def run(ctx: Context, prior: Prior) -> SamplingEvidence:
                         refused, parameters = describe(sample), None
                         continue
                 sampled.append(sample)
-    return SamplingEvidence(
-        tokens,
-        greedy=tuple(greedy),
-        sampled=tuple(sampled),
-        parameters=tuple(parameters or ()),
-        refused=refused,
-    )
+        evidence = SamplingEvidence(tokens, tuple(greedy), tuple(sampled), tuple(parameters or ()), refused)
+        if isinstance(check_decode_host_overhead(evidence, None), Finding):
+            groups = [await _price_apart(ctx, client, tokens, name, g) for name, g in _groups(evidence.parameters)]
+            evidence = dataclasses.replace(evidence, groups=tuple(groups))
+    return evidence
+
+
+def _groups(accepted: tuple[str, ...]) -> list[tuple[str, dict[str, object]]]:
+    """The groups of :data:`GROUPS` whose own parameters the accepted set holds (those only, with the group's
+    temperature), when it holds more than one: a set of one group needs no pricing apart."""
+    out = []
+    for name, group in GROUPS.items():
+        own = [k for k in group if k != "temperature" and k in accepted]
+        if own:
+            out.append((name, {k: v for k, v in group.items() if k == "temperature" or k in own}))
+    return out if len(out) > 1 else []
+
+
+async def _price_apart(
+    ctx: Context, client: Client, tokens: int, name: str, parameters: dict[str, object]
+) -> ParameterGroup:
+    """Greedy against ``parameters`` alone, pair by pair as the whole set was, until its check decides."""
+    greedy: list[RequestSample] = []
+    sampled: list[RequestSample] = []
+    names = tuple(k for k in parameters if k != "temperature" or parameters[k] != 0)
+
+    def evidence() -> SamplingEvidence:
+        return SamplingEvidence(tokens, tuple(greedy), tuple(sampled), names)
+
+    for index in range(GROUP_PAIRS + GROUP_EXTRA_ROUNDS * EXTRA_PAIRS):
+        due = index >= GROUP_PAIRS and (index - GROUP_PAIRS) % EXTRA_PAIRS == 0
+        if due and not isinstance(check_decode_host_overhead(evidence(), None), Inconclusive):
+            break
+        seed = ctx.next_seed()
+        for kind in ("greedy", name) if index % 2 == 0 else (name, "greedy"):
+            extra = GREEDY if kind == "greedy" else parameters
+            sample = await _send(ctx, client, tokens, extra, f"{name} apart: {kind} {index + 1}", seed)
+            (greedy if kind == "greedy" else sampled).append(sample)
+    return ParameterGroup(name, evidence())
 
 
 async def _send(

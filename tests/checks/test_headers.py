@@ -25,9 +25,45 @@ def test_bloated_headers_on_a_server_that_pays_per_kb_are_a_finding_costed_at_th
     assert "16.0 KB" in out.rule and "Never truncate" in out.fix
 
 
-def test_small_headers_are_clear_even_on_a_server_that_pays_per_kb() -> None:
+def test_small_headers_are_clear_on_a_sweep_without_browser_sizes() -> None:
     out = check_header_bloat(HeaderEvidence(400, _points(5.0, 11.0, 17.0)), REF)
-    assert isinstance(out, Clear) and "400 bytes" in out.reason
+    assert isinstance(out, Clear) and "400 bytes" in out.reason and "not measured" in out.reason
+
+
+#: The quick sweep's sizes: the control, a browser's 4 and 8 KB, then past the bloat line.
+SWEEP = (0, 4 * KB, 8 * KB, 12 * KB, 24 * KB)
+#: 2 ms per KB of headers, as the issue's server spent: a browser's 4 KB costs it 8 ms.
+TWO_MS_PER_KB = (5.0, 13.0, 21.0, 29.0, 53.0)
+
+
+def _sweep(waits: tuple[float, ...], *, fresh: bool = False, http: str = "HTTP/1.1") -> tuple[HeaderPoint, ...]:
+    kind = " new connection" if fresh else ""
+    return tuple(
+        HeaderPoint(size, ok(f"headers +{size // KB} KB{kind}", wait_ms=w, reused=not fresh, http_version=http))
+        for size, w in zip(SWEEP, waits, strict=True)
+    )
+
+
+def test_a_lean_client_of_a_server_that_pays_per_kb_is_told_what_a_browsers_head_costs() -> None:
+    ev = HeaderEvidence(400, _sweep(TWO_MS_PER_KB), fresh=_sweep(TWO_MS_PER_KB, fresh=True))
+    out = check_header_bloat(ev, REF)
+    assert isinstance(out, Finding) and out.confidence is Confidence.MEDIUM, out
+    assert abs(out.cost_ms - 8.0) < 0.01 and "browser" in out.cost_basis and "400 bytes" in out.cost_basis
+    assert out.evidence["browser_sizes"]["cost_ms_by_kb"] == {"2": 4.0, "4": 8.0, "8": 16.0}
+
+
+def test_over_http2_a_browsers_repeated_headers_are_not_priced_per_request() -> None:
+    ev = HeaderEvidence(400, _sweep(TWO_MS_PER_KB, http="HTTP/2"), fresh=_sweep(TWO_MS_PER_KB, fresh=True, http="HTTP/2"))
+    out = check_header_bloat(ev, REF)
+    assert isinstance(out, Clear) and "HTTP/2" in out.reason and "indexed" in out.reason, out
+
+
+def test_a_browser_size_slope_one_kind_of_connection_alone_shows_is_not_a_cost() -> None:
+    # the reused sweep drifted upwards by 8 ms per size step; the new connections, sent between them, did not
+    flat = (6.0, 6.1, 6.0, 6.2, 6.1)
+    ev = HeaderEvidence(400, _sweep(TWO_MS_PER_KB), fresh=_sweep(flat, fresh=True))
+    out = check_header_bloat(ev, REF)
+    assert isinstance(out, Clear) and "other kind of connection" in out.reason, out
 
 
 def test_bloated_headers_on_a_server_whose_time_does_not_grow_are_clear() -> None:

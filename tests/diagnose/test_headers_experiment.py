@@ -3,14 +3,19 @@ byte, on every request; a refusal of a padded head ends the sweep."""
 
 from __future__ import annotations
 
+from latscope.checks.headers import BROWSER_BYTES
 from latscope.diagnose import diagnose
 from latscope.diagnose.context import REQUEST_TIMEOUTS
-from latscope.diagnose.experiments.headers import PAD_CHUNK_BYTES, header_bytes, padding
+from latscope.diagnose.experiments.headers import PAD_BYTES_QUICK, PAD_CHUNK_BYTES, header_bytes, padding
 from latscope.findings import Clear, Finding
 from latscope.lab.app import Lab
+from latscope.lab.faults import HEADER_SCAN_MS_PER_KB
 from latscope.wire.target import Target
 from tests.diagnose.truth import TEST_COST
 from tests.support.stream_server import Received, Reply, StreamServer, models_handler, paced_stream
+
+#: Requests of a quick sweep: each size on a new connection, then on a reused one.
+SWEEP = 2 * len(PAD_BYTES_QUICK)
 
 #: A long signed-looking token: its exact bytes must arrive, never shortened, never replaced.
 TOKEN = "Bearer eyJhbGciOiJSUzI1NiJ9." + "QmxvYXRlZENsYWltcw" * 600 + ".c2lnbmF0dXJl"
@@ -35,27 +40,28 @@ async def test_the_credentials_on_the_wire_are_exactly_the_callers_on_every_requ
             only="request-header-bloat",
         )
     posts = [r for r in server.requests if r.method == "POST"]
-    sweep = posts[-6:]  # the experiment's, after the baseline's: each size on a new connection, then a reused one
-    assert len(posts) > 6 and result.outcome("request-header-bloat") is not None
+    sweep = posts[-SWEEP:]  # the experiment's, after the baseline's: each size on a new connection, then a reused one
+    assert len(posts) > SWEEP and result.outcome("request-header-bloat") is not None
     for request in posts:
         assert [v for k, v in request.headers if k == "authorization"] == [TOKEN]
         assert [v for k, v in request.headers if k == "cookie"] == [COOKIE]
     padded = [sum(len(v) for k, v in r.headers if k.startswith("x-latscope-pad-")) for r in sweep]
-    assert padded[0] == padded[1] == 0 and padded[1] < padded[2] == padded[3] < padded[4] == padded[5]
+    assert padded[0] == padded[1] == 0
+    assert all(padded[i] == padded[i + 1] < padded[i + 2] for i in range(0, SWEEP - 2, 2)), padded
 
 
 async def test_each_size_goes_on_a_new_connection_and_then_on_a_reused_one() -> None:
     async with StreamServer(models_handler(paced_stream(2))) as server:
         result = await diagnose(server.base_url, quick=True, only="request-header-bloat")
-    sweep = [r for r in server.requests if r.method == "POST"][-6:]
+    sweep = [r for r in server.requests if r.method == "POST"][-SWEEP:]
     fresh, reused = sweep[0::2], sweep[1::2]
-    earlier = {r.connection_index for r in server.requests[: len(server.requests) - 6]}
+    earlier = {r.connection_index for r in server.requests[: len(server.requests) - SWEEP]}
     fresh_connections = [r.connection_index for r in fresh]
-    assert len(set(fresh_connections)) == 3 and not set(fresh_connections) & earlier  # each a connection of its own
+    assert len(set(fresh_connections)) == SWEEP // 2 and not set(fresh_connections) & earlier  # each its own
     assert all(r.connection_index in fresh_connections[: i + 1] for i, r in enumerate(reused))  # one already open
     outcome = result.outcome("request-header-bloat")
     assert isinstance(outcome, Clear) and outcome.evidence["priced_on"] == "reused connections"
-    assert set(outcome.evidence["new_connections"]["wait_ms_by_pad_kb"]) == {"0", "12", "24"}
+    assert set(outcome.evidence["new_connections"]["wait_ms_by_pad_kb"]) == {f"{b // 1024}" for b in PAD_BYTES_QUICK}
 
 
 async def test_a_server_that_closes_every_connection_is_priced_on_new_connections() -> None:
@@ -78,7 +84,7 @@ async def test_a_server_that_refuses_big_heads_ends_the_sweep_with_the_size() ->
     assert isinstance(outcome, Clear) and outcome.evidence["refused_at_pad_bytes"] == 24 * 1024
 
 
-async def test_the_header_scan_fault_is_found_for_a_bloated_client_and_not_for_a_lean_one() -> None:
+async def test_the_header_scan_fault_is_priced_at_a_bloated_clients_size_and_at_a_browsers_for_a_lean_one() -> None:
     async with Lab(profile="tuned", faults=["header-scan"], cost=TEST_COST) as lab:
         bloated = await diagnose(
             Target.resolve(lab.url, headers=[("Authorization", TOKEN)], timeouts=REQUEST_TIMEOUTS),
@@ -89,4 +95,17 @@ async def test_the_header_scan_fault_is_found_for_a_bloated_client_and_not_for_a
     finding = bloated.outcome("request-header-bloat")
     assert isinstance(finding, Finding), finding
     assert 0.35 <= finding.evidence["ms_per_kb"] <= 0.75  # the fault's 0.5 ms per KB, through a busy host
-    assert isinstance(lean.outcome("request-header-bloat"), Clear)
+    # latscope's own headers are a few hundred bytes: priced at a browser's 4 KB of cookies and token instead
+    browser = lean.outcome("request-header-bloat")
+    assert isinstance(browser, Finding) and browser.confidence.value == "medium", browser
+    truth = HEADER_SCAN_MS_PER_KB * BROWSER_BYTES / 1024
+    assert abs(browser.cost_ms - truth) <= 0.25 * truth, (browser.cost_ms, truth, browser.evidence)
+    assert "browser" in browser.cost_basis
+
+
+async def test_a_lean_client_of_a_server_that_spends_nothing_per_byte_is_clear_at_browser_sizes() -> None:
+    async with Lab(profile="tuned", cost=TEST_COST) as lab:
+        result = await diagnose(lab.url, quick=True, only="request-header-bloat")
+    outcome = result.outcome("request-header-bloat")
+    assert isinstance(outcome, Clear), outcome
+    assert outcome.evidence["browser_sizes"]["cost_ms_by_kb"]["4"] < 1.0, outcome.evidence

@@ -194,6 +194,11 @@ async def test_what_diagnose_names_on_default_vllm_vllms_own_spans_confirm(vllm:
         assert len(greedy) >= 3 and len(sampled) >= 3, result.server_spans
         vllm_added = _median(sampled) - _median(greedy)
         assert vllm_added > 0.5 * decode.evidence["added_ms_per_token"], (vllm_added, decode.evidence)
+        # each group named costly apart, by vLLM's own decode time for that group's streams against their greedy pairs
+        for name, group in decode.evidence.get("by_parameter", {}).items():
+            if group["verdict"] == "costs":
+                g, s = _span_tpots(result.timelines, f"{name} apart: ")
+                assert _median(s) - _median(g) > 0.5 * group["added_ms_per_token"], (name, g, s, group)
     # Whether each is named at all is the accuracy benchmark's question, not this test's: in three runs here
     # prefill-superlinear was named twice (inconclusive once) and decode-host-overhead twice (clear once, while
     # vLLM's own decode was 1.0 ms per token slower sampled)
@@ -212,12 +217,16 @@ def _span_prefill_per_token(timelines: list[Timeline]) -> dict[int, float]:
     return out
 
 
-def _span_tpots(timelines: list[Timeline]) -> tuple[list[float], list[float]]:
-    """vLLM's own decode time per token (ms) of the greedy and the sampled streams."""
+def _span_tpots(timelines: list[Timeline], group: str = "") -> tuple[list[float], list[float]]:
+    """vLLM's own decode time per token (ms) of the greedy and the sampled streams (of one parameter group priced
+    apart: ``group`` is its labels' prefix)."""
     greedy: list[float] = []
     sampled: list[float] = []
     for t in timelines:
         label = t.label or ""
+        if not label.startswith(group):
+            continue
+        label = label.removeprefix(group)
         spans = {m.name: m.ms for m in t.server if m.source.startswith("span:")}
         tokens = t.usage.completion_tokens if t.usage is not None else None
         if ServerPhase.DECODE not in spans or not tokens or tokens < 2:
@@ -225,7 +234,7 @@ def _span_tpots(timelines: list[Timeline]) -> tuple[list[float], list[float]]:
         tpot = spans[ServerPhase.DECODE] / (tokens - 1)
         if label.startswith("greedy"):
             greedy.append(tpot)
-        elif label.startswith("sampled"):
+        elif label.startswith("sampled") or (group and label.startswith(group.split(" ")[0])):
             sampled.append(tpot)
     return greedy, sampled
 

@@ -25,6 +25,17 @@ time that grows with header size (the largest padding adds at least :data:`MIN_G
 time along a steady line — :data:`MIN_FIT_R2` over three sizes or more, so one slow request is not a trend — and
 the client's headers cost at least :data:`MIN_COST_MS`), both on the line that prices them. The fix is smaller
 credentials (reference tokens) and fewer cookies — never truncating a signed token, which breaks authentication.
+
+A lean client (latscope's own headers are a few hundred bytes) is not every client: a browser's cookies plus a JWT
+weigh 2–8 KB. For such a client the check prices the server's time per KB at those sizes instead, on a line through
+the sweep's sizes up to :data:`BROWSER_MAX_BYTES` only (all inside TCP's initial window, so a round trip a larger
+head waits for at a distance is not in it), at :data:`BROWSER_BYTES`; the line must be steady, its growth at least
+:data:`MIN_GROWTH_SHARE` of the control's server time (its wait less one round trip), the other kind of connection
+must show at least half the slope (below the initial window both pay the same per byte, so one sweep's drift is not
+taken for a cost), and the cost at least :data:`MIN_COST_MS`. The finding is then about the server's clients, not this
+one: medium confidence, priced for a browser-sized head. Only over HTTP/1.1: HTTP/2 and HTTP/3 index headers that
+repeat on a connection (HPACK, RFC 7541; QPACK, RFC 9204), so a browser's cookies and token are sent and decoded
+once per connection, not per request.
 """
 
 from __future__ import annotations
@@ -52,6 +63,15 @@ MIN_COST_MS = 1.0
 MIN_FIT_R2 = 0.8
 #: A fit this good over three or more sizes is a steady per-byte cost (high confidence).
 GOOD_FIT_R2 = 0.9
+
+#: A browser's request headers (cookies plus a JWT): 2–8 KB. A lean client's finding is priced at this size …
+BROWSER_BYTES = 4 * 1024
+#: … on the sweep's sizes up to this one (inside TCP's initial window, RFC 6928: about 14 KB) …
+BROWSER_MAX_BYTES = 8 * 1024
+#: … and the evidence gives the cost at these sizes too, bytes.
+BROWSER_SIZES = (2 * 1024, 4 * 1024, 8 * 1024)
+#: The other kind of connection must show at least this share of the priced line's slope at browser sizes.
+AGREE_SHARE = 0.5
 
 KB = 1024.0
 
@@ -112,6 +132,90 @@ def _line(waits: list[tuple[float, float]] | None, fit: LineFit | None) -> dict[
     }
 
 
+def _browser_said(evidence: dict[str, Any]) -> str:
+    """What the browser-size line said, for a clear."""
+    line = evidence.get("browser_sizes")
+    if not line:
+        return f"was not measured (fewer than three sizes up to {BROWSER_MAX_BYTES // 1024} KB completed)"
+    if "cost_ms_by_kb" not in line:
+        return f"was {line['not_a_cost']}"
+    cost = line["cost_ms_by_kb"][f"{BROWSER_BYTES // 1024}"]
+    return f"would cost a {BROWSER_BYTES // 1024} KB head {cost:.2f} ms ({line['not_a_cost']})"
+
+
+def _small(points: Sequence[HeaderPoint]) -> Sequence[HeaderPoint]:
+    return [p for p in points if p.pad_bytes <= BROWSER_MAX_BYTES]
+
+
+def _browser_sized(
+    ev: HeaderEvidence, reference: Reference | None, on_fresh: bool, kind: str, evidence: dict[str, Any]
+) -> Outcome | None:
+    """The finding for a lean client when the server's time per KB at browser sizes costs a browser-sized head at
+    least :data:`MIN_COST_MS` (module docstring), else None (and the small line in ``evidence``)."""
+    priced, other = (ev.fresh, ev.points) if on_fresh else (ev.points, ev.fresh)
+    versions = {(p.sample.http_version or "").removeprefix("HTTP/") for p in priced}
+    multiplexed = sorted(v for v in versions if v and not v.startswith("1"))
+    if multiplexed:
+        # a browser's cookies and token repeat on every request: HPACK (RFC 7541) and QPACK (RFC 9204) keep such
+        # headers in the connection's dynamic table and send an index after the first, so their size is not what
+        # each request pays (the padding, one new header per size, is decoded anew every time)
+        evidence["browser_sizes"] = {
+            "not_a_cost": f"not priced over HTTP/{multiplexed[0]}: repeated headers are indexed after the first request"
+        }
+        return None
+    waits = _waits(_small(priced))
+    fit = _fit(waits)
+    if waits is None or fit is None or fit.n < 3:
+        return None
+    other_fit = _fit(_waits(_small(other)))
+    evidence["browser_sizes"] = {
+        **(_line(waits, fit) or {}),
+        "cost_ms_by_kb": {f"{b // 1024}": round(max(0.0, fit.slope) * b / KB, 3) for b in BROWSER_SIZES},
+    }
+    rtt = priced[0].sample.rtt_ms or 0.0
+    control_server_ms = max(1.0, waits[0][1] - rtt)
+    top_kb, top_ms = waits[-1]
+    cost = fit.slope * BROWSER_BYTES / KB
+    why_not = [
+        why
+        for failed, why in (
+            (fit.r2 < MIN_FIT_R2, f"not a steady line: r² {fit.r2:.2f}"),
+            (
+                top_ms - waits[0][1] < MIN_GROWTH_SHARE * control_server_ms,
+                f"{top_kb:g} KB added under {MIN_GROWTH_SHARE:.0%} of the {control_server_ms:.1f} ms server time",
+            ),
+            (cost < MIN_COST_MS, f"under {MIN_COST_MS} ms"),
+            (
+                other_fit is not None and other_fit.slope < AGREE_SHARE * fit.slope,
+                "the other kind of connection did not show it",
+            ),
+        )
+        if failed
+    ]
+    if why_not:
+        evidence["browser_sizes"]["not_a_cost"] = "; ".join(why_not)
+        return None
+    beside = f", {other_fit.slope:.3f} on the other kind" if other_fit is not None else ""
+    return costed_finding(
+        HEADER_ID,
+        cost,
+        reference,
+        cost_basis=(
+            f"ms per request for a browser's {BROWSER_BYTES // 1024} KB of cookies and token (time per KB up to "
+            f"{BROWSER_MAX_BYTES // 1024} KB on {kind} × that size); this client's own headers are "
+            f"{ev.own_header_bytes} bytes"
+        ),
+        evidence=evidence,
+        rule=(
+            f"the server answers {fit.slope:.3f} ms later per KB of headers at browser sizes on {kind} "
+            f"({waits[0][1]:.1f} ms without padding, {top_ms:.1f} ms with {top_kb:g} KB, r² {fit.r2:.2f}{beside}): "
+            f"a client sending 2–8 KB of headers pays {max(0.0, fit.slope) * 2:.1f}–{max(0.0, fit.slope) * 8:.1f} ms "
+            "per request"
+        ),
+        confidence=Confidence.MEDIUM,
+    )
+
+
 def kept_alive(points: Sequence[HeaderPoint]) -> bool:
     """The server kept the connection open across the reused sweep: at most half of its completed requests went on
     a new connection after all (to replace a connection the server had closed; unknown counts as reused)."""
@@ -151,6 +255,10 @@ def check_header_bloat(ev: HeaderEvidence, reference: Reference | None) -> Outco
         "refused_at_pad_bytes": ev.refused_at_bytes,
     }
     beside = f"; {other.slope:.3f} ms per KB on {other_kind}" if other is not None else ""
+    if ev.own_header_bytes <= BLOATED_BYTES:
+        browser = _browser_sized(ev, reference, on_fresh, kind, evidence)
+        if browser is not None:
+            return browser
     growth = largest_ms - control_ms
     steady = fit.n < 3 or fit.r2 >= MIN_FIT_R2
     if growth < MIN_GROWTH_SHARE * control_ms or fit.slope <= 0.0 or not steady:
@@ -164,7 +272,8 @@ def check_header_bloat(ev: HeaderEvidence, reference: Reference | None) -> Outco
         return Clear(
             HEADER_ID,
             f"the first byte comes {fit.slope:.3f} ms later per KB of headers on {kind}{beside}, but this client's "
-            f"own headers are {ev.own_header_bytes} bytes (bloated above {BLOATED_BYTES // 1024} KB){refused}",
+            f"own headers are {ev.own_header_bytes} bytes (bloated above {BLOATED_BYTES // 1024} KB), and at browser "
+            f"sizes it {_browser_said(evidence)}{refused}",
             evidence,
         )
     if cost < MIN_COST_MS:

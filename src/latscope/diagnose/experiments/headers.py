@@ -26,11 +26,12 @@ from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 
 PROMPT_TOKENS = 16
-#: Padding sizes, bytes: the control, then past the 8 KB where headers count as bloated, then past 16 KB (the
-#: default head limit of h11 and uvicorn) …
-PAD_BYTES = (0, 12 * 1024, 24 * 1024, 48 * 1024)
+#: Padding sizes, bytes: the control, a browser's 4 and 8 KB (cookies plus a JWT: what a lean client's finding is
+#: priced at), then past the 8 KB where headers count as bloated, then past 16 KB (the default head limit of h11 and
+#: uvicorn) …
+PAD_BYTES = (0, 4 * 1024, 8 * 1024, 12 * 1024, 24 * 1024, 48 * 1024)
 #: … and the quick run's subset.
-PAD_BYTES_QUICK = (0, 12 * 1024, 24 * 1024)
+PAD_BYTES_QUICK = (0, 4 * 1024, 8 * 1024, 12 * 1024, 24 * 1024)
 #: Largest single padding header, bytes (value and name).
 PAD_CHUNK_BYTES = 4 * 1024
 PAD_NAME = "X-Latscope-Pad"

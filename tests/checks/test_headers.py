@@ -53,7 +53,9 @@ def test_a_lean_client_of_a_server_that_pays_per_kb_is_told_what_a_browsers_head
 
 
 def test_over_http2_a_browsers_repeated_headers_are_not_priced_per_request() -> None:
-    ev = HeaderEvidence(400, _sweep(TWO_MS_PER_KB, http="HTTP/2"), fresh=_sweep(TWO_MS_PER_KB, fresh=True, http="HTTP/2"))
+    ev = HeaderEvidence(
+        400, _sweep(TWO_MS_PER_KB, http="HTTP/2"), fresh=_sweep(TWO_MS_PER_KB, fresh=True, http="HTTP/2")
+    )
     out = check_header_bloat(ev, REF)
     assert isinstance(out, Clear) and "HTTP/2" in out.reason and "indexed" in out.reason, out
 

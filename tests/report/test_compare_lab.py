@@ -40,7 +40,7 @@ def _bench(profile: str, out: Path) -> Path:
                 workload=Workload.single(LengthDist.fixed(1000), LengthDist.fixed(8)),
                 requests=30,
                 warmup_requests=2,
-                    server_metrics=False,
+                server_metrics=False,
             )
             await bench_async(config, out)
 

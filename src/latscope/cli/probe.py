@@ -51,7 +51,10 @@ BROWSER_REQUESTS = 2 * BROWSER_CONNECTIONS_PER_HOST
 #: the probe's limit on every phase of a request, s (``--timeout``): a slow model's first token may take minutes
 PROBE_TIMEOUT_S = 120.0
 PROBE_TIMEOUTS = Timeouts(
-    connect_s=PROBE_TIMEOUT_S, tls_s=PROBE_TIMEOUT_S, send_s=PROBE_TIMEOUT_S, headers_s=PROBE_TIMEOUT_S,
+    connect_s=PROBE_TIMEOUT_S,
+    tls_s=PROBE_TIMEOUT_S,
+    send_s=PROBE_TIMEOUT_S,
+    headers_s=PROBE_TIMEOUT_S,
     read_s=PROBE_TIMEOUT_S,
 )
 

@@ -68,11 +68,34 @@ def test_requests_held_alike_by_one_stall_are_not_a_queue() -> None:
     assert outcome.evidence["stair_share"] < 0.3
 
 
-def test_a_server_that_reports_no_queue_time_is_not_tested() -> None:
+def _bare(ttft_ms: float, service_ms: float = 20.0) -> RequestSample:
+    """A request to a server that reports no phases at all, 40 ms away: its end ``service_ms`` after a round trip."""
+    return ok("r", status=200, ttft_after_setup_ms=ttft_ms, e2e_after_setup_ms=RTT_MS + service_ms, rtt_ms=RTT_MS)
+
+
+def test_a_limiter_in_front_of_a_server_without_queue_times_is_named_by_its_pace() -> None:
+    # a limiter at 10/s letting two through at once: the rest come 100 ms apart, five lone service times
+    low = tuple(_bare(45.0 + jitter) for jitter in (0.0, 0.6, -0.4, 0.3))
+    high = tuple(_bare(45.0 + wait) for wait in (0.0, 0.0, 100.0, 200.0, 300.0, 400.0))
+    outcome = check_gateway_queueing(_ev(low, high), REF)
+    assert isinstance(outcome, Finding) and outcome.confidence.value == "medium", outcome
+    assert outcome.evidence["told_by"].startswith("pace") and outcome.evidence["pace_ms"] == pytest.approx(100.0)
+    assert outcome.cost_ms == pytest.approx(1000.0 / 6 - 0.15, abs=0.5)
+
+
+def test_a_burst_served_one_after_another_by_the_engine_is_clear_by_its_pace() -> None:
+    # one slot: each request's first token a lone request's whole service time (20 ms) after the one before
+    low = tuple(_bare(45.0 + jitter) for jitter in (0.0, 0.6, -0.4, 0.3))
+    high = tuple(_bare(45.0 + 21.0 * k) for k in range(6))
+    outcome = check_gateway_queueing(_ev(low, high), REF)
+    assert isinstance(outcome, Clear) and "one after another by the engine" in outcome.reason, outcome
+
+
+def test_a_server_without_queue_times_or_a_measured_service_time_is_not_tested() -> None:
     low = tuple(_req(45.0, queue_ms=None) for _ in range(4))
     high = tuple(_req(45.0 + wait, queue_ms=None) for wait in (0.0, 0.0, 100.0, 200.0, 300.0, 400.0))
     outcome = check_gateway_queueing(_ev(low, high), REF)
-    assert isinstance(outcome, NotTested) and "no queue time" in outcome.reason
+    assert isinstance(outcome, NotTested) and "no queue time" in outcome.reason, outcome
 
 
 def test_refusals_leave_it_to_rate_limited() -> None:

@@ -72,7 +72,6 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
         "http2-not-negotiated",
         "prefill-superlinear",
         "kv-cache-pressure",
-        "gateway-queueing",  # it reports no queue time: a gateway's wait cannot be told from its slot's
         "gateway-overhead",  # no --direct upstream to compare with
         # a text-only model: the image's base64 is read as prompt text, far past the context (an empty stream)
         "multimodal-preprocessing",

@@ -11,12 +11,19 @@ between a control at a low rate and a burst; the path's round trip and the clien
 needs that unaccounted time to grow in the burst, for several requests, well beyond the control's spread, in steps
 (each waiter longer than the one before, as a line goes; a stall holds its requests alike), while the
 server's reported queue time does not grow with it; and no refusal (a limiter that refuses is ``rate-limited``).
-Without a server-reported queue time, a gateway's queue cannot be told from the engine's: not tested.
+Without a server-reported queue time, the line's pace tells them apart (:func:`check_gateway_queueing` by pace): an
+engine's queue lets the next request in when one finishes, so a burst's first tokens come about one request's whole
+service time apart (a lone request's end after setup, less the round trip) or closer, batched; a limiter in queue
+mode releases them at its rate whatever their work — a burst of two-token requests an engine clears in milliseconds
+comes out 1/rate apart. A finding by pace needs at least :data:`MIN_WAITERS` steps between successive first tokens of
+the burst each over :data:`PACE_SERVICE_RATIO` service times (and :data:`GROWTH_FLOOR_MS`); its cost, the burst's
+mean wait over the control, may include some engine queueing (medium confidence).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from latscope.checks import failures
@@ -64,6 +71,10 @@ MIN_STAIR_SHARE = 0.3
 MAX_ENGINE_SHARE = 0.25
 #: Requests of each phase that must have measured values.
 MIN_MEASURED = 3
+#: Without a server-reported queue time, a step between successive first tokens of the burst is a release at a
+#: limiter's pace when it exceeds this many of a lone request's whole service times: an engine serving one request
+#: at a time steps by about one (llama-cpp-python: 1.0–1.3), a batching engine by less.
+PACE_SERVICE_RATIO = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,11 +134,7 @@ def check_gateway_queueing(ev: GatewayQueueEvidence, reference: Reference | None
     low, high = _values(ev.low, unaccounted_ms), _values(ev.high, unaccounted_ms)
     if len(low) < MIN_MEASURED or len(high) < MIN_MEASURED:
         if not any(engine_wait_ms(s) is not None for s in samples):
-            return NotTested(
-                GATEWAY_QUEUEING_ID,
-                "the server reports no queue time (Server-Timing queue or the like): a wait in front of the server "
-                "cannot be told from one in its engine's queue",
-            )
+            return _by_pace(ev, reference)
         reason = failures.summarise(samples) or "too few requests completed"
         return NotTested(GATEWAY_QUEUEING_ID, f"the rate step could not measure: {reason}")
     control = median(low) or 0.0
@@ -191,4 +198,88 @@ def check_gateway_queueing(ev: GatewayQueueEvidence, reference: Reference | None
             f"grew {engine_growth:.1f} ms and nothing was refused: a queue in front of the server"
         ),
         confidence=Confidence.HIGH if len(waited) >= MIN_WAITERS + 1 else Confidence.MEDIUM,
+    )
+
+
+def _ttft(sample: RequestSample) -> float | None:
+    return sample.ttft_after_setup_ms if sample.ok else None
+
+
+def _service_ms(sample: RequestSample) -> float | None:
+    """A lone request's whole time in the server: its end after setup less one round trip (ms)."""
+    if not sample.ok or sample.e2e_after_setup_ms is None:
+        return None
+    return max(0.0, sample.e2e_after_setup_ms - (sample.rtt_ms or 0.0))
+
+
+def _by_pace(ev: GatewayQueueEvidence, reference: Reference | None) -> Outcome:
+    """The check for a server that reports no queue time: the burst's line told by its pace (module docstring)."""
+    low, high = _values(ev.low, _ttft), sorted(_values(ev.high, _ttft))
+    services = _values(ev.low, _service_ms)
+    if len(low) < MIN_MEASURED or len(high) < MIN_MEASURED or not services:
+        reason = failures.summarise(ev.low + ev.high) or "no lone request's time in the server was measured"
+        return NotTested(
+            GATEWAY_QUEUEING_ID,
+            f"the server reports no queue time, and the rate step could not measure the line's pace: {reason}",
+        )
+    control = median(low) or 0.0
+    service = median(services) or 0.0
+    spread = max(low) - min(low)
+    threshold = max(GROWTH_SPREADS * spread, GROWTH_SHARE * control, GROWTH_FLOOR_MS)
+    waited = [v for v in high if v - control > threshold]
+    steps = [b - a for a, b in pairwise(high)]
+    step_floor = max(PACE_SERVICE_RATIO * service, GROWTH_FLOOR_MS)
+    paced = [d for d in steps if d >= step_floor]
+    growth = sum(high) / len(high) - control
+    evidence: dict[str, Any] = {
+        "told_by": "pace (the server reports no queue time)",
+        "low_interval_ms": ev.low_interval_ms,
+        "low_ttft_ms": [_round(v) for v in low],
+        "burst_ttft_ms": [_round(v) for v in high],
+        "control_ms": _round(control),
+        "service_ms": _round(service),
+        "threshold_ms": _round(threshold),
+        "waited": len(waited),
+        "steps_ms": [_round(d) for d in steps],
+        "paced_steps": len(paced),
+        "step_floor_ms": _round(step_floor),
+        "burst_wait_growth_ms": _round(growth),
+        "high_request_ids": list(ev.high_request_ids),
+    }
+    if len(waited) < MIN_WAITERS:
+        return Clear(
+            GATEWAY_QUEUEING_ID,
+            f"{len(ev.high)} requests at once came no later to their first token than {len(ev.low)} sent "
+            f"{ev.low_interval_ms:.0f} ms apart ({len(waited)} beyond {threshold:.1f} ms; the server reports no queue "
+            "time, so the line was read by its pace)",
+            evidence,
+        )
+    if len(paced) < MIN_WAITERS:
+        return Clear(
+            GATEWAY_QUEUEING_ID,
+            f"{len(waited)} requests of the burst waited, but their first tokens came at most "
+            f"{max(steps, default=0.0):.1f} ms apart, within {PACE_SERVICE_RATIO:g}× a lone request's "
+            f"{service:.1f} ms in the server: served one after another by the engine (capacity-saturation's queue), "
+            "not released at a gateway's pace",
+            evidence,
+        )
+    pace = median(paced) or 0.0
+    evidence["pace_ms"] = _round(pace)
+    return costed_finding(
+        GATEWAY_QUEUEING_ID,
+        growth,
+        reference,
+        cost_basis=(
+            f"mean ms per request of a burst of {len(ev.high)} to its first token beyond the same requests sent "
+            f"{ev.low_interval_ms:.0f} ms apart ({control:.1f} ms); the server reports no queue time, so any wait in "
+            "its engine's queue is in it too"
+        ),
+        evidence=evidence,
+        rule=(
+            f"{len(paced)} of the burst's {len(steps)} steps between first tokens were {pace:.0f} ms (median), over "
+            f"{PACE_SERVICE_RATIO:g}× the {service:.1f} ms a lone request spends in the server: released at a fixed "
+            f"pace of about {1000.0 / pace:.1f} requests/s whatever their work, as a limiter's queue does, and "
+            "nothing was refused"
+        ),
+        confidence=Confidence.MEDIUM,
     )

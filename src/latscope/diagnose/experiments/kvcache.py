@@ -8,11 +8,14 @@ one at a time, in the same run. The target's metrics are scraped during the burs
 for its preemption counter and KV-usage gauge. A prompt the server refuses for its length is halved (a context
 shorter than the experiment's) down to :data:`MIN_PROMPT_TOKENS`.
 
-The burst is bounded in time. Before it, two of the streams go at once: an engine that batches decodes them together
-(the pair takes about one stream's time), and its burst is budgeted as :data:`BATCH_SLOWDOWN` streams' time; a server
-that serves one stream at a time (the pair takes two) is budgeted as :data:`CONCURRENCY` streams one after another.
-A target whose burst would outlast :data:`BURST_BUDGET_S` that way is not sent it. At a GPU's 10-30 ms per token one
-stream takes seconds: budgeting every target as serial would skip the very engines the experiment is for.
+The burst is bounded in time. Before it, two of the streams go at once, the target's metrics scraped meanwhile. An
+engine that batches decodes them together (the pair takes about one stream's time, or the server's running-requests
+gauge shows both: a CPU engine's batched step grows with the batch), and its burst is budgeted as
+:data:`BATCH_SLOWDOWN` streams' time; a server that serves one stream at a time (the pair takes two) is budgeted as
+its streams one after another, and sent as many as fit in :data:`BURST_BUDGET_S` (:data:`CONCURRENCY` at most, at
+least :data:`MIN_BURST`, else none). At a GPU's 10-30 ms per token one stream takes seconds: budgeting every target
+as serial would skip the very engines the experiment is for. A target that preempted during the pair already (a
+cache too small for two streams) has shown the pressure: the pair is the burst.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
 from latscope.diagnose.metrics import scraping
-from latscope.signals import NotAvailable
+from latscope.signals import MetricsWindow, NotAvailable
 
 PROMPT_TOKENS = 768
 MIN_PROMPT_TOKENS = 96
@@ -42,6 +45,8 @@ BURST_BUDGET_S = 12.0
 TOGETHER_FACTOR = 1.5
 #: What a batching engine's burst takes, in streams alone: each decode step grows with the batch.
 BATCH_SLOWDOWN = 3.0
+#: The fewest streams a burst cut to the budget may have: more than the pair, which did not preempt.
+MIN_BURST = 3
 
 
 def planned_requests(quick: bool) -> int:
@@ -66,9 +71,22 @@ async def run(ctx: Context, prior: Prior) -> KvEvidence:
     if not any(s.ok for s in alone):
         return KvEvidence(tokens, length, CONCURRENCY, alone=tuple(alone))
     e2e_ms = min(s.e2e_after_setup_ms for s in alone if s.ok and s.e2e_after_setup_ms is not None)
-    together = await _pair_together(ctx, tokens, length, e2e_ms)
-    streams = BATCH_SLOWDOWN if together else CONCURRENCY
-    if streams * e2e_ms / 1000.0 > BURST_BUDGET_S:
+    together, pair, pair_window = await _pair_together(ctx, tokens, length, e2e_ms)
+    pair_stats = None if isinstance(pair_window, NotAvailable) else pair_window.stats
+    if pair_stats is not None and pair_stats.preemptions:
+        return KvEvidence(
+            tokens,
+            length,
+            len(pair),
+            tuple(alone),
+            tuple(pair),
+            preemptions=pair_stats.preemptions,
+            kv_usage_max=None if pair_stats.kv_usage is None else pair_stats.kv_usage.max,
+            metrics=f"{pair_stats.family} metrics at {pair_window.url} (two streams at once preempted already)",
+        )
+    concurrency = CONCURRENCY if together else min(CONCURRENCY, int(BURST_BUDGET_S * 1000.0 // e2e_ms))
+    streams = BATCH_SLOWDOWN if together else concurrency
+    if streams * e2e_ms / 1000.0 > BURST_BUDGET_S or concurrency < MIN_BURST:
         how = "it batched two streams" if together else "it served two streams one after the other"
         return KvEvidence(
             tokens,
@@ -77,26 +95,27 @@ async def run(ctx: Context, prior: Prior) -> KvEvidence:
             alone=tuple(alone),
             skipped=(
                 f"one stream of {tokens} + {length} tokens takes {e2e_ms / 1000.0:.1f} s here and {how}: "
-                f"{CONCURRENCY} of them could take {streams * e2e_ms / 1000.0:.0f} s, over the experiment's "
+                f"{CONCURRENCY if together else MIN_BURST} of them could take "
+                f"{(streams if together else MIN_BURST) * e2e_ms / 1000.0:.1f} s, over the experiment's "
                 f"{BURST_BUDGET_S:g} s"
             ),
         )
-    async with scraping(ctx) as scrape, ctx.client(quickack=True, max_connections_per_origin=CONCURRENCY) as client:
+    async with scraping(ctx) as scrape, ctx.client(quickack=True, max_connections_per_origin=concurrency) as client:
         burst = await asyncio.gather(
             *(
-                ctx.send(client, ctx.spec(tokens, length), label=f"long stream {n + 1}/{CONCURRENCY} at once")
-                for n in range(CONCURRENCY)
+                ctx.send(client, ctx.spec(tokens, length), label=f"long stream {n + 1}/{concurrency} at once")
+                for n in range(concurrency)
             )
         )
     window = scrape.result
     if isinstance(window, NotAvailable) or window.stats is None:
         why = window.why if isinstance(window, NotAvailable) else f"metrics at {window.url} of no known server family"
-        return KvEvidence(tokens, length, CONCURRENCY, tuple(alone), tuple(burst), metrics=f"no metrics: {why}")
+        return KvEvidence(tokens, length, concurrency, tuple(alone), tuple(burst), metrics=f"no metrics: {why}")
     stats = window.stats
     return KvEvidence(
         tokens,
         length,
-        CONCURRENCY,
+        concurrency,
         tuple(alone),
         tuple(burst),
         preemptions=stats.preemptions,
@@ -105,17 +124,26 @@ async def run(ctx: Context, prior: Prior) -> KvEvidence:
     )
 
 
-async def _pair_together(ctx: Context, tokens: int, length: int, alone_ms: float) -> bool:
-    """Send two of the streams at once: True when the slower took at most :data:`TOGETHER_FACTOR` × ``alone_ms``
-    (the target decodes them together), False when not, or when either failed."""
-    async with ctx.client(quickack=True, max_connections_per_origin=2) as client:
+async def _pair_together(
+    ctx: Context, tokens: int, length: int, alone_ms: float
+) -> tuple[bool, list[RequestSample], MetricsWindow | NotAvailable]:
+    """Send two of the streams at once, the target's metrics scraped meanwhile: whether it decoded them together
+    (the slower took at most :data:`TOGETHER_FACTOR` × ``alone_ms``, or its running-requests gauge reached two;
+    False when either failed), the pair, and what the metrics said."""
+    async with scraping(ctx) as scrape, ctx.client(quickack=True, max_connections_per_origin=2) as client:
         pair = await asyncio.gather(
             *(ctx.send(client, ctx.spec(tokens, length), label=f"long stream pair {n + 1}/2") for n in range(2))
         )
     times = [s.e2e_after_setup_ms for s in pair if s.ok]
-    if len(times) < 2 or any(t is None for t in times):
-        return False
-    return max(t for t in times if t is not None) <= TOGETHER_FACTOR * alone_ms
+    together = len(times) == 2 and all(t is not None for t in times)
+    together = together and max(t for t in times if t is not None) <= TOGETHER_FACTOR * alone_ms
+    window = scrape.result
+    stats = None if isinstance(window, NotAvailable) else window.stats
+    # the server's own gauge, where it has one: a CPU engine's batched step grows with the batch, so two streams
+    # decoded together can take as long as two in a row (vLLM on two cores)
+    running = None if stats is None else stats.running
+    together = together or (running is not None and running.max >= 2)
+    return together, list(pair), window
 
 
 EXPERIMENT = Experiment(

@@ -137,11 +137,8 @@ def check_gateway_queueing(ev: GatewayQueueEvidence, reference: Reference | None
             return _by_pace(ev, reference)
         reason = failures.summarise(samples) or "too few requests completed"
         return NotTested(GATEWAY_QUEUEING_ID, f"the rate step could not measure: {reason}")
-    control = median(low) or 0.0
-    spread = max(low) - min(low)
-    low_ttft = median(_values(ev.low, lambda s: s.ttft_after_setup_ms if s.ok else None)) or 0.0
-    threshold = max(GROWTH_SPREADS * spread, GROWTH_SHARE * low_ttft, GROWTH_FLOOR_MS)
-    waited = [v for v in high if v - control > threshold]
+    low_ttft = median(_values(ev.low, _ttft)) or 0.0
+    control, spread, threshold, waited = _waiters(low, high, low_ttft)
     growth = sum(high) / len(high) - control
     engine_low = median(_values(ev.low, engine_wait_ms)) or 0.0
     engine_high = _values(ev.high, engine_wait_ms)
@@ -201,6 +198,16 @@ def check_gateway_queueing(ev: GatewayQueueEvidence, reference: Reference | None
     )
 
 
+def _waiters(low: list[float], high: list[float], low_ttft: float) -> tuple[float, float, float, list[float]]:
+    """The control (the low rate's median, ms), its spread, the threshold a burst request's wait must pass
+    (:data:`GROWTH_SPREADS`, :data:`GROWTH_SHARE` of the control's time to the first token, :data:`GROWTH_FLOOR_MS`)
+    and the burst's values past it."""
+    control = median(low) or 0.0
+    spread = max(low) - min(low)
+    threshold = max(GROWTH_SPREADS * spread, GROWTH_SHARE * low_ttft, GROWTH_FLOOR_MS)
+    return control, spread, threshold, [v for v in high if v - control > threshold]
+
+
 def _ttft(sample: RequestSample) -> float | None:
     return sample.ttft_after_setup_ms if sample.ok else None
 
@@ -222,11 +229,8 @@ def _by_pace(ev: GatewayQueueEvidence, reference: Reference | None) -> Outcome:
             GATEWAY_QUEUEING_ID,
             f"the server reports no queue time, and the rate step could not measure the line's pace: {reason}",
         )
-    control = median(low) or 0.0
+    control, _, threshold, waited = _waiters(low, high, median(low) or 0.0)
     service = median(services) or 0.0
-    spread = max(low) - min(low)
-    threshold = max(GROWTH_SPREADS * spread, GROWTH_SHARE * control, GROWTH_FLOOR_MS)
-    waited = [v for v in high if v - control > threshold]
     steps = [b - a for a, b in pairwise(high)]
     step_floor = max(PACE_SERVICE_RATIO * service, GROWTH_FLOOR_MS)
     paced = [d for d in steps if d >= step_floor]

@@ -11,7 +11,7 @@ its first token to its last: the decode time the stream took, whatever its reads
 and release them together (llama-cpp-python holds a tiny model's greedy tokens back, then sends ten at once), so most
 gaps of such a stream are near 0 and its median says nothing of the steps.
 
-Which parameters cost: engines differ (llama-cpp-python measured: temperature/top-p and the penalties cost nothing
+Which parameters cost: engines differ (llama-cpp-python, by hand: temperature/top-p and the penalties cost nothing
 next to greedy, logprobs with top_logprobs +0.5 ms per token; vLLM: the set together +1.9 ms), so once the set is
 found costly the experiment prices each group of :data:`GROUP_FIXES` apart, greedy against that group alone, with
 the same check; the finding names the groups that cost and gives their fixes, and says when none costs alone.

@@ -20,6 +20,8 @@ Usage::
     .venv/bin/python benchmarks/diagnose_accuracy.py --runs 5                       # loopback and 20 ms: ~1.5 h
     .venv/bin/python benchmarks/diagnose_accuracy.py --paths loopback --cases tuned,no-prefix-cache --runs 3
     .venv/bin/python benchmarks/diagnose_accuracy.py --paths loopback --runs 3 --vllm --json accuracy.json
+    .venv/bin/python benchmarks/diagnose_accuracy.py --runs 20 --resume runs.jsonl --markdown accuracy.md  # hours:
+    #   interrupt it at will, the same command goes on where it stopped
 """
 
 from __future__ import annotations
@@ -86,25 +88,77 @@ class Tally:
     errors: list[float] = field(default_factory=list)
     false_cases: set[str] = field(default_factory=set)
 
-    def count(self, result: Diagnosis, finding_id: str, expected: bool, case: str, error: float | None) -> None:
-        outcome = result.outcome(finding_id)
-        above = isinstance(outcome, Finding) and outcome.severity is not Severity.LOW
+    def count(self, kind: str | None, expected: bool, case: str, error: float | None) -> None:
+        """One run's outcome of this id (:func:`outcome_kind`)."""
+        above = kind == "above"
         if expected:
             self.true_runs += 1
             self.named += above
-            self.inconclusive += isinstance(outcome, Inconclusive)
-            self.not_tested += isinstance(outcome, NotTested)
+            self.inconclusive += kind == "inconclusive"
+            self.not_tested += kind == "not_tested"
             if above and error is not None:
                 self.errors.append(error)
-        elif outcome is not None:
+        elif kind is not None:
             self.false_runs += 1
             self.named_false += above
             if above:
                 self.false_cases.add(case)
 
 
+def outcome_kind(result: Diagnosis, finding_id: str) -> str | None:
+    """``above`` (a finding above low), ``low``, ``inconclusive``, ``not_tested``, ``clear``, or None (not checked)."""
+    outcome = result.outcome(finding_id)
+    if outcome is None:
+        return None
+    if isinstance(outcome, Finding):
+        return "above" if outcome.severity is not Severity.LOW else "low"
+    if isinstance(outcome, Inconclusive):
+        return "inconclusive"
+    return "not_tested" if isinstance(outcome, NotTested) else "clear"
+
+
+def _record(rows: list[Any], resume: FilePath | None, row: dict[str, Any]) -> None:
+    rows.append(row)
+    if resume is not None:
+        with resume.open("ab") as out:
+            out.write(orjson.dumps(row) + b"\n")
+
+
+def resumed(resume: FilePath | None, tallies: dict[str, Tally], rows: list[Any]) -> set[tuple[str, str, int]]:
+    """The runs an earlier, interrupted invocation already wrote to ``resume`` (one JSON line each), counted into
+    ``tallies``: (path, case, run) of each."""
+    done: set[tuple[str, str, int]] = set()
+    if resume is None or not resume.exists():
+        return done
+    for line in resume.read_bytes().splitlines():
+        if not line.strip():
+            continue
+        row = orjson.loads(line)
+        rows.append(row)
+        done.add((row["path"], row["case"], row["run"]))
+        for finding_id, tally in tallies.items():
+            expected = finding_id in row["expected"]
+            tally.count(row["outcomes"].get(finding_id), expected, row["case"], row.get("error"))
+    return done
+
+
 def _rate(part: int, whole: int) -> str:
     return f"{part}/{whole} ({100 * part / whole:.0f}%)" if whole else "-"
+
+
+def markdown_table(tallies: dict[str, Tally]) -> str:
+    """The same table in Markdown, for the README."""
+    lines = [
+        "| finding id | named when true | inconclusive | not tested | named when false | cost error median (max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for finding_id, t in tallies.items():
+        errors = f"{statistics.median(t.errors):.0%} ({max(t.errors):.0%})" if t.errors else "-"
+        lines.append(
+            f"| `{finding_id}` | {_rate(t.named, t.true_runs)} | {t.inconclusive} | {t.not_tested} | "
+            f"{_rate(t.named_false, t.false_runs)} | {errors} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def print_table(tallies: dict[str, Tally]) -> None:
@@ -130,23 +184,33 @@ def _path(name: str) -> Iterator[Loopback | NetworkPath]:
 
 
 async def lab_matrix(
-    paths: list[str], cases: list[Case], runs: int, tallies: dict[str, Tally], rows: list[Any]
+    paths: list[str],
+    cases: list[Case],
+    runs: int,
+    tallies: dict[str, Tally],
+    rows: list[Any],
+    resume: FilePath | None = None,
+    done: frozenset[tuple[str, str, int]] = frozenset(),
 ) -> None:
     for path in paths:
         with _path(path) as net:
             for case in cases:
                 for index in range(runs):
+                    if (path, case.name, index + 1) in done:
+                        continue
                     started = time.monotonic()
                     run = await run_case(net, case)  # type: ignore[arg-type]  # Loopback has what it uses
                     cost = run.cost_ms(case)
                     error = None if cost is None or not run.truth_ms else abs(cost - run.truth_ms) / run.truth_ms
+                    kinds = {finding_id: outcome_kind(run.result, finding_id) for finding_id in tallies}
                     for finding_id, tally in tallies.items():
-                        tally.count(run.result, finding_id, finding_id in case.expected, case.name, error)
+                        tally.count(kinds[finding_id], finding_id in case.expected, case.name, error)
                     above = sorted(run.above_low())
                     print(f"{path:>10} {case.name:>24} run {index + 1}/{runs}: {','.join(above) or '-'} "
                           f"({time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
-                    rows.append({"path": path, "case": case.name, "run": index + 1, "above_low": above,
-                                 "cost_ms": cost, "truth_ms": run.truth_ms})  # fmt: skip
+                    _record(rows, resume, {"path": path, "case": case.name, "run": index + 1, "above_low": above,
+                                           "expected": sorted(case.expected), "outcomes": kinds, "error": error,
+                                           "cost_ms": cost, "truth_ms": run.truth_ms})  # fmt: skip
 
 
 async def vllm_matrix(runs: int, tallies: dict[str, Tally], rows: list[Any]) -> None:
@@ -163,7 +227,8 @@ async def vllm_matrix(runs: int, tallies: dict[str, Tally], rows: list[Any]) -> 
                     only = ids if truth_id is None else [truth_id]
                     result = await diagnose(server.base_url, quick=True, only=only)
                     for finding_id in only:
-                        tallies[finding_id].count(result, finding_id, finding_id == truth_id, name, None)
+                        kind = outcome_kind(result, finding_id)
+                        tallies[finding_id].count(kind, finding_id == truth_id, name, None)
                     above = sorted(f.id for f in result.findings if f.severity is not Severity.LOW)
                     print(f"{'vllm':>10} {name:>24} run {index + 1}/{runs}: {','.join(above) or '-'}", flush=True)
                     rows.append({"path": "loopback", "case": name, "run": index + 1, "above_low": above})
@@ -176,6 +241,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="diagnoses per case and path (default 5)")
     parser.add_argument("--vllm", action="store_true", help="also real vLLM (needs LATSCOPE_VLLM_PYTHON)")
     parser.add_argument("--json", type=FilePath, help="also write every run's row and the tallies here")
+    parser.add_argument(
+        "--resume",
+        type=FilePath,
+        help="JSON lines: each lab run is appended as it ends; runs already there are counted, not run again",
+    )
+    parser.add_argument("--markdown", type=FilePath, help="also write the table in Markdown here")
     args = parser.parse_args()
     paths = [p for p in args.paths.split(",") if p]
     reason = unsupported_reason()
@@ -189,10 +260,13 @@ def main() -> int:
     cases = [c for c in CASES if not wanted or c.name in wanted]
     tallies = {finding_id: Tally() for finding_id in CHECKS}
     rows: list[Any] = []
-    asyncio.run(lab_matrix(paths, cases, args.runs, tallies, rows))
+    done = resumed(args.resume, tallies, rows)
+    asyncio.run(lab_matrix(paths, cases, args.runs, tallies, rows, args.resume, frozenset(done)))
     if args.vllm:
         asyncio.run(vllm_matrix(args.runs, tallies, rows))
     print_table(tallies)
+    if args.markdown:
+        args.markdown.write_text(markdown_table(tallies))
     if args.json:
         summary = {k: {**vars(v), "false_cases": sorted(v.false_cases)} for k, v in tallies.items()}
         args.json.write_bytes(orjson.dumps({"runs": rows, "tallies": summary}, option=orjson.OPT_INDENT_2))

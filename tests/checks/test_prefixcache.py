@@ -37,9 +37,20 @@ def test_a_repeated_prefix_that_costs_what_a_fresh_one_does_is_a_miss_priced_at_
     ev = _evidence(_round(112.0, 111.0, 110.0, 12.0), _round(115.0, 113.0, 111.0, 13.0))
     outcome = check_prefix_cache_miss(ev, REF)
     assert isinstance(outcome, Finding)
-    assert outcome.cost_ms == pytest.approx(111.0 - 12.0)  # the fastest warm less the fastest short
+    # the fastest prompt of the whole size computed anew (the fresh 110) less the fastest short
+    assert outcome.cost_ms == pytest.approx(110.0 - 12.0)
     assert outcome.evidence["saved_share"] <= MISS_SHARE
     assert outcome.confidence is Confidence.MEDIUM  # two rounds, and the server said nothing
+
+
+def test_a_miss_is_priced_by_every_prompt_computed_anew_so_two_late_repeats_do_not_inflate_it() -> None:
+    # both repeats met a busy host (+10 ms each: 51 against 41 was seen across a 20 ms path); the fresh and cold
+    # prompts of the same size were on time, and on a miss they are the same work
+    ev = _evidence(_round(52.0, 61.0, 53.0, 12.0), _round(53.0, 62.0, 52.5, 12.5))
+    outcome = check_prefix_cache_miss(ev, REF)
+    assert isinstance(outcome, Finding), outcome
+    assert outcome.cost_ms == pytest.approx(52.0 - 12.0)
+    assert "52.0 ms" in outcome.cost_basis
 
 
 def test_the_servers_zero_cached_tokens_make_a_miss_high_confidence() -> None:

@@ -31,6 +31,7 @@ from latscope.findings import Clear, Finding, Inconclusive, NotTested, Severity
 from latscope.timeline.model import ErrorKind
 from latscope.wire.target import Target
 from tests.real.conftest import LlamaServer, require_llama_python, running_llama_server
+from tests.real.llama_sampling import SamplingHere, sampling_here_now
 from tests.support.diagnosis import explain
 
 
@@ -38,6 +39,13 @@ from tests.support.diagnosis import explain
 def diagnosis(llama_server: LlamaServer) -> Diagnosis:
     """One full diagnosis of the server, shared by the tests below (about 15 s)."""
     return asyncio.run(diagnose(llama_server.base_url))
+
+
+@pytest.fixture(scope="module")
+def sampling_here(diagnosis: Diagnosis, llama_server: LlamaServer) -> SamplingHere:
+    """What sampling costs here (:class:`SamplingHere`): it differs by build and host (0.14-0.31 ms per token on
+    one build, 0.4-0.8 ms on a later one here, nothing on one CI host), so a finding is checked against it."""
+    return sampling_here_now(llama_server)
 
 
 def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llama_server: LlamaServer) -> None:
@@ -80,10 +88,16 @@ def test_diagnose_runs_every_experiment_to_completion(diagnosis: Diagnosis, llam
     assert prefill is not None and "refused" in prefill.reason, prefill
 
 
-def test_the_single_model_slot_is_named_as_head_of_line_queueing_and_a_capacity_of_one(diagnosis: Diagnosis) -> None:
-    expected = {"queue-head-of-line", "capacity-saturation", "decode-host-overhead"}
+def test_the_single_model_slot_is_named_as_head_of_line_queueing_and_a_capacity_of_one(
+    diagnosis: Diagnosis, sampling_here: SamplingHere
+) -> None:
+    expected = {"queue-head-of-line", "capacity-saturation"}
     found = {f.id for f in diagnosis.findings}
-    assert found == expected, explain(diagnosis, first=sorted(found ^ expected))
+    if sampling_here.costs:
+        expected.add("decode-host-overhead")
+    elif not sampling_here.free:
+        found.discard("decode-host-overhead")  # too near the line for either answer to be wrong
+    assert found == expected, (sampling_here, explain(diagnosis, first=sorted(found ^ expected)))
     saturation = diagnosis.finding("capacity-saturation")
     assert saturation is not None, explain(diagnosis)
     assert saturation.evidence["capacity"] == 1, json.dumps(saturation.evidence)
@@ -107,13 +121,20 @@ def test_the_long_prompt_is_resized_to_fit_the_context(diagnosis: Diagnosis) -> 
     assert finding.evidence["long_prompt_tokens"] <= accepted
 
 
-def test_sampling_on_the_host_is_named_with_its_cost_per_token(diagnosis: Diagnosis) -> None:
+def test_sampling_on_the_host_is_named_with_its_cost_per_token(
+    diagnosis: Diagnosis, sampling_here: SamplingHere
+) -> None:
     # llama-cpp-python samples on the CPU, and top-p, penalties and logprobs take its slow path (logprobs are a
-    # softmax over the whole vocabulary per token); greedy decoding takes the fast one. Measured with this tiny
-    # model: 0.14-0.31 ms per token more than greedy's 0.8-1.0 ms (ten runs, loopback and a 20 ms path); on a later
-    # build and host, 0.4-0.8 ms pair by pair over greedy streams the host's load moved from 0.9 to 1.7 ms
+    # softmax and a sort over the whole vocabulary per token, in Python); greedy decoding takes the fast one.
+    # Measured with this tiny model: 0.14-0.31 ms per token more than greedy's 0.8-1.0 ms (ten runs, loopback and a
+    # 20 ms path); on a later build and host, 0.4-0.8 ms pair by pair; on one CI host, nothing at all
     finding = diagnosis.finding("decode-host-overhead")
-    assert finding is not None, explain(diagnosis, first=["decode-host-overhead"])
+    if sampling_here.free:
+        assert finding is None, (sampling_here, explain(diagnosis, first=["decode-host-overhead"]))
+        return
+    if not sampling_here.costs and finding is None:
+        return  # near the line: not naming it is no error
+    assert finding is not None, (sampling_here, explain(diagnosis, first=["decode-host-overhead"]))
     evidence = finding.evidence
     # the streams themselves, not only the median the check priced: in most pairs the sampled stream is the slower.
     # Pairs, not the two sides' medians: the host's load moves both streams of a pair alike but not the two sets
@@ -122,16 +143,23 @@ def test_sampling_on_the_host_is_named_with_its_cost_per_token(diagnosis: Diagno
     assert finding.cost_ms == pytest.approx(evidence["added_ms_per_token"] * (evidence["stream_tokens"] - 1), rel=0.01)
 
 
-def test_the_sampling_finding_names_logprobs_among_the_parameters_that_cost(diagnosis: Diagnosis) -> None:
+def test_the_sampling_finding_names_logprobs_among_the_parameters_that_cost(
+    diagnosis: Diagnosis, sampling_here: SamplingHere
+) -> None:
     # measured by hand on this server, greedy against each group alone: logprobs with top_logprobs +0.5 ms per
     # token, the costliest; priced apart by the experiment, logprobs +0.16-0.59 ms in 9 of 9 diagnoses here, top-p
     # and the penalties free or undecided in 8 (top-p +0.4 ms, 6 of 6 pairs, in one full diagnosis)
     finding = diagnosis.finding("decode-host-overhead")
-    assert finding is not None, explain(diagnosis, first=["decode-host-overhead"])
+    if finding is None:
+        assert not sampling_here.costs, (sampling_here, explain(diagnosis, first=["decode-host-overhead"]))
+        return  # the test above says whether that was right
     groups = finding.evidence["by_parameter"]
     assert set(groups) == {"nucleus", "penalties", "logprobs"}, groups
-    assert groups["logprobs"]["verdict"] == "costs", groups
-    assert "top_logprobs" in finding.fix, finding.fix  # the logprobs group's own fix
+    if sampling_here.logprobs_cost:
+        assert groups["logprobs"]["verdict"] == "costs", (sampling_here, groups)
+        assert "top_logprobs" in finding.fix, finding.fix  # the logprobs group's own fix
+    elif sampling_here.logprobs_free:
+        assert groups["logprobs"]["verdict"] != "costs", (sampling_here, groups)
 
 
 def test_streaming_and_keep_alive_are_clear(diagnosis: Diagnosis) -> None:

@@ -8,7 +8,8 @@ For every finding id it prints, over all the runs of all the cases:
 - **named when false** (false-positive rate): the runs of every other case (the tuned lab, the other faults) in which
   it came out above low anyway;
 - **cost error**: the median and worst |cost − truth| / truth of its true positives, against the lab's own ground truth
-  (tests/diagnose/truth.py, the same the fault-matrix tests assert).
+  (tests/diagnose/truth.py, the same the fault-matrix tests assert), and how many were within what those tests
+  accept (±25 %, or the case's floor in ms where the truth is a few milliseconds: a handshake on loopback).
 
 The lab cases are tests/diagnose/distance_cases.py's (tuned, tuned with TLS, naive, and one per fault); a path is
 ``loopback`` (no namespace) or a one-way delay in ms through a network namespace (tests/support/netpath.py: root and
@@ -86,10 +87,14 @@ class Tally:
     false_runs: int = 0
     named_false: int = 0
     errors: list[float] = field(default_factory=list)
+    within: list[bool] = field(default_factory=list)
     false_cases: set[str] = field(default_factory=set)
 
-    def count(self, kind: str | None, expected: bool, case: str, error: float | None) -> None:
-        """One run's outcome of this id (:func:`outcome_kind`)."""
+    def count(
+        self, kind: str | None, expected: bool, case: str, error: float | None, within: bool | None = None
+    ) -> None:
+        """One run's outcome of this id (:func:`outcome_kind`), its cost's relative error and whether the cost was
+        within the matrix's tolerance (None where unknown: vLLM, or a row written before it was recorded)."""
         above = kind == "above"
         if expected:
             self.true_runs += 1
@@ -98,6 +103,8 @@ class Tally:
             self.not_tested += kind == "not_tested"
             if above and error is not None:
                 self.errors.append(error)
+            if above and within is not None:
+                self.within.append(within)
         elif kind is not None:
             self.false_runs += 1
             self.named_false += above
@@ -138,7 +145,8 @@ def resumed(resume: FilePath | None, tallies: dict[str, Tally], rows: list[Any])
         done.add((row["path"], row["case"], row["run"]))
         for finding_id, tally in tallies.items():
             expected = finding_id in row["expected"]
-            tally.count(row["outcomes"].get(finding_id), expected, row["case"], row.get("error"))
+            within = row.get("within") if expected else None
+            tally.count(row["outcomes"].get(finding_id), expected, row["case"], row.get("error"), within)
     return done
 
 
@@ -149,26 +157,29 @@ def _rate(part: int, whole: int) -> str:
 def markdown_table(tallies: dict[str, Tally]) -> str:
     """The same table in Markdown, for the README."""
     lines = [
-        "| finding id | named when true | inconclusive | not tested | named when false | cost error median (max) |",
-        "|---|---|---|---|---|---|",
+        "| finding id | named when true | inconclusive | not tested | named when false | cost error median (max) "
+        "| cost within tolerance |",
+        "|---|---|---|---|---|---|---|",
     ]
     for finding_id, t in tallies.items():
         errors = f"{statistics.median(t.errors):.0%} ({max(t.errors):.0%})" if t.errors else "-"
         lines.append(
             f"| `{finding_id}` | {_rate(t.named, t.true_runs)} | {t.inconclusive} | {t.not_tested} | "
-            f"{_rate(t.named_false, t.false_runs)} | {errors} |"
+            f"{_rate(t.named_false, t.false_runs)} | {errors} | {_rate(sum(t.within), len(t.within))} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def print_table(tallies: dict[str, Tally]) -> None:
     print(f"\n{'finding id':>26} {'named when true':>16} {'inconcl.':>9} {'not tested':>10} {'named when false':>17}"
-          f" {'cost error median (max)':>24}  false positives in")  # fmt: skip
+          f" {'cost error median (max)':>24} {'within tol.':>12}  false positives in")  # fmt: skip
     for finding_id, t in tallies.items():
         errors = f"{statistics.median(t.errors):.0%} ({max(t.errors):.0%})" if t.errors else "-"
+        within = _rate(sum(t.within), len(t.within))
         print(
             f"{finding_id:>26} {_rate(t.named, t.true_runs):>16} {t.inconclusive:>9} {t.not_tested:>10} "
-            f"{_rate(t.named_false, t.false_runs):>17} {errors:>24}  {','.join(sorted(t.false_cases)) or '-'}",
+            f"{_rate(t.named_false, t.false_runs):>17} {errors:>24} {within:>12}  "
+            f"{','.join(sorted(t.false_cases)) or '-'}",
             flush=True,
         )
 
@@ -202,15 +213,17 @@ async def lab_matrix(
                     run = await run_case(net, case)  # type: ignore[arg-type]  # Loopback has what it uses
                     cost = run.cost_ms(case)
                     error = None if cost is None or not run.truth_ms else abs(cost - run.truth_ms) / run.truth_ms
+                    within = None if cost is None or run.truth_ms is None else run.cost_within_tolerance(case)
                     kinds = {finding_id: outcome_kind(run.result, finding_id) for finding_id in tallies}
                     for finding_id, tally in tallies.items():
-                        tally.count(kinds[finding_id], finding_id in case.expected, case.name, error)
+                        expected = finding_id in case.expected
+                        tally.count(kinds[finding_id], expected, case.name, error, within if expected else None)
                     above = sorted(run.above_low())
                     print(f"{path:>10} {case.name:>24} run {index + 1}/{runs}: {','.join(above) or '-'} "
                           f"({time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
                     _record(rows, resume, {"path": path, "case": case.name, "run": index + 1, "above_low": above,
                                            "expected": sorted(case.expected), "outcomes": kinds, "error": error,
-                                           "cost_ms": cost, "truth_ms": run.truth_ms})  # fmt: skip
+                                           "within": within, "cost_ms": cost, "truth_ms": run.truth_ms})  # fmt: skip
 
 
 async def vllm_matrix(runs: int, tallies: dict[str, Tally], rows: list[Any]) -> None:

@@ -33,9 +33,14 @@ head waits for at a distance is not in it), at :data:`BROWSER_BYTES`; the line m
 :data:`MIN_GROWTH_SHARE` of the control's server time (its wait less one round trip), the other kind of connection
 must show at least half the slope (below the initial window both pay the same per byte, so one sweep's drift is not
 taken for a cost), and the cost at least :data:`MIN_COST_MS`. The finding is then about the server's clients, not this
-one: medium confidence, priced for a browser-sized head. Only over HTTP/1.1: HTTP/2 and HTTP/3 index headers that
-repeat on a connection (HPACK, RFC 7541; QPACK, RFC 9204), so a browser's cookies and token are sent and decoded
-once per connection, not per request.
+one: medium confidence, priced for a browser-sized head. Each size up to there is one request per kind in the sweep,
+which a busy host moves by a millisecond, as much as 8 KB of a 0.5 ms-per-KB scan adds (one CI run: r² 0.58 and
+0.23 ms per KB up to 8 KB, 0.66 over the whole sweep; and single requests priced a 4 KB head within ±25 % in about
+seven runs of eight): where the whole sweep's line prices a browser-sized head (:func:`browser_sizes_wanted`), the
+experiment sends those sizes again, and each size's fastest request on each kind makes the line (a busy host only
+adds time). Only over HTTP/1.1: HTTP/2 and HTTP/3 index
+headers that repeat on a connection (HPACK, RFC 7541; QPACK, RFC 9204), so a browser's cookies and token are sent and
+decoded once per connection, not per request.
 """
 
 from __future__ import annotations
@@ -96,6 +101,9 @@ class HeaderEvidence:
         refused_at_bytes: the padding at which the server refused the request (431, 400, 494, or closed the
             connection) on either kind of connection, None when it accepted every size; the sweep stops there.
         refused: what the server answered then.
+        small_repeats: the sizes up to :data:`BROWSER_MAX_BYTES` sent again on reused connections (the control
+            first each time), when the whole sweep priced a browser-sized head (:func:`browser_sizes_wanted`).
+        fresh_small_repeats: the same, on new connections.
         fresh: the same sizes, each on a new connection (``new_connection``), in the order sent, the first without
             padding: a head past TCP's initial congestion window (RFC 6928: ten segments, about 14 KB) waits for the
             first acknowledgements there, a round trip more at a distance, so this sweep's time per KB can exceed
@@ -107,6 +115,8 @@ class HeaderEvidence:
     refused_at_bytes: int | None = None
     refused: str | None = None
     fresh: tuple[HeaderPoint, ...] = ()
+    small_repeats: tuple[HeaderPoint, ...] = ()
+    fresh_small_repeats: tuple[HeaderPoint, ...] = ()
 
 
 def _waits(points: Sequence[HeaderPoint]) -> list[tuple[float, float]] | None:
@@ -143,8 +153,43 @@ def _browser_said(evidence: dict[str, Any]) -> str:
     return f"would cost a {BROWSER_BYTES // 1024} KB head {cost:.2f} ms ({line['not_a_cost']})"
 
 
-def _small(points: Sequence[HeaderPoint]) -> Sequence[HeaderPoint]:
-    return [p for p in points if p.pad_bytes <= BROWSER_MAX_BYTES]
+def _small(points: Sequence[HeaderPoint], repeats: Sequence[HeaderPoint] = ()) -> Sequence[HeaderPoint]:
+    """The sweep's sizes up to :data:`BROWSER_MAX_BYTES`, each size's fastest completed request of the sweep and its
+    repeats (one per size, smallest first; a size none of whose requests completed keeps its first)."""
+    by_size: dict[int, HeaderPoint] = {}
+    for p in [*points, *repeats]:
+        if p.pad_bytes <= BROWSER_MAX_BYTES and _wait(p) < _wait(by_size.get(p.pad_bytes)):
+            by_size[p.pad_bytes] = p
+        by_size.setdefault(p.pad_bytes, p)
+    return [by_size[size] for size in sorted(by_size) if size <= BROWSER_MAX_BYTES]
+
+
+def _wait(point: HeaderPoint | None) -> float:
+    """A point's wait (ms) for choosing the fastest: infinite where it did not complete or is missing."""
+    if point is None or not point.sample.ok or point.sample.wait_ms is None:
+        return float("inf")
+    return point.sample.wait_ms
+
+
+def browser_sizes_wanted(ev: HeaderEvidence) -> bool:
+    """The client is lean, the sweep went over HTTP/1.x, and its whole line on the priced kind of connection is
+    steady and prices a browser-sized head at :data:`MIN_COST_MS` or more: the sizes up to :data:`BROWSER_MAX_BYTES`
+    are then worth sending again, so the line that prices them is drawn through each size's fastest request (module
+    docstring)."""
+    if ev.own_header_bytes > BLOATED_BYTES:
+        return False
+    on_fresh = bool(ev.fresh) and not kept_alive(ev.points)
+    priced = ev.fresh if on_fresh else ev.points
+    if _multiplexed(priced):
+        return False
+    fit = _fit(_waits(priced))
+    return fit is not None and fit.n >= 3 and fit.r2 >= MIN_FIT_R2 and fit.slope * BROWSER_BYTES / KB >= MIN_COST_MS
+
+
+def _multiplexed(points: Sequence[HeaderPoint]) -> list[str]:
+    """The HTTP versions past 1.x the points went over (``2``, ``3``), sorted."""
+    versions = {(p.sample.http_version or "").removeprefix("HTTP/") for p in points}
+    return sorted(v for v in versions if v and not v.startswith("1"))
 
 
 def _browser_sized(
@@ -153,8 +198,10 @@ def _browser_sized(
     """The finding for a lean client when the server's time per KB at browser sizes costs a browser-sized head at
     least :data:`MIN_COST_MS` (module docstring), else None (and the small line in ``evidence``)."""
     priced, other = (ev.fresh, ev.points) if on_fresh else (ev.points, ev.fresh)
-    versions = {(p.sample.http_version or "").removeprefix("HTTP/") for p in priced}
-    multiplexed = sorted(v for v in versions if v and not v.startswith("1"))
+    priced_again, other_again = (
+        (ev.fresh_small_repeats, ev.small_repeats) if on_fresh else (ev.small_repeats, ev.fresh_small_repeats)
+    )
+    multiplexed = _multiplexed(priced)
     if multiplexed:
         # a browser's cookies and token repeat on every request: HPACK (RFC 7541) and QPACK (RFC 9204) keep such
         # headers in the connection's dynamic table and send an index after the first, so their size is not what
@@ -163,13 +210,14 @@ def _browser_sized(
             "not_a_cost": f"not priced over HTTP/{multiplexed[0]}: repeated headers are indexed after the first request"
         }
         return None
-    waits = _waits(_small(priced))
+    waits = _waits(_small(priced, priced_again))
     fit = _fit(waits)
     if waits is None or fit is None or fit.n < 3:
         return None
-    other_fit = _fit(_waits(_small(other)))
+    other_fit = _fit(_waits(_small(other, other_again)))
     evidence["browser_sizes"] = {
         **(_line(waits, fit) or {}),
+        **({"sent_again": len(priced_again)} if priced_again else {}),
         "cost_ms_by_kb": {f"{b // 1024}": round(max(0.0, fit.slope) * b / KB, 3) for b in BROWSER_SIZES},
     }
     rtt = priced[0].sample.rtt_ms or 0.0

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from latscope.lab.batchlog import BatchLog
 from latscope.lab.breaker import CircuitBreaker
 from latscope.lab.certs import CertFiles, generate_self_signed, remove_cert_files
-from latscope.lab.front import ResponseCacheEdge, front_door
+from latscope.lab.front import HeaderScanEdge, ResponseCacheEdge, front_door
 from latscope.lab.gateway import Gateway
 from latscope.lab.handlers import LabService
 from latscope.lab.http.exchange import Handler
@@ -100,6 +100,15 @@ class Lab(Served, AsyncService):
         """Distinct stored responses the ``response-cache`` fault replayed so far (0 without it): ground truth."""
         front = self._front
         return len(front.replayed) if isinstance(front, ResponseCacheEdge) else 0
+
+    @property
+    def header_scan_held(self) -> list[tuple[int, float]]:
+        """(head bytes, ms held) of the latest requests the ``header-scan`` fault held (empty without it): ground
+        truth of what it costs per KB."""
+        handler: object = self._front
+        while handler is not None and not isinstance(handler, HeaderScanEdge):
+            handler = getattr(handler, "inner", None)
+        return list(handler.held) if isinstance(handler, HeaderScanEdge) else []
 
     @property
     def breaker(self) -> CircuitBreaker | None:

@@ -12,6 +12,10 @@ The padding is harmless headers of the client's own, ``X-Latscope-Pad-1`` … ``
 headers, credentials included, are sent exactly as given and never altered, shortened or recorded. The control (no
 padding) comes first, the sizes then grow, and the sweep stops at the first refusal on either kind of connection (431,
 400, 494, or a closed connection): a head limit is the server's, not a connection's.
+
+Where the whole sweep prices a browser-sized head (:func:`latscope.checks.headers.browser_sizes_wanted`), the sizes up
+to 8 KB are sent again on both kinds of connection, :data:`SMALL_ROUNDS` times: the browser-sized price is drawn
+through each size's fastest request, as a busy host moves one request by as much as 8 KB of a slow scan adds.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ import dataclasses
 from collections.abc import Sequence
 
 from latscope.checks.failures import describe
-from latscope.checks.headers import HeaderEvidence, HeaderPoint
+from latscope.checks.headers import BROWSER_MAX_BYTES, HeaderEvidence, HeaderPoint, browser_sizes_wanted
 from latscope.checks.samples import RequestSample
 from latscope.diagnose.context import Context
 from latscope.diagnose.experiments.base import Experiment, Prior
+from latscope.wire import Client
 
 PROMPT_TOKENS = 16
 #: Padding sizes, bytes: the control, a browser's 4 and 8 KB (cookies plus a JWT: what a lean client's finding is
@@ -32,6 +37,8 @@ PROMPT_TOKENS = 16
 PAD_BYTES = (0, 4 * 1024, 8 * 1024, 12 * 1024, 24 * 1024, 48 * 1024)
 #: … and the quick run's subset.
 PAD_BYTES_QUICK = (0, 4 * 1024, 8 * 1024, 12 * 1024, 24 * 1024)
+#: Rounds of the sizes up to the browser line's end sent again where the whole sweep prices a browser-sized head.
+SMALL_ROUNDS = 2
 #: Largest single padding header, bytes (value and name).
 PAD_CHUNK_BYTES = 4 * 1024
 PAD_NAME = "X-Latscope-Pad"
@@ -66,6 +73,13 @@ def is_refusal(pad: int, sample: RequestSample) -> bool:
     return pad > 0 and (sample.status in REFUSAL_STATUSES or (not sample.ok and sample.status is None))
 
 
+async def _send_size(ctx: Context, client: Client, pad: int, label: str, new_connection: bool) -> RequestSample:
+    spec = ctx.spec(PROMPT_TOKENS, 1)
+    spec = dataclasses.replace(spec, headers=[*spec.headers, *padding(pad)])
+    kind = "new connection" if new_connection else "reused"
+    return await ctx.send(client, spec, label=f"{label} {kind}", new_connection=new_connection)
+
+
 async def run(ctx: Context, prior: Prior) -> HeaderEvidence:
     """Run the header-size experiment (see the module docstring)."""
     points: list[HeaderPoint] = []
@@ -74,19 +88,29 @@ async def run(ctx: Context, prior: Prior) -> HeaderEvidence:
     refused: str | None = None
     async with ctx.client(quickack=True) as client:
         for pad in pad_sizes(ctx.quick):
-            label = f"headers +{pad // 1024} KB"
             for sweep, new_connection in ((fresh, True), (points, False)):
-                spec = ctx.spec(PROMPT_TOKENS, 1)
-                spec = dataclasses.replace(spec, headers=[*spec.headers, *padding(pad)])
-                kind = "new connection" if new_connection else "reused"
-                sample = await ctx.send(client, spec, label=f"{label} {kind}", new_connection=new_connection)
+                sample = await _send_size(ctx, client, pad, f"headers +{pad // 1024} KB", new_connection)
                 if is_refusal(pad, sample):
                     refused_at, refused = pad, describe(sample)
                     break
                 sweep.append(HeaderPoint(pad, sample))
             if refused_at is not None:
                 break
-    return HeaderEvidence(header_bytes(ctx.headers), tuple(points), refused_at, refused, fresh=tuple(fresh))
+        evidence = HeaderEvidence(header_bytes(ctx.headers), tuple(points), refused_at, refused, fresh=tuple(fresh))
+        small = [pad for pad in pad_sizes(ctx.quick) if pad <= BROWSER_MAX_BYTES]
+        for round_index in range(SMALL_ROUNDS if browser_sizes_wanted(evidence) else 0):
+            again: list[HeaderPoint] = []
+            fresh_again: list[HeaderPoint] = []
+            for pad in small:
+                label = f"headers +{pad // 1024} KB again {round_index + 1}"
+                fresh_again.append(HeaderPoint(pad, await _send_size(ctx, client, pad, label, True)))
+                again.append(HeaderPoint(pad, await _send_size(ctx, client, pad, label, False)))
+            evidence = dataclasses.replace(
+                evidence,
+                small_repeats=(*evidence.small_repeats, *again),
+                fresh_small_repeats=(*evidence.fresh_small_repeats, *fresh_again),
+            )
+    return evidence
 
 
 EXPERIMENT = Experiment(

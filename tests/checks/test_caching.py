@@ -100,6 +100,21 @@ def test_a_late_repeat_whose_tokens_came_together_is_inconclusive_and_says_how_o
     assert out.evidence["repeats_sent"] == 3
 
 
+def test_a_repeat_late_only_by_a_paths_jitter_is_told_by_its_missing_cadence() -> None:
+    # a fast prefill across 40 ms: the control's server time is 3.5 ms of jitter after the round trip, the replay's
+    # 2.0 (0.57 of it, over the first-token share by 0.25 ms): no stall, and its tokens came together
+    far = {"rtt_ms": 40.0}
+    out = check_response_cached(
+        _ev(
+            _reply(TEXT_A, ttft_after_setup_ms=42.0, itl_ms=(0.0,) * 7, **far),
+            first=_reply(TEXT_A, ttft_after_setup_ms=43.5, itl_ms=(6.0,) * 7, **far),
+            control=_reply(TEXT_B, ttft_after_setup_ms=43.5, itl_ms=(6.0,) * 7, **far),
+        ),
+        REF,
+    )
+    assert isinstance(out, Finding), out
+
+
 def test_a_late_repeat_streamed_at_the_pace_is_clear() -> None:
     out = check_response_cached(_ev(_reply(TEXT_A, ttft_after_setup_ms=188.2, itl_ms=(6.0,) * 7)), REF)
     assert isinstance(out, Clear) and "deterministically" in out.reason, out

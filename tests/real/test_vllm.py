@@ -75,8 +75,9 @@ async def test_probe_joins_vllms_own_span_of_every_request(vllm: LlamaServer) ->
         assert vllm_ttft <= split.ttft_ms, (vllm_ttft, split)
 
 
-#: Probes sent at most until every stream reached the client at its pace (see :func:`_paced`).
-PACED_TRIES = 3
+#: Probe runs sent at most until :data:`PACED_WANTED` streams reached the client at their pace (see :func:`_paced`).
+PACED_TRIES = 6
+PACED_WANTED = 3
 
 
 def _paced(t: Timeline) -> bool:
@@ -88,13 +89,16 @@ def _paced(t: Timeline) -> bool:
 
 
 async def test_probe_counts_every_generated_token_and_joins_vllms_own_phases(vllm: LlamaServer) -> None:
+    probed: list[Timeline] = []
     for _ in range(PACED_TRIES):
         result = await probe(vllm.base_url, max_tokens=24, n=3, prompt_tokens=32)
         assert result.ok, [t.error for t in result.timelines] + [vllm.log_tail()]
-        if all(_paced(t) for t in result.timelines):
+        probed += result.timelines
+        if sum(_paced(t) for t in probed) >= PACED_WANTED:
             break
-    assert all(_paced(t) for t in result.timelines), "every probe met a stream delivered at once"
-    for t in result.timelines:
+    paced = [t for t in probed if _paced(t)]
+    assert len(paced) >= PACED_WANTED, f"{len(probed) - len(paced)} of {len(probed)} probes met a stream sent at once"
+    for t in probed:
         assert t.usage is not None and t.usage.completion_tokens == 24
         # the events themselves carry every token (empty-text ones and the finish chunk's included)
         assert sum(e.tokens for e in t.events) == 24
@@ -105,7 +109,9 @@ async def test_probe_counts_every_generated_token_and_joins_vllms_own_phases(vll
         split = ttft_split(t)
         assert split is not None and sum(part.ns for part in split.parts) == split.ttft_ns
         assert split.consistent, split  # vLLM's queue + prefill fit inside the client's TTFT
+    for t in paced:
         # vLLM's decode (first → last token in the engine) and the client's first → last token cover the same steps
+        phases = {m.name: m for m in t.server}
         client_decode = (t.last_token_ns - t.first_token_ns) / 1e6  # type: ignore[operator]
         assert 0.5 < phases[ServerPhase.DECODE].ms / client_decode < 2.0, (phases, client_decode)
 

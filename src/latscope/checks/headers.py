@@ -38,9 +38,8 @@ which a busy host moves by a millisecond, as much as 8 KB of a 0.5 ms-per-KB sca
 0.23 ms per KB up to 8 KB, 0.66 over the whole sweep; and single requests priced a 4 KB head within ±25 % in about
 seven runs of eight): where the whole sweep's line prices a browser-sized head (:func:`browser_sizes_wanted`), the
 experiment sends those sizes again, and each size's fastest request on each kind makes the line (a busy host only
-adds time). Only over HTTP/1.1: HTTP/2 and HTTP/3 index
-headers that repeat on a connection (HPACK, RFC 7541; QPACK, RFC 9204), so a browser's cookies and token are sent and
-decoded once per connection, not per request.
+adds time). Only over HTTP/1.1: HTTP/2 and HTTP/3 index headers that repeat on a connection (HPACK, RFC 7541; QPACK,
+RFC 9204), so a browser's cookies and token are sent and decoded once per connection, not per request.
 """
 
 from __future__ import annotations
@@ -158,15 +157,15 @@ def _small(points: Sequence[HeaderPoint], repeats: Sequence[HeaderPoint] = ()) -
     repeats (one per size, smallest first; a size none of whose requests completed keeps its first)."""
     by_size: dict[int, HeaderPoint] = {}
     for p in [*points, *repeats]:
-        if p.pad_bytes <= BROWSER_MAX_BYTES and _wait(p) < _wait(by_size.get(p.pad_bytes)):
+        kept = by_size.get(p.pad_bytes)
+        if p.pad_bytes <= BROWSER_MAX_BYTES and (kept is None or _wait(p) < _wait(kept)):
             by_size[p.pad_bytes] = p
-        by_size.setdefault(p.pad_bytes, p)
-    return [by_size[size] for size in sorted(by_size) if size <= BROWSER_MAX_BYTES]
+    return [by_size[size] for size in sorted(by_size)]
 
 
-def _wait(point: HeaderPoint | None) -> float:
-    """A point's wait (ms) for choosing the fastest: infinite where it did not complete or is missing."""
-    if point is None or not point.sample.ok or point.sample.wait_ms is None:
+def _wait(point: HeaderPoint) -> float:
+    """A point's wait (ms) for choosing the fastest: infinite where it did not complete."""
+    if not point.sample.ok or point.sample.wait_ms is None:
         return float("inf")
     return point.sample.wait_ms
 
@@ -178,8 +177,7 @@ def browser_sizes_wanted(ev: HeaderEvidence) -> bool:
     docstring)."""
     if ev.own_header_bytes > BLOATED_BYTES:
         return False
-    on_fresh = bool(ev.fresh) and not kept_alive(ev.points)
-    priced = ev.fresh if on_fresh else ev.points
+    priced = ev.fresh if priced_on_fresh(ev) else ev.points
     if _multiplexed(priced):
         return False
     fit = _fit(_waits(priced))
@@ -264,6 +262,12 @@ def _browser_sized(
     )
 
 
+def priced_on_fresh(ev: HeaderEvidence) -> bool:
+    """The new connections' line prices the client's headers: the server kept no connection open across the reused
+    sweep (module docstring)."""
+    return bool(ev.fresh) and not kept_alive(ev.points)
+
+
 def kept_alive(points: Sequence[HeaderPoint]) -> bool:
     """The server kept the connection open across the reused sweep: at most half of its completed requests went on
     a new connection after all (to replace a connection the server had closed; unknown counts as reused)."""
@@ -277,7 +281,7 @@ def check_header_bloat(ev: HeaderEvidence, reference: Reference | None) -> Outco
     (see the module docstring)."""
     reused_waits, fresh_waits = _waits(ev.points), _waits(ev.fresh)
     reused_fit, fresh_fit = _fit(reused_waits), _fit(fresh_waits)
-    on_fresh = bool(ev.fresh) and not kept_alive(ev.points)
+    on_fresh = priced_on_fresh(ev)
     waits, fit = (fresh_waits, fresh_fit) if on_fresh else (reused_waits, reused_fit)
     kind, other_kind = (
         ("new connections", "reused connections") if on_fresh else ("reused connections", "new connections")

@@ -158,7 +158,7 @@ class HeaderScanEdge:
         self.inner = inner
         self.ms_per_kb = ms_per_kb
         #: (head bytes, ms the request was really held) of the latest requests: ground truth, as the loop's timers
-        #: round a sleep up (the held time per KB came out 0.57 ms for the nominal 0.5 here)
+        #: round a sleep up (the held time per KB came out 0.52 ms for the nominal 0.5 here)
         self.held: collections.deque[tuple[int, float]] = collections.deque(maxlen=HELD_KEPT)
 
     async def __call__(self, request: Request, channel: ResponseChannel) -> None:
